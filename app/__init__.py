@@ -1,0 +1,1 @@
+"""specserve: an LLM serving system built as a Ray Serve deployment graph."""

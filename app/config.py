@@ -1,0 +1,61 @@
+"""Engine configuration: one dataclass, built once at the edge and passed down, never mutated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
+           "fp16": torch.float16, "half": torch.float16, "bfloat16": torch.bfloat16,
+           "bf16": torch.bfloat16}
+
+
+def resolve_dtype(name: str | torch.dtype) -> torch.dtype:
+    if isinstance(name, torch.dtype):
+        return name
+    try:
+        return _DTYPES[name.lower()]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; use one of {sorted(_DTYPES)}") from None
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` means the GPU where there is one, the CPU otherwise."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: str
+    dtype: str = "float32"
+    device: str = "auto"
+    block_size: int = 16
+    # KV pool: an explicit block count wins; otherwise `kv_cache_memory_gib` worth of blocks.
+    num_kv_blocks: int | None = None
+    kv_cache_memory_gib: float = 1.0
+    max_model_len: int | None = None  # None: the checkpoint's max_position_embeddings
+    max_num_seqs: int = 128
+    max_num_batched_tokens: int = 1024
+    enable_prefix_caching: bool = True
+    seed: int = 0
+    # "auto": Triton kernels on CUDA, plain PyTorch on the CPU.
+    attention_backend: str = "auto"
+    enable_cuda_graphs: bool = True
+
+    def __post_init__(self) -> None:
+        if self.block_size <= 0 or self.block_size & (self.block_size - 1):
+            raise ValueError("block_size must be a positive power of two")
+        if self.max_num_seqs <= 0 or self.max_num_batched_tokens <= 0:
+            raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")
+        resolve_dtype(self.dtype)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return resolve_dtype(self.dtype)
+
+    @property
+    def torch_device(self) -> torch.device:
+        return resolve_device(self.device)

@@ -1,0 +1,120 @@
+"""asyncio front of the engine: the step loop runs in a background thread and each request's
+new tokens stream back to its caller's event loop as they come.
+
+Cancelling a caller (a client that disconnects) aborts its request before the next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from typing import AsyncIterator
+
+from app.config import EngineConfig
+from app.engine.engine import EngineStats, LLMEngine
+from app.outputs import RequestOutput
+from app.sampling_params import SamplingParams
+
+logger = logging.getLogger(__name__)
+
+
+class AsyncLLMEngine:
+    def __init__(self, config: EngineConfig):
+        self.engine = LLMEngine(config)
+        self._commands: queue.Queue = queue.Queue()
+        self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        self._stats = self.engine.stats()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="specserve-engine", daemon=True)
+        self._thread.start()
+
+    @property
+    def max_model_len(self) -> int:
+        return self.engine.max_model_len
+
+    def stats(self) -> EngineStats:
+        """The figures as of the last step (read without locking the engine)."""
+        return self._stats
+
+    async def generate(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams
+                       ) -> AsyncIterator[RequestOutput]:
+        """Stream the request's outputs; raises RequestRejected at once if it can never fit."""
+        self.engine.validate(prompt_token_ids, params)
+        if request_id in self._streams:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        stream: asyncio.Queue = asyncio.Queue()
+        self._streams[request_id] = (asyncio.get_running_loop(), stream)
+        self._commands.put(("add", request_id, prompt_token_ids, params))
+        finished = False
+        try:
+            while not finished:
+                out: RequestOutput = await stream.get()
+                if out.error is not None:
+                    raise RuntimeError(out.error)
+                finished = out.finished
+                yield out
+        finally:
+            self._streams.pop(request_id, None)
+            if not finished:
+                self._commands.put(("abort", request_id))
+
+    def abort(self, request_id: str) -> None:
+        self._commands.put(("abort", request_id))
+
+    def shutdown(self) -> None:
+        self._stopped.set()
+        self._commands.put(("wake",))
+        self._thread.join(timeout=10)
+
+    # -- the engine thread -----------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            self._apply_commands(block=not self.engine.has_unfinished_requests())
+            if not self.engine.has_unfinished_requests():
+                continue
+            try:
+                outputs = self.engine.step()
+            except Exception as exc:  # a failed step fails its requests, not the replica
+                logger.exception("engine step failed")
+                outputs = self._fail_all(f"engine error: {exc}")
+            self._stats = self.engine.stats()
+            for out in outputs:
+                self._deliver(out)
+
+    def _apply_commands(self, block: bool) -> None:
+        try:
+            command = self._commands.get(timeout=0.5) if block else self._commands.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            self._apply(command)
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                break
+        self._stats = self.engine.stats()
+
+    def _apply(self, command: tuple) -> None:
+        if command[0] == "add":
+            _, request_id, prompt, params = command
+            try:
+                self.engine.add_request(request_id, prompt, params)
+            except ValueError as exc:
+                self._deliver(RequestOutput(request_id, [], finished=True, error=str(exc)))
+        elif command[0] == "abort":
+            self.engine.abort_request(command[1])
+
+    def _fail_all(self, message: str) -> list[RequestOutput]:
+        outputs = []
+        for request_id in list(self.engine.requests):
+            self.engine.abort_request(request_id)
+            outputs.append(RequestOutput(request_id, [], finished=True, finish_reason="abort", error=message))
+        return outputs
+
+    def _deliver(self, out: RequestOutput) -> None:
+        target = self._streams.get(out.request_id)
+        if target is not None:
+            loop, stream = target
+            loop.call_soon_threadsafe(stream.put_nowait, out)

@@ -1,0 +1,130 @@
+"""The paged KV pool: a fixed set of blocks, a block table per request, reference counts,
+and prefix caching (full blocks hashed by parent hash + token ids, LRU eviction)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from app.engine.request import Request
+
+
+class KVBlock:
+    __slots__ = ("block_id", "ref_count", "block_hash")
+
+    def __init__(self, block_id: int):
+        self.block_id = block_id
+        self.ref_count = 0
+        self.block_hash: int | None = None
+
+
+def chain_hash(parent_hash: int | None, token_ids: list[int]) -> int:
+    return hash((parent_hash, tuple(token_ids)))
+
+
+class BlockManager:
+    """Free blocks wait in `free_blocks`, front first out. Blocks that hold nothing reusable
+    go to the front; cached blocks go to the back, so the least recently freed cached block
+    is the first one evicted."""
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.blocks = [KVBlock(i) for i in range(num_blocks)]
+        self.free_blocks: OrderedDict[int, KVBlock] = OrderedDict((b.block_id, b) for b in self.blocks)
+        self.cached_blocks: dict[int, KVBlock] = {}
+        self.request_blocks: dict[str, list[KVBlock]] = {}
+        self.request_hashes: dict[str, list[int]] = {}
+        self.prefix_cache_queries = 0  # tokens looked up at admission
+        self.prefix_cache_hits = 0  # of those, tokens found cached
+
+    # -- figures ---------------------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_blocks)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - self.num_free_blocks
+
+    @property
+    def usage(self) -> float:
+        return self.num_used_blocks / self.num_blocks
+
+    def blocks_needed(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def block_ids(self, request_id: str) -> list[int]:
+        return [b.block_id for b in self.request_blocks.get(request_id, ())]
+
+    # -- prefix cache ----------------------------------------------------------------------
+    def _hashes(self, req: Request, num_full_blocks: int) -> list[int]:
+        hashes = self.request_hashes.setdefault(req.request_id, [])
+        bs = self.block_size
+        while len(hashes) < num_full_blocks:
+            j = len(hashes)
+            hashes.append(chain_hash(hashes[-1] if hashes else None, req.all_token_ids[j * bs:(j + 1) * bs]))
+        return hashes[:num_full_blocks]
+
+    def find_cached_prefix(self, req: Request) -> list[KVBlock]:
+        """Cached blocks that hold the request's leading tokens. The last token is always left
+        to compute, since its logits are needed."""
+        if not self.enable_prefix_caching:
+            return []
+        hits = []
+        for h in self._hashes(req, (req.num_tokens - 1) // self.block_size):
+            block = self.cached_blocks.get(h)
+            if block is None:
+                break
+            hits.append(block)
+        return hits
+
+    def record_prefix_lookup(self, num_tokens: int, num_hit_tokens: int) -> None:
+        self.prefix_cache_queries += num_tokens
+        self.prefix_cache_hits += num_hit_tokens
+
+    def cache_full_blocks(self, req: Request) -> None:
+        """Publish the blocks that computed tokens have filled, so later requests can reuse them."""
+        if not self.enable_prefix_caching:
+            return
+        blocks = self.request_blocks[req.request_id]
+        num_full = req.num_computed_tokens // self.block_size
+        for block, h in zip(blocks[:num_full], self._hashes(req, num_full)):
+            if block.block_hash is None and h not in self.cached_blocks:
+                block.block_hash = h
+                self.cached_blocks[h] = block
+
+    # -- allocation ------------------------------------------------------------------------
+    def allocate(self, req: Request, num_tokens: int, cached_prefix: list[KVBlock] = ()) -> bool:
+        """Make the request hold blocks for its first `num_tokens` tokens. `cached_prefix` is
+        given only at admission. Returns False, changing nothing, when the pool is too short."""
+        blocks = self.request_blocks.get(req.request_id, [])
+        num_new = self.blocks_needed(num_tokens) - len(blocks) - len(cached_prefix)
+        reclaimed = sum(1 for b in cached_prefix if b.ref_count == 0)
+        if num_new > self.num_free_blocks - reclaimed:
+            return False
+        for block in cached_prefix:
+            if block.ref_count == 0:
+                del self.free_blocks[block.block_id]
+            block.ref_count += 1
+        blocks = self.request_blocks.setdefault(req.request_id, [])
+        blocks.extend(cached_prefix)
+        for _ in range(max(num_new, 0)):
+            _, block = self.free_blocks.popitem(last=False)
+            if block.block_hash is not None:
+                del self.cached_blocks[block.block_hash]
+                block.block_hash = None
+            block.ref_count = 1
+            blocks.append(block)
+        return True
+
+    def free(self, req: Request) -> None:
+        """Release the request's blocks; its own tail blocks are freed first so they are
+        evicted before the shared prefix."""
+        for block in reversed(self.request_blocks.pop(req.request_id, [])):
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                self.free_blocks[block.block_id] = block
+                if block.block_hash is None:
+                    self.free_blocks.move_to_end(block.block_id, last=False)
+        self.request_hashes.pop(req.request_id, None)

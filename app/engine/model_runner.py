@@ -1,0 +1,89 @@
+"""Turns a scheduled step into one flattened forward pass over the paged KV cache."""
+
+from __future__ import annotations
+
+import torch
+
+from app.config import EngineConfig
+from app.engine.attention_metadata import AttentionMetadata
+from app.engine.request import Request
+from app.engine.torch_attention import TorchAttentionBackend
+from app.models.config import ModelConfig
+from app.models.loader import load_model
+
+
+def select_attention_backend(name: str, device: torch.device):
+    if name == "auto":
+        name = "triton" if device.type == "cuda" else "torch"
+    if name == "torch":
+        return TorchAttentionBackend()
+    if name == "triton":
+        from kernels.backend import TritonAttentionBackend
+        return TritonAttentionBackend()
+    raise ValueError(f"unknown attention backend {name!r} (auto, torch, triton)")
+
+
+def kv_block_bytes(cfg: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return 2 * cfg.num_hidden_layers * block_size * cfg.num_key_value_heads * cfg.head_dim * itemsize
+
+
+class ModelRunner:
+    def __init__(self, config: EngineConfig, model_config: ModelConfig):
+        self.config = config
+        self.device = config.torch_device
+        self.dtype = config.torch_dtype
+        self.block_size = config.block_size
+        self.model = load_model(config.model, self.dtype, self.device)
+        self.backend = select_attention_backend(config.attention_backend, self.device)
+        self.num_blocks = config.num_kv_blocks or int(
+            config.kv_cache_memory_gib * 2**30 // kv_block_bytes(model_config, self.block_size, self.dtype))
+        shape = (2, self.num_blocks, self.block_size, model_config.num_key_value_heads, model_config.head_dim)
+        # NaN in never-written slots makes any stray read visible in the outputs.
+        self.kv_caches = [torch.full(shape, float("nan"), dtype=self.dtype, device=self.device)
+                          for _ in range(model_config.num_hidden_layers)]
+
+    def prepare(self, scheduled: dict[Request, int], block_ids: dict[str, list[int]]
+                ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[int]]:
+        """Inputs, positions, attention metadata, and the rows whose logits are needed."""
+        bs = self.block_size
+        input_ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        query_lens, seq_lens, sample_rows = [], [], []
+        for req, num_new in scheduled.items():
+            start = req.num_computed_tokens
+            end = start + num_new
+            table = block_ids[req.request_id]
+            input_ids += req.all_token_ids[start:end]
+            positions += range(start, end)
+            slots += [table[p // bs] * bs + p % bs for p in range(start, end)]
+            query_lens.append(num_new)
+            seq_lens.append(end)
+            if end == req.num_tokens:
+                sample_rows.append(len(input_ids) - 1)
+        width = max(len(block_ids[r.request_id]) for r in scheduled)
+        tables = [block_ids[r.request_id] + [0] * (width - len(block_ids[r.request_id])) for r in scheduled]
+        dev = self.device
+        starts = [0]
+        for n in query_lens:
+            starts.append(starts[-1] + n)
+        meta = AttentionMetadata(
+            query_start_loc=torch.tensor(starts, dtype=torch.int32, device=dev),
+            seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=dev),
+            context_lens=torch.tensor([s - q for s, q in zip(seq_lens, query_lens)], dtype=torch.int32, device=dev),
+            block_tables=torch.tensor(tables, dtype=torch.int32, device=dev),
+            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
+            query_lens_cpu=query_lens,
+            seq_lens_cpu=seq_lens,
+        )
+        return (torch.tensor(input_ids, dtype=torch.long, device=dev),
+                torch.tensor(positions, dtype=torch.long, device=dev), meta, sample_rows)
+
+    @torch.inference_mode()
+    def execute(self, scheduled: dict[Request, int], block_ids: dict[str, list[int]]) -> torch.Tensor:
+        """Run the step; return fp32 logits [num_sampled, vocab] for the requests whose known
+        tokens are all computed after it, in batch order."""
+        input_ids, positions, meta, sample_rows = self.prepare(scheduled, block_ids)
+        hidden = self.model(input_ids, positions, self.kv_caches, meta, self.backend)
+        return self.model.compute_logits(hidden[sample_rows])

@@ -1,0 +1,74 @@
+"""One request's state inside the engine.
+
+The scheduler's single rule: `all_token_ids` is what the request should have in its KV
+cache, `num_computed_tokens` is how much already is; each step closes part of the gap.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+
+import torch
+
+from app.sampling_params import SamplingParams
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class Request:
+    def __init__(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+                 eos_token_ids: tuple[int, ...] = ()):
+        self.request_id = request_id
+        self.prompt_token_ids = list(prompt_token_ids)
+        self.params = params
+        self.eos_token_ids = () if params.ignore_eos else tuple(eos_token_ids)
+        self.all_token_ids: list[int] = list(prompt_token_ids)
+        self.num_computed_tokens = 0
+        self.num_cached_tokens = 0  # prefix-cache hits at first admission
+        self.status = RequestStatus.WAITING
+        self.finish_reason: str | None = None
+        self.num_preemptions = 0
+        self.arrival_time = time.monotonic()
+        self.first_scheduled_time: float | None = None
+        # A seeded request draws from its own generator, so its tokens do not depend on what
+        # else is in the batch; the generator lives here so that preemption keeps its state.
+        self.generator: torch.Generator | None = None
+        if params.seed is not None:
+            self.generator = torch.Generator().manual_seed(params.seed)
+        self.num_emitted_tokens = 0  # output tokens already handed to the caller
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.all_token_ids)
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.all_token_ids[self.num_prompt_tokens:]
+
+    @property
+    def num_output_tokens(self) -> int:
+        return self.num_tokens - self.num_prompt_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status == RequestStatus.FINISHED
+
+    def append_token(self, token_id: int) -> None:
+        self.all_token_ids.append(token_id)
+        if token_id in self.eos_token_ids or token_id in self.params.stop_token_ids:
+            self.finish("stop")
+        elif self.num_output_tokens >= self.params.max_tokens:
+            self.finish("length")
+
+    def finish(self, reason: str) -> None:
+        self.status = RequestStatus.FINISHED
+        self.finish_reason = reason

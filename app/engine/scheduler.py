@@ -1,0 +1,107 @@
+"""Iteration-level scheduler: each step hands out a token budget so that every request's
+computed tokens catch up with its known tokens.
+
+Decodes are served first, then prompt chunks, then waiting requests in arrival order; when the
+pool runs out the newest running request is preempted and later recomputed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from app.engine.block_manager import BlockManager
+from app.engine.request import Request, RequestStatus
+
+
+@dataclass
+class SchedulerOutput:
+    # Request -> number of its tokens computed this step, in batch order.
+    num_scheduled_tokens: dict[Request, int] = field(default_factory=dict)
+    preempted: list[Request] = field(default_factory=list)
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(self.num_scheduled_tokens.values())
+
+    def __bool__(self) -> bool:
+        return bool(self.num_scheduled_tokens)
+
+
+class Scheduler:
+    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int):
+        self.block_manager = block_manager
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.num_preemptions = 0
+
+    def add(self, req: Request) -> None:
+        self.waiting.append(req)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def finish(self, req: Request) -> None:
+        """Drop a finished or aborted request and release its blocks."""
+        if req in self.running:
+            self.running.remove(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
+        self.block_manager.free(req)
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.max_num_batched_tokens
+        # Decodes (one token left to compute) before prompt chunks, so long prompts never
+        # starve them; each group keeps arrival order.
+        order = sorted(self.running, key=lambda r: r.num_tokens - r.num_computed_tokens > 1)
+        for req in order:
+            if budget == 0:
+                break
+            if req.status != RequestStatus.RUNNING:  # preempted earlier in this loop
+                continue
+            num_new = min(req.num_tokens - req.num_computed_tokens, budget)
+            while not self.block_manager.allocate(req, req.num_computed_tokens + num_new):
+                victim = self.running[-1]
+                budget += out.num_scheduled_tokens.pop(victim, 0)
+                self._preempt(victim)
+                out.preempted.append(victim)
+                if victim is req:
+                    break
+            else:
+                out.num_scheduled_tokens[req] = num_new
+                budget -= num_new
+        if not out.preempted:
+            self._admit_waiting(out, budget)
+        return out
+
+    def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
+        bm = self.block_manager
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            req = self.waiting[0]
+            prefix = bm.find_cached_prefix(req)
+            num_cached = len(prefix) * bm.block_size
+            num_new = min(req.num_tokens - num_cached, budget)
+            if not bm.allocate(req, num_cached + num_new, prefix):
+                break
+            bm.record_prefix_lookup(req.num_tokens, num_cached)
+            self.waiting.popleft()
+            if req.num_preemptions == 0:
+                req.num_cached_tokens = num_cached
+            req.num_computed_tokens = num_cached
+            req.status = RequestStatus.RUNNING
+            self.running.append(req)
+            out.num_scheduled_tokens[req] = num_new
+            budget -= num_new
+
+    def _preempt(self, req: Request) -> None:
+        """Recompute-style preemption: drop the KV, keep the tokens (and RNG state), requeue first."""
+        self.running.remove(req)
+        self.block_manager.free(req)
+        req.num_computed_tokens = 0
+        req.status = RequestStatus.WAITING
+        req.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(req)

@@ -1,0 +1,67 @@
+"""Plain-PyTorch attention over the paged KV cache: the CPU path and the reference the
+Triton kernels are tested against."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from app.engine.attention_metadata import AttentionMetadata
+
+
+def write_kv_cache(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor,
+                   slot_mapping: torch.Tensor) -> None:
+    """Store the step's K/V [T, kv_heads, head_dim] at their slots; slot -1 is padding."""
+    keep = slot_mapping >= 0
+    if not bool(keep.all()):
+        key, value, slot_mapping = key[keep], value[keep], slot_mapping[keep]
+    num_blocks, block_size = kv_cache.shape[1], kv_cache.shape[2]
+    flat = kv_cache.view(2, num_blocks * block_size, *kv_cache.shape[3:])
+    flat[0].index_copy_(0, slot_mapping, key.to(kv_cache.dtype))
+    flat[1].index_copy_(0, slot_mapping, value.to(kv_cache.dtype))
+
+
+def gather_kv(kv_cache: torch.Tensor, block_table: torch.Tensor, seq_len: int
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first seq_len cached K and V of one sequence, each [seq_len, kv_heads, head_dim]."""
+    block_size = kv_cache.shape[2]
+    num_blocks = -(-seq_len // block_size)
+    blocks = kv_cache[:, block_table[:num_blocks].long()]  # [2, nb, bs, kvh, d]
+    blocks = blocks.flatten(1, 2)[:, :seq_len]
+    return blocks[0], blocks[1]
+
+
+def paged_attention(query: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata,
+                    scale: float) -> torch.Tensor:
+    """Causal attention of the new tokens [T, heads, head_dim] against each sequence's cache.
+
+    Query i of a sequence sits at position context_len + i and sees keys 0..context_len + i.
+    """
+    out = torch.empty_like(query)
+    starts = meta.query_start_loc.tolist()
+    for i, (q_len, seq_len) in enumerate(zip(meta.query_lens_cpu, meta.seq_lens_cpu)):
+        if q_len == 0:
+            continue
+        q = query[starts[i]:starts[i] + q_len].transpose(0, 1)  # [h, q, d]
+        k, v = gather_kv(kv_cache, meta.block_tables[i], seq_len)
+        k, v = k.transpose(0, 1).to(q.dtype), v.transpose(0, 1).to(q.dtype)  # [kvh, s, d]
+        mask = None
+        if q_len > 1:
+            q_pos = torch.arange(seq_len - q_len, seq_len, device=q.device)[:, None]
+            mask = q_pos >= torch.arange(seq_len, device=q.device)[None, :]
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale,
+                                           enable_gqa=q.shape[0] != k.shape[0])
+        out[starts[i]:starts[i] + q_len] = o.transpose(0, 1)
+    return out
+
+
+class TorchAttentionBackend:
+    """Backend interface: `write_kv` then `attend`, once per layer per step."""
+
+    name = "torch"
+
+    def write_kv(self, key, value, kv_cache, meta: AttentionMetadata) -> None:
+        write_kv_cache(key, value, kv_cache, meta.slot_mapping)
+
+    def attend(self, query, kv_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        return paged_attention(query, kv_cache, meta, scale)

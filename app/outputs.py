@@ -1,0 +1,29 @@
+"""What the engine hands back each step: the new tokens of one request, ready to stream."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TokenLogprob:
+    token_id: int
+    logprob: float
+    top: dict[int, float] = field(default_factory=dict)  # top-n alternatives, id -> logprob
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    new_token_ids: list[int]
+    finished: bool = False
+    finish_reason: str | None = None  # "stop", "length" or "abort"
+    num_prompt_tokens: int = 0
+    num_output_tokens: int = 0
+    num_cached_tokens: int = 0
+    new_logprobs: list[TokenLogprob] | None = None
+    error: str | None = None  # set when the engine refused or failed the request
+
+
+class RequestRejected(ValueError):
+    """A request that can never be served (too long for the model or for the KV pool)."""
