@@ -1,0 +1,62 @@
+"""The arguments of `app.builder:build_app`, from `serve_config.yaml` or `serve run ... key=value`.
+
+The command line hands every value over as a string, so fields coerce: "128" -> 128,
+"true" -> True, "none"/"null"/"" -> None, "a,b" -> ["a", "b"].
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+_NULLS = {"", "none", "null", "~"}
+
+
+class AppArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    model: str  # a local Hugging Face checkpoint directory
+    draft_model: str | None = None  # the draft checkpoint (same tokenizer) for speculation
+    served_model_name: str | None = None  # default: the checkpoint directory's name
+    dtype: str = "float32"
+    device: str = "auto"  # auto: one GPU per target replica where the cluster has GPUs, else CPU
+    max_model_len: int | None = Field(None, ge=1)
+    num_kv_blocks: int | None = Field(None, ge=1)
+    kv_cache_memory_gib: float = Field(1.0, gt=0)
+    block_size: int = 16
+    max_num_seqs: int = Field(128, ge=1)
+    max_num_batched_tokens: int = Field(1024, ge=1)
+    enable_prefix_caching: bool = True
+    enable_cuda_graphs: bool = True
+    attention_backend: str = "auto"
+    seed: int = 0
+    # Speculative decoding; carried to the target replicas, applied by the speculation issue.
+    speculative_method: Literal["draft", "ngram"] | None = None
+    num_speculative_tokens: int = Field(0, ge=0)
+    api_keys: list[str] | None = None  # when set, requests need `Authorization: Bearer <key>`
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _nulls(cls, v, info):
+        if isinstance(v, str) and v.strip().lower() in _NULLS and info.field_name not in ("model", "dtype"):
+            return None
+        return v
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, v):
+        if isinstance(v, str):
+            return [k.strip() for k in v.split(",") if k.strip()]
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> "AppArgs":
+        if self.speculative_method == "draft" and not self.draft_model:
+            raise ValueError("speculative_method=draft needs draft_model")
+        return self
+
+    @property
+    def speculation(self) -> dict:
+        return {"method": self.speculative_method,
+                "num_speculative_tokens": self.num_speculative_tokens if self.speculative_method else 0}

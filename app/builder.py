@@ -1,0 +1,78 @@
+"""`build_app(args)`: the Serve deployment graph of DESIGN.md, bound and ready to run.
+
+    serve run serve_config.yaml                                   # the default tiny pair
+    serve run app.builder:build_app model=/path/to/checkpoint     # any local checkpoint
+
+Ingress ──▶ TargetModel ──▶ DraftModel; Ingress ──▶ ConstraintService; every stage ──▶ MetricsHub.
+
+Configuration flows one way: the arguments become one `EngineConfig` per model here, and the
+replicas get it at construction. Relative checkpoint paths resolve against the working
+directory, then against the repository root, and are made absolute before they are bound.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import ray
+from ray.serve import Application
+
+from app.app_args import AppArgs
+from app.config import EngineConfig
+from deployments.constraint import ConstraintService
+from deployments.draft import DraftModel
+from deployments.ingress import Ingress
+from deployments.metrics import MetricsHub
+from deployments.target import TargetModel
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def resolve_checkpoint(path: str) -> str:
+    p = Path(path).expanduser()
+    for candidate in ([p] if p.is_absolute() else [Path.cwd() / p, REPO_ROOT / p]):
+        if (candidate / "config.json").is_file():
+            return str(candidate.resolve())
+    raise FileNotFoundError(f"no checkpoint at {path!r} (looked for config.json in "
+                            f"{'it' if p.is_absolute() else f'{Path.cwd()} and {REPO_ROOT}'}); "
+                            "specserve serves local Hugging Face checkpoint directories")
+
+
+def cluster_gpus() -> float:
+    """GPUs in the Ray cluster; before Ray is up (`serve run module:builder`), this machine's."""
+    if ray.is_initialized():
+        return float(ray.cluster_resources().get("GPU", 0))
+    import torch
+
+    return float(torch.cuda.device_count())
+
+
+def target_placement(device: str) -> tuple[str, float]:
+    """(engine device, GPUs per target replica) for the `device` argument."""
+    if device == "auto":
+        return ("cuda", 1.0) if cluster_gpus() > 0 else ("cpu", 0.0)
+    return device, (1.0 if device.startswith("cuda") else 0.0)
+
+
+def engine_config(args: AppArgs, model: str, device: str) -> EngineConfig:
+    names = {f.name for f in dataclasses.fields(EngineConfig)}
+    values = {k: v for k, v in args.model_dump().items() if k in names}
+    return EngineConfig(**{**values, "model": model, "device": device})
+
+
+def build_app(args: dict) -> Application:
+    a = args if isinstance(args, AppArgs) else AppArgs.model_validate(args)
+    model = resolve_checkpoint(a.model)
+    name = a.served_model_name or Path(model).name
+    device, num_gpus = target_placement(a.device)
+
+    hub = MetricsHub.bind()
+    draft = None
+    if a.draft_model:
+        # On the CPU until the speculation issue decides where drafts run (the stub only loads).
+        draft = DraftModel.bind(engine_config(a, resolve_checkpoint(a.draft_model), "cpu"))
+    target = TargetModel.options(ray_actor_options={"num_cpus": 1, "num_gpus": num_gpus}).bind(
+        engine_config(a, model, device), name, hub, draft, a.speculation)
+    constraint = ConstraintService.bind()
+    return Ingress.bind(target, constraint, hub, model, name, a.api_keys)

@@ -1,0 +1,79 @@
+"""Block manager: reference counts, prefix reuse, LRU eviction, nothing leaked."""
+
+from app.engine.block_manager import BlockManager
+from app.engine.request import Request
+from app.sampling_params import SamplingParams
+
+
+def make_request(rid: str, tokens: list[int]) -> Request:
+    return Request(rid, tokens, SamplingParams(max_tokens=4))
+
+
+def admit(bm: BlockManager, req: Request) -> int:
+    prefix = bm.find_cached_prefix(req)
+    assert bm.allocate(req, req.num_tokens, prefix)
+    req.num_computed_tokens = req.num_tokens
+    bm.cache_full_blocks(req)
+    return len(prefix)
+
+
+def test_allocate_and_free_counts():
+    bm = BlockManager(num_blocks=8, block_size=4)
+    req = make_request("a", list(range(10)))
+    assert admit(bm, req) == 0
+    assert bm.num_used_blocks == 3 and bm.usage == 3 / 8
+    bm.free(req)
+    assert bm.num_used_blocks == 0
+    assert all(b.ref_count == 0 for b in bm.blocks)
+
+
+def test_allocation_fails_without_side_effects():
+    bm = BlockManager(num_blocks=2, block_size=4)
+    req = make_request("a", list(range(9)))  # needs 3 blocks
+    assert not bm.allocate(req, 9)
+    assert bm.num_free_blocks == 2 and bm.block_ids("a") == []
+
+
+def test_prefix_reuse_shares_blocks_and_counts_hits():
+    bm = BlockManager(num_blocks=16, block_size=4)
+    first = make_request("a", list(range(12)))
+    admit(bm, first)
+    second = make_request("b", list(range(8)) + [99, 98, 97])
+    assert admit(bm, second) == 2
+    assert bm.block_ids("a")[:2] == bm.block_ids("b")[:2]
+    assert bm.blocks[bm.block_ids("a")[0]].ref_count == 2
+    bm.record_prefix_lookup(second.num_tokens, 8)
+    assert (bm.prefix_cache_queries, bm.prefix_cache_hits) == (11, 8)
+    bm.free(first)
+    bm.free(second)
+    assert bm.num_used_blocks == 0  # cached blocks stay cached but count as free
+
+
+def test_last_token_is_never_served_from_cache():
+    bm = BlockManager(num_blocks=16, block_size=4)
+    admit(bm, make_request("a", list(range(8))))
+    again = make_request("b", list(range(8)))
+    assert len(bm.find_cached_prefix(again)) == 1  # 7 of 8 tokens may hit: one full block
+
+
+def test_cached_free_blocks_are_reused_after_eviction_and_uncached_go_first():
+    bm = BlockManager(num_blocks=4, block_size=4)
+    a = make_request("a", list(range(8)))
+    admit(bm, a)
+    bm.free(a)  # two cached blocks at the back of the free queue
+    b = make_request("b", [50, 51])  # takes an uncached block, not a cached one
+    admit(bm, b)
+    assert len(bm.cached_blocks) == 2
+    c = make_request("c", list(range(100, 112)))  # needs 3: one uncached + two evicted
+    admit(bm, c)
+    assert bm.find_cached_prefix(make_request("d", list(range(8)) + [1])) == []
+    bm.free(b)
+    bm.free(c)
+    assert bm.num_used_blocks == 0
+
+
+def test_chain_hash_depends_on_parent():
+    bm = BlockManager(num_blocks=16, block_size=4)
+    admit(bm, make_request("a", [1, 2, 3, 4, 5, 6, 7, 8, 0]))
+    # Same second block, different first block: no hit at all.
+    assert bm.find_cached_prefix(make_request("b", [9, 9, 9, 9, 5, 6, 7, 8, 0])) == []
