@@ -36,11 +36,18 @@ def paged_attention(query: torch.Tensor, kv_cache: torch.Tensor, meta: Attention
     """Causal attention of the new tokens [T, heads, head_dim] against each sequence's cache.
 
     Query i of a sequence sits at position context_len + i and sees keys 0..context_len + i.
+    Single-token rows (decodes) are done together in one padded call; longer ones one by one.
     """
     out = torch.empty_like(query)
     starts = meta.query_start_loc.tolist()
+    decode_rows = [i for i, q_len in enumerate(meta.query_lens_cpu) if q_len == 1]
+    if len(decode_rows) > 1:
+        _decode_attention(query, kv_cache, meta, scale, decode_rows, [starts[i] for i in decode_rows], out)
+        decode_rows = set(decode_rows)
+    else:
+        decode_rows = set()
     for i, (q_len, seq_len) in enumerate(zip(meta.query_lens_cpu, meta.seq_lens_cpu)):
-        if q_len == 0:
+        if q_len == 0 or i in decode_rows:
             continue
         q = query[starts[i]:starts[i] + q_len].transpose(0, 1)  # [h, q, d]
         k, v = gather_kv(kv_cache, meta.block_tables[i], seq_len)
@@ -53,6 +60,27 @@ def paged_attention(query: torch.Tensor, kv_cache: torch.Tensor, meta: Attention
                                            enable_gqa=q.shape[0] != k.shape[0])
         out[starts[i]:starts[i] + q_len] = o.transpose(0, 1)
     return out
+
+
+def _decode_attention(query, kv_cache, meta, scale, rows: list[int], token_rows: list[int],
+                      out: torch.Tensor) -> None:
+    """One query token per sequence: gather every sequence's blocks into a padded batch and
+    mask the padding, so the whole decode batch is one attention call."""
+    seq_lens = [meta.seq_lens_cpu[i] for i in rows]
+    block_size = kv_cache.shape[2]
+    width = -(-max(seq_lens) // block_size)
+    tables = meta.block_tables[rows, :width].long()
+    kv = kv_cache[:, tables].flatten(2, 3)  # [2, B, width * bs, kvh, d]
+    k, v = kv[0].transpose(1, 2).to(query.dtype), kv[1].transpose(1, 2).to(query.dtype)
+    lens = torch.tensor(seq_lens, device=query.device)
+    mask = torch.arange(k.shape[2], device=query.device)[None, :] < lens[:, None]  # [B, L]
+    # Padding slots may hold NaN (never written); zero them so masked products stay finite.
+    k = k.masked_fill(~mask[:, None, :, None], 0)
+    v = v.masked_fill(~mask[:, None, :, None], 0)
+    q = query[token_rows][:, :, None, :]  # [B, h, 1, d]
+    o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :], scale=scale,
+                                       enable_gqa=q.shape[1] != k.shape[1])
+    out[token_rows] = o[:, :, 0, :]
 
 
 class TorchAttentionBackend:
