@@ -1,0 +1,90 @@
+"""Prompt-lookup (n-gram) proposer: no model, just the request's own tokens.
+
+Input-grounded work (summaries, code edits, document QA) keeps copying spans of the prompt;
+when the last n tokens occurred earlier, the tokens that followed them are a good guess.
+Longer n is tried first (a longer match is a better predictor), and the most recent
+occurrence wins (it is the likeliest continuation of what is being copied now).
+
+The search is vectorised with numpy: one comparison per n over the whole context, so an 8k
+token context costs tens of microseconds. Converting a long Python list to an array costs
+more than the search, so `propose_for` keeps one growing array per request.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+
+def find_ngram_continuation(tokens: np.ndarray, k: int, min_n: int = 1, max_n: int = 4
+                            ) -> np.ndarray:
+    """Up to k tokens that followed the most recent earlier occurrence of the last n tokens,
+    for the largest n in [min_n, max_n] that has one; empty when none matches.
+
+    An occurrence ending at e (e <= L - 2, so at least one token follows it) may overlap the
+    suffix itself (periodic text); the proposal is cut where the sequence ends."""
+    length = len(tokens)
+    if k <= 0 or length < min_n + 1:
+        return tokens[:0]
+    max_n = min(max_n, length - 1)
+    # match[e] for e in [0, L-2]: tokens[e-n+1 .. e] == tokens[L-n .. L-1], grown one n at a time.
+    head = tokens[:length - 1]
+    match = head == tokens[length - 1]
+    matches: list[np.ndarray] = [match]
+    for n in range(2, max_n + 1):
+        # Shift: occurrence ending at e needs tokens[e-n+1] == tokens[L-n]; e < n-1 impossible.
+        extended = np.zeros_like(match)
+        extended[n - 1:] = match[n - 1:] & (head[:length - n] == tokens[length - n])
+        match = extended
+        if not match.any():
+            break
+        matches.append(match)
+    for n in range(len(matches), min_n - 1, -1):
+        hits = np.flatnonzero(matches[n - 1])
+        if hits.size:
+            start = int(hits[-1]) + 1
+            return tokens[start:start + k]
+    return tokens[:0]
+
+
+class NgramProposer:
+    """Proposes up to k tokens per request by prompt lookup, with n from max_n down to min_n."""
+
+    def __init__(self, k: int = 4, min_n: int = 1, max_n: int = 4):
+        if k < 0:
+            raise ValueError(f"k must be >= 0, got {k}")
+        if not 1 <= min_n <= max_n:
+            raise ValueError(f"need 1 <= min_n <= max_n, got min_n={min_n}, max_n={max_n}")
+        self.k, self.min_n, self.max_n = k, min_n, max_n
+        self._buffers: dict[str, tuple[np.ndarray, int]] = {}  # request id -> (array, length)
+
+    def propose(self, token_ids: Sequence[int] | np.ndarray, k: int | None = None) -> list[int]:
+        """Stateless: the proposal for this token sequence (prompt + output so far)."""
+        tokens = np.asarray(token_ids, dtype=np.int64)
+        return self._search(tokens, k)
+
+    def propose_for(self, request_id: str, token_ids: Sequence[int], k: int | None = None
+                    ) -> list[int]:
+        """As `propose`, but converts only the tokens added since the last call for this
+        request (token lists only grow; a shorter or changed list is converted afresh)."""
+        length = len(token_ids)
+        buf, known = self._buffers.get(request_id, (np.empty(0, dtype=np.int64), 0))
+        if known > length or (known and buf[known - 1] != token_ids[known - 1]):
+            known = 0
+        if length > len(buf):
+            grown = np.empty(max(length, 2 * len(buf), 64), dtype=np.int64)
+            grown[:known] = buf[:known]
+            buf = grown
+        if length > known:
+            buf[known:length] = token_ids[known:length]
+        self._buffers[request_id] = (buf, length)
+        return self._search(buf[:length], k)
+
+    def forget(self, request_id: str) -> None:
+        """Drop a finished request's buffer."""
+        self._buffers.pop(request_id, None)
+
+    def _search(self, tokens: np.ndarray, k: int | None) -> list[int]:
+        k = self.k if k is None else k
+        return find_ngram_continuation(tokens, k, self.min_n, self.max_n).tolist()

@@ -1,0 +1,91 @@
+"""Batch size -> number of draft tokens k.
+
+Speculation trades spare compute for fewer memory-bound steps; as the batch grows the step
+becomes compute-bound and verifying k extra positions per request costs more than it saves
+(vLLM measured 1.4-1.8x slowdowns at high batch). So k shrinks with the batch and reaches 0
+(speculation off) beyond a threshold. Config `{1: 4, 8: 3, 16: 2, 32: 0}` reads: batch 1-7
+-> 4, 8-15 -> 3, 16-31 -> 2, 32 and above -> 0. Per-request opt-out is the caller's job (an
+opted-out request gets k = 0 whatever the schedule says).
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Any, Mapping
+
+DEFAULT_SCHEDULE: dict[int, int] = {1: 4, 8: 3, 16: 2, 32: 0}
+MAX_K = 64  # far beyond any useful k; larger values are config mistakes
+
+
+class SpeculationSchedule:
+    """Step function from the number of running decode requests to k."""
+
+    def __init__(self, thresholds: Mapping[int | str, int] | None = None):
+        items = DEFAULT_SCHEDULE if thresholds is None else thresholds
+        if not items:
+            raise ValueError("speculation schedule is empty")
+        parsed: dict[int, int] = {}
+        for key, value in items.items():
+            batch, k = _as_int(key, "batch size"), _as_int(value, "k")
+            if batch < 1:
+                raise ValueError(f"batch size thresholds must be >= 1, got {batch}")
+            if not 0 <= k <= MAX_K:
+                raise ValueError(f"k must be in [0, {MAX_K}], got {k} for batch >= {batch}")
+            if batch in parsed:
+                raise ValueError(f"batch size threshold {batch} given twice")
+            parsed[batch] = k
+        self.batch_sizes = sorted(parsed)
+        self.ks = [parsed[b] for b in self.batch_sizes]
+        if self.batch_sizes[0] != 1:
+            raise ValueError("the smallest batch size threshold must be 1, so every batch has a k")
+        # A k that grows with the batch is almost certainly a typo: speculation only pays less.
+        if any(b > a for a, b in zip(self.ks, self.ks[1:])):
+            raise ValueError(f"k must not increase with the batch size: {self.as_dict()}")
+
+    @classmethod
+    def from_config(cls, config: Any) -> SpeculationSchedule:
+        """None -> default; an int -> that k at every batch size; a mapping -> thresholds."""
+        if config is None:
+            return cls()
+        if isinstance(config, bool):
+            raise ValueError("speculation schedule must be a mapping or an int, not a bool")
+        if isinstance(config, int):
+            return cls({1: config})
+        if isinstance(config, Mapping):
+            return cls(config)
+        raise ValueError(f"speculation schedule must be a mapping or an int, got {config!r}")
+
+    @classmethod
+    def disabled(cls) -> SpeculationSchedule:
+        return cls({1: 0})
+
+    def k_for(self, batch_size: int) -> int:
+        """k for a step with this many running decode requests (0 counts as 1)."""
+        if batch_size < 0:
+            raise ValueError(f"batch size must be >= 0, got {batch_size}")
+        index = bisect.bisect_right(self.batch_sizes, max(batch_size, 1)) - 1
+        return self.ks[index]
+
+    __call__ = k_for
+
+    @property
+    def max_k(self) -> int:
+        """Largest k ever used (what to size draft buffers and KV reservations for)."""
+        return self.ks[0]
+
+    def as_dict(self) -> dict[int, int]:
+        return dict(zip(self.batch_sizes, self.ks))
+
+    def __repr__(self) -> str:
+        return f"SpeculationSchedule({self.as_dict()})"
+
+
+def _as_int(value: Any, what: str) -> int:
+    """YAML/JSON keys may arrive as strings ("8"); floats and bools are rejected."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be an integer, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    raise ValueError(f"{what} must be an integer, got {value!r}")
