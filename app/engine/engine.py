@@ -36,7 +36,7 @@ class LLMEngine:
         self.config = config
         self.model_config = ModelConfig.from_dir(config.model)
         self.max_model_len = self._max_model_len()
-        self.runner = ModelRunner(config, self.model_config)
+        self.runner = ModelRunner(config, self.model_config, self.max_model_len)
         self.block_manager = BlockManager(self.runner.num_blocks, config.block_size,
                                           config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)

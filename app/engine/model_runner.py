@@ -29,7 +29,7 @@ def kv_block_bytes(cfg: ModelConfig, block_size: int, dtype: torch.dtype) -> int
 
 
 class ModelRunner:
-    def __init__(self, config: EngineConfig, model_config: ModelConfig):
+    def __init__(self, config: EngineConfig, model_config: ModelConfig, max_model_len: int):
         self.config = config
         self.device = config.torch_device
         self.dtype = config.torch_dtype
@@ -42,6 +42,12 @@ class ModelRunner:
         # NaN in never-written slots makes any stray read visible in the outputs.
         self.kv_caches = [torch.full(shape, float("nan"), dtype=self.dtype, device=self.device)
                           for _ in range(model_config.num_hidden_layers)]
+        self.cuda_graphs = None
+        if self.device.type == "cuda" and config.enable_cuda_graphs and self.backend.name == "triton":
+            from app.engine.cuda_graphs import CudaGraphDecodeRunner
+            self.cuda_graphs = CudaGraphDecodeRunner(
+                self.model, self.kv_caches, self.backend, max_batch_size=config.max_num_seqs,
+                max_blocks_per_seq=-(-max_model_len // self.block_size) + 1, device=self.device)
 
     def prepare(self, scheduled: dict[Request, int], block_ids: dict[str, list[int]]
                 ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[int]]:
@@ -85,5 +91,8 @@ class ModelRunner:
         """Run the step; return fp32 logits [num_sampled, vocab] for the requests whose known
         tokens are all computed after it, in batch order."""
         input_ids, positions, meta, sample_rows = self.prepare(scheduled, block_ids)
-        hidden = self.model(input_ids, positions, self.kv_caches, meta, self.backend)
+        if self.cuda_graphs is not None and self.cuda_graphs.can_run(meta):
+            hidden = self.cuda_graphs.run(input_ids, positions, meta)
+        else:
+            hidden = self.model(input_ids, positions, self.kv_caches, meta, self.backend)
         return self.model.compute_logits(hidden[sample_rows])
