@@ -1,0 +1,110 @@
+"""CUDA graphs for decode-only steps: at small batches a decode step is mostly kernel-launch
+overhead (hundreds of launches for a 32-layer model), which one graph replay removes.
+
+How the model runner uses it (CUDA only, once the KV caches exist):
+
+    graphs = CudaGraphDecodeRunner(model, kv_caches, backend, max_batch_size=config.max_num_seqs,
+                                   max_blocks_per_seq=-(-max_model_len // block_size) + 1,
+                                   device=device)          # captures every padded size now
+    ...
+    if graphs.can_run(meta):                               # decode-only, fits the buffers
+        hidden = graphs.run(input_ids, positions, meta)    # [T, hidden]; valid until next run
+    else:
+        hidden = model(input_ids, positions, kv_caches, meta, backend)
+
+Graphs are captured for padded batch sizes (1, 2, 4, 8, then every 16 up to the max) over
+static input buffers. A step's rows are copied in; padding rows get slot -1 (their K/V are
+written nowhere) and seq_len 0 (attention reads nothing and returns zeros). The block-table
+buffer has `max_blocks_per_seq` columns: a sequence of exactly max_model_len tokens needs
+ceil(max_model_len / block_size) of them, hence the +1 margin above. The backend's decode
+grid is sized for the longest possible context while capturing (`static_decode`), since
+a graph cannot follow the step's CPU-side max_seq_len.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from app.engine.attention_metadata import AttentionMetadata
+
+
+def capture_sizes(max_batch_size: int) -> list[int]:
+    sizes = [s for s in (1, 2, 4, 8) if s < max_batch_size]
+    sizes += list(range(16, max_batch_size, 16))
+    return sizes + [max_batch_size]
+
+
+class CudaGraphDecodeRunner:
+    def __init__(self, model: torch.nn.Module, kv_caches: list[torch.Tensor], backend,
+                 max_batch_size: int, max_blocks_per_seq: int, device: torch.device | str):
+        self.model, self.kv_caches, self.backend = model, kv_caches, backend
+        self.device = torch.device(device)
+        assert self.device.type == "cuda", "CUDA graphs need a CUDA device"
+        self.max_batch_size = max_batch_size
+        self.max_blocks_per_seq = max_blocks_per_seq
+        self.max_seq_len = max_blocks_per_seq * kv_caches[0].shape[2]
+        self.sizes = capture_sizes(max_batch_size)
+        n, dev = max_batch_size, self.device
+        self.input_ids = torch.zeros(n, dtype=torch.long, device=dev)
+        self.positions = torch.zeros(n, dtype=torch.long, device=dev)
+        self.slot_mapping = torch.full((n,), -1, dtype=torch.int64, device=dev)
+        self.seq_lens = torch.zeros(n, dtype=torch.int32, device=dev)
+        self.context_lens = torch.zeros(n, dtype=torch.int32, device=dev)
+        self.query_start_loc = torch.arange(n + 1, dtype=torch.int32, device=dev)
+        self.block_tables = torch.zeros(n, max_blocks_per_seq, dtype=torch.int32, device=dev)
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.outputs: dict[int, torch.Tensor] = {}
+        self._capture()
+
+    def _meta(self, bs: int) -> AttentionMetadata:
+        """Views of the static buffers: what the captured kernels read at replay."""
+        return AttentionMetadata(
+            query_start_loc=self.query_start_loc[:bs + 1], seq_lens=self.seq_lens[:bs],
+            context_lens=self.context_lens[:bs], block_tables=self.block_tables[:bs],
+            slot_mapping=self.slot_mapping[:bs], query_lens_cpu=[1] * bs,
+            seq_lens_cpu=[self.max_seq_len] * bs)
+
+    def _forward(self, bs: int) -> torch.Tensor:
+        return self.model(self.input_ids[:bs], self.positions[:bs], self.kv_caches,
+                          self._meta(bs), self.backend)
+
+    @torch.inference_mode()
+    def _capture(self) -> None:
+        pool = None
+        with self.backend.static_decode(self.max_seq_len):
+            for bs in reversed(self.sizes):  # largest first; the smaller ones reuse its pool
+                self._forward(bs)  # warm-up compiles the kernels; all rows are padding: no effect
+                torch.cuda.synchronize(self.device)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    self.outputs[bs] = self._forward(bs)
+                pool = graph.pool() if pool is None else pool
+                self.graphs[bs] = graph
+        torch.cuda.synchronize(self.device)
+
+    def can_run(self, meta: AttentionMetadata) -> bool:
+        n = meta.num_seqs
+        return (0 < n <= self.max_batch_size and len(meta.query_lens_cpu) == n
+                and all(q == 1 for q in meta.query_lens_cpu)
+                and meta.block_tables.shape[1] <= self.max_blocks_per_seq
+                and meta.max_seq_len <= self.max_seq_len)
+
+    @torch.inference_mode()
+    def run(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata
+            ) -> torch.Tensor:
+        """Final hidden states [n, hidden] of the n decode rows; a view of the graph's output
+        buffer, overwritten by the next run."""
+        n = meta.num_seqs
+        bs = next(s for s in self.sizes if s >= n)
+        width = meta.block_tables.shape[1]
+        self.input_ids[:n].copy_(input_ids, non_blocking=True)
+        self.positions[:n].copy_(positions, non_blocking=True)
+        self.slot_mapping[:n].copy_(meta.slot_mapping, non_blocking=True)
+        self.slot_mapping[n:bs].fill_(-1)
+        self.seq_lens[:n].copy_(meta.seq_lens, non_blocking=True)
+        self.seq_lens[n:bs].zero_()
+        self.context_lens[:n].copy_(meta.context_lens, non_blocking=True)
+        # Columns past `width` keep stale ids: never read, as seq_len bounds every read.
+        self.block_tables[:n, :width].copy_(meta.block_tables, non_blocking=True)
+        self.graphs[bs].replay()
+        return self.outputs[bs][:n]

@@ -1,0 +1,147 @@
+"""End-to-end decode of a randomly initialised Llama-3-8B-shaped model in bf16: the specserve
+engine beside transformers `generate` on the same weights, in the same run.
+
+Reports tokens/s and model bandwidth utilisation, MBU = (weight bytes + KV bytes read per
+step) x steps/s / the card's measured device-to-device copy bandwidth: at batch 1 (goal
+>= 75%, CUDA graphs on) a decode step can go no faster than reading the weights once.
+
+    python benchmarks/decode.py [--batch-sizes 1 64 256] [--prompt-len 128] [--gen-len 128]
+                                [--model-dir DIR (reuse a checkpoint)] [--layers 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.kernels import copy_bandwidth  # noqa: E402
+
+LLAMA3_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336,
+                 num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
+                 rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                 bos_token_id=128000, eos_token_id=128001)
+
+
+def build_model(layers: int, model_dir: Path | None):
+    """A random bf16 HF model on the GPU, saved as a checkpoint the engine loads."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    if model_dir is not None and (model_dir / "config.json").exists():
+        hf = LlamaForCausalLM.from_pretrained(model_dir, torch_dtype=torch.bfloat16).cuda().eval()
+        return hf, model_dir
+    cfg = LlamaConfig(num_hidden_layers=layers, **LLAMA3_8B)
+    with torch.device("cuda"):
+        hf = LlamaForCausalLM._from_config(cfg, torch_dtype=torch.bfloat16).eval()
+    model_dir = model_dir or Path(tempfile.mkdtemp(prefix="llama3-8b-random-"))
+    t = time.perf_counter()
+    hf.save_pretrained(model_dir)
+    print(f"wrote a random checkpoint to {model_dir} in {time.perf_counter() - t:.0f} s")
+    return hf, model_dir
+
+
+def step_bytes(hf, batch: int, context: float) -> float:
+    """Bytes one decode step must read: every weight once (one embedding row per sequence)
+    and each sequence's K/V over its context."""
+    cfg = hf.config
+    emb = hf.model.embed_tokens.weight
+    weights = sum(p.numel() * p.element_size() for p in hf.parameters()) - emb.numel() * emb.element_size()
+    weights += batch * cfg.hidden_size * emb.element_size()
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    kv_per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * 2
+    return weights + batch * context * kv_per_token
+
+
+def run_engine(engine, batch: int, prompt_len: int, gen_len: int, tag: str) -> dict:
+    from app.sampling_params import SamplingParams
+    params = SamplingParams(max_tokens=gen_len, temperature=0.0, ignore_eos=True)
+    vocab = engine.model_config.vocab_size
+    for i in range(batch):
+        engine.add_request(f"{tag}-{i}", torch.randint(10, vocab, (prompt_len,)).tolist(), params)
+    produced: dict[str, int] = {}
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    t_decode, steps, first = None, 0, 0
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            produced[out.request_id] = produced.get(out.request_id, 0) + len(out.new_token_ids)
+        if t_decode is None:
+            if len(produced) == batch:  # every prompt done: from here on, decode steps only
+                torch.cuda.synchronize()
+                t_decode, first = time.perf_counter(), sum(produced.values())
+        else:
+            steps += 1
+    torch.cuda.synchronize()
+    t1 = time.perf_counter()
+    total = sum(produced.values())
+    return dict(e2e_tok_s=total / (t1 - t0), decode_tok_s=(total - first) / (t1 - t_decode),
+                steps_s=steps / (t1 - t_decode))
+
+
+@torch.inference_mode()
+def run_hf(hf, batch: int, prompt_len: int, gen_len: int) -> float:
+    ids = torch.randint(10, hf.config.vocab_size, (batch, prompt_len), device="cuda")
+    kwargs = dict(attention_mask=torch.ones_like(ids), max_new_tokens=gen_len,
+                  min_new_tokens=gen_len, do_sample=False, pad_token_id=0)
+    hf.generate(ids[:, :8], **{**kwargs, "max_new_tokens": 4, "min_new_tokens": 4})  # warm-up
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    hf.generate(ids, **kwargs)
+    torch.cuda.synchronize()
+    return batch * gen_len / (time.perf_counter() - t)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64, 256])
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--gen-len", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=32)
+    parser.add_argument("--model-dir", type=Path, default=None)
+    parser.add_argument("--skip-hf", action="store_true")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("benchmarks/decode.py measures GPU decoding and needs CUDA; no GPU here, nothing run.")
+        return 0
+
+    from app.config import EngineConfig
+    from app.engine.cuda_graphs import CudaGraphDecodeRunner
+    from app.engine.engine import LLMEngine
+
+    print(f"{datetime.date.today()}  {torch.cuda.get_device_name()}  command: python "
+          + " ".join(sys.argv))
+    copy_bw = copy_bandwidth()
+    print(f"device-to-device copy: {copy_bw / 1e9:.0f} GB/s")
+    hf, model_dir = build_model(args.layers, args.model_dir)
+    max_len = args.prompt_len + args.gen_len + 16
+    kv_gib = max(args.batch_sizes) * max_len * step_bytes(hf, 0, 1) / 2**30 * 1.2 + 1
+    engine = LLMEngine(EngineConfig(model=str(model_dir), dtype="bfloat16", device="cuda",
+                                    kv_cache_memory_gib=kv_gib, max_num_seqs=max(args.batch_sizes),
+                                    max_num_batched_tokens=8192, max_model_len=max_len))
+    graphs = any(isinstance(v, CudaGraphDecodeRunner) for v in vars(engine.runner).values())
+    print(f"engine: attention {engine.runner.backend.name}, CUDA graphs {'on' if graphs else 'OFF'}")
+    run_engine(engine, 2, 16, 8, "warmup")
+    rows = []
+    for batch in args.batch_sizes:
+        r = run_engine(engine, batch, args.prompt_len, args.gen_len, f"b{batch}")
+        context = args.prompt_len + args.gen_len / 2
+        mbu = step_bytes(hf, batch, context) * r["steps_s"] / copy_bw
+        hf_tok_s = float("nan") if args.skip_hf else run_hf(hf, batch, args.prompt_len, args.gen_len)
+        rows.append((batch, r["decode_tok_s"], mbu, r["e2e_tok_s"], hf_tok_s))
+        print(f"batch {batch:4d}: decode {r['decode_tok_s']:9.1f} tok/s  MBU {100 * mbu:5.1f}%  "
+              f"e2e {r['e2e_tok_s']:9.1f} tok/s  transformers generate {hf_tok_s:9.1f} tok/s  "
+              f"(x{r['e2e_tok_s'] / hf_tok_s:.1f})")
+    print("\n| batch | decode tok/s | MBU | e2e tok/s | transformers tok/s |\n|---|---|---|---|---|")
+    for batch, dec, mbu, e2e, hf_s in rows:
+        print(f"| {batch} | {dec:.0f} | {100 * mbu:.0f}% | {e2e:.0f} | {hf_s:.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""The Triton attention backend: same interface as `TorchAttentionBackend` (write_kv, then
+attend, once per layer per step), selected by the model runner on CUDA.
+
+Decode-only steps (every sequence has exactly one query token) use the split-K decode kernel;
+anything else (prefill, chunked prefill, prefix-cache extends, speculative verification,
+mixed batches) uses the prefill kernel. Under CUDA-graph capture the decode grid must not
+depend on the step's CPU-side max_seq_len: `static_max_seq_len` fixes it (see
+`app.engine.cuda_graphs`); unused splits exit at once and the merge only reads a sequence's
+own splits, so the numbers are the same either way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+from app.engine.attention_metadata import AttentionMetadata
+from kernels.decode_attention import DEFAULT_PARTITION_SIZE, decode_attention
+from kernels.kv_cache_write import _kv_cache_write_kernel, write_kv_cache
+from kernels.prefill_attention import prefill_attention
+
+
+# Kernels were decorated under TRITON_INTERPRET=1 (CPU tests) or for the GPU.
+INTERPRETED = type(_kv_cache_write_kernel).__name__ == "InterpretedFunction"
+
+
+def _check_device(t: torch.Tensor) -> None:
+    if t.device.type != "cuda" and not INTERPRETED:
+        raise RuntimeError("the Triton attention backend needs CUDA tensors (or TRITON_INTERPRET=1 "
+                           "set before `kernels` is imported); use attention_backend='torch'")
+
+
+class TritonAttentionBackend:
+    name = "triton"
+
+    def __init__(self, partition_size: int = DEFAULT_PARTITION_SIZE, decode_block_n: int | None = None,
+                 prefill_block_n: int | None = None, prefill_rows: int = 64):
+        self.partition_size = partition_size
+        self.decode_block_n = decode_block_n
+        self.prefill_block_n = prefill_block_n
+        self.prefill_rows = prefill_rows
+        self.static_max_seq_len: int | None = None
+
+    @contextlib.contextmanager
+    def static_decode(self, max_seq_len: int) -> Iterator[None]:
+        """Inside, decode grids are sized for `max_seq_len` whatever the step: for capture."""
+        previous, self.static_max_seq_len = self.static_max_seq_len, max_seq_len
+        try:
+            yield
+        finally:
+            self.static_max_seq_len = previous
+
+    def write_kv(self, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor,
+                 meta: AttentionMetadata) -> None:
+        _check_device(kv_cache)
+        write_kv_cache(key, value, kv_cache[0], kv_cache[1], meta.slot_mapping)
+
+    def attend(self, query: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata,
+               scale: float) -> torch.Tensor:
+        """query [T, heads, head_dim] -> [T, heads, head_dim]."""
+        _check_device(kv_cache)
+        query = query if query.stride(-1) == 1 else query.contiguous()
+        k_cache, v_cache = kv_cache[0], kv_cache[1]
+        if query.shape[0] == meta.num_seqs and all(n == 1 for n in meta.query_lens_cpu):
+            max_seq_len = self.static_max_seq_len or meta.max_seq_len
+            return decode_attention(query, k_cache, v_cache, meta.block_tables, meta.seq_lens,
+                                    scale, max_seq_len, self.partition_size, self.decode_block_n)
+        return prefill_attention(query, k_cache, v_cache, meta.block_tables, meta.query_start_loc,
+                                 meta.context_lens, scale, meta.max_query_len,
+                                 self.prefill_block_n, self.prefill_rows)

@@ -1,0 +1,51 @@
+"""Fused RMSNorm (optionally with the residual add before it): one read of the row instead of
+the four or five elementwise kernels eager PyTorch runs. CUDA only; the reference is
+`kernels.reference.rms_norm_ref`, which is `app.models.llama.RMSNorm`'s arithmetic.
+
+Rounding follows the model: the residual sum is rounded to the activation dtype, the
+normalised row is rounded to it, then multiplied by the weight and rounded again.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
+                     stride_x, stride_r, stride_o, stride_ro, n_cols, eps,
+                     HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    if HAS_RESIDUAL:
+        r = tl.load(res_ptr + row * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
+        h = (x + r).to(res_out_ptr.dtype.element_ty)
+        tl.store(res_out_ptr + row * stride_ro + cols, h, mask=mask)
+        x = h.to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, 0) / n_cols + eps)
+    xn = (x * rstd).to(out_ptr.dtype.element_ty).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * stride_o + cols, (xn * w).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
+             residual: torch.Tensor | None = None
+             ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """x [T, hidden] -> RMSNorm(x); with `residual`, h = x + residual and returns
+    (RMSNorm(h), h), h being the next layer's residual stream."""
+    assert x.dim() == 2 and x.stride(-1) == 1 and weight.is_contiguous()
+    rows, cols = x.shape
+    out = torch.empty_like(x)
+    res_out = torch.empty_like(x) if residual is not None else out
+    res_in = residual if residual is not None else x
+    if rows:
+        block = triton.next_power_of_2(cols)
+        _rms_norm_kernel[(rows,)](
+            x, res_in, weight, out, res_out, x.stride(0), res_in.stride(0), out.stride(0),
+            res_out.stride(0), cols, eps, HAS_RESIDUAL=residual is not None, BLOCK=block,
+            num_warps=min(16, max(1, block // 512)))
+    return out if residual is None else (out, res_out)
