@@ -205,7 +205,8 @@ def make_config(hidden: int, layers: int, heads: int, kv_heads: int, inter: int)
         rope_theta=10000.0,
         tie_word_embeddings=True,
         bos_token_id=0,
-        eos_token_id=0,
+        # <|endoftext|> ends a document, <|end|> ends a chat turn: either stops generation.
+        eos_token_id=[0, 4],
         pad_token_id=0,
         torch_dtype="float32",
     )
@@ -329,7 +330,7 @@ def train(
 def save_model(model: LlamaForCausalLM, hf_tok: PreTrainedTokenizerFast, out_dir: Path) -> None:
     """HF format, fp32 safetensors, tokenizer alongside so each dir is self-contained."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    model.generation_config = GenerationConfig(bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    model.generation_config = GenerationConfig(bos_token_id=0, eos_token_id=[0, 4], pad_token_id=0)
     model.save_pretrained(out_dir, safe_serialization=True)
     save_tokenizer(hf_tok, out_dir)
 

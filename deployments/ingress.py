@@ -1,0 +1,499 @@
+"""The HTTP front: OpenAI-compatible completions and chat, SSE streaming, errors, metrics.
+
+Per request: validate (pydantic), check the model name, apply the chat template, tokenize,
+check the context length, then start one engine request per choice (`n` of them per prompt)
+on a TargetModel replica through a streaming handle. Each item the target yields is one
+engine step's new tokens for that request; the ingress detokenizes it incrementally (whole
+characters only, stop strings cut exactly) and writes it out, so every chunk crosses one
+deployment boundary.
+
+The first output of every choice is awaited before the response starts, so a request the
+engine refuses gets a 400, not a broken stream. A client that goes away (or a stop string)
+cancels the target-side generator, which aborts the engine request and frees its KV blocks.
+"""
+
+# No `from __future__ import annotations` here: FastAPI must see real classes (Request) in
+# the signatures of the routes that Serve rewraps.
+import asyncio
+import dataclasses
+import json
+import logging
+import time
+from typing import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+from ray import serve
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from transformers import AutoTokenizer
+
+from app.sampling_params import SamplingParams
+from deployments.detokenizer import IncrementalDetokenizer
+from deployments.metrics import IngressMetrics, RequestTimer
+from deployments.protocol import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
+                                  ChatCompletionRequest, ChatCompletionResponse, ChatLogprobs,
+                                  ChatTokenLogprob, CompletionChoice, CompletionLogprobs,
+                                  CompletionRequest, CompletionResponse, DeltaMessage, ErrorInfo,
+                                  ErrorResponse, ModelCard, ModelList, TopLogprob, UsageInfo,
+                                  random_id)
+
+logger = logging.getLogger("ray.serve")
+
+app = FastAPI(title="specserve", docs_url=None, redoc_url=None)
+
+
+# -- errors -------------------------------------------------------------------------------
+class OpenAIError(Exception):
+    def __init__(self, status: int, message: str, type: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+
+
+def error_response(status: int, message: str, type: str = "invalid_request_error",
+                   param: str | None = None, code: str | None = None) -> JSONResponse:
+    body = ErrorResponse(error=ErrorInfo(message=message, type=type, param=param, code=code))
+    return JSONResponse(body.model_dump(), status_code=status)
+
+
+@app.exception_handler(OpenAIError)
+async def _openai_error(_: Request, exc: OpenAIError) -> JSONResponse:
+    return error_response(exc.status, exc.message, exc.type, exc.param, exc.code)
+
+
+@app.exception_handler(RequestValidationError)
+async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    """FastAPI answers 422; OpenAI clients expect 400 with the error body."""
+    errors = exc.errors()
+    first = errors[0] if errors else {}
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    if first.get("type") == "json_invalid":
+        message, param = "the request body is not valid JSON", None
+    else:
+        parts = []
+        for e in errors[:5]:
+            where = ".".join(str(p) for p in e.get("loc", ()) if p != "body")
+            parts.append(f"{where}: {e.get('msg', '')}" if where else str(e.get("msg", "")))
+        message, param = "; ".join(parts), (loc[0] if loc else None)
+    return error_response(400, message, param=param)
+
+
+@app.exception_handler(Exception)
+async def _internal_error(_: Request, exc: Exception) -> JSONResponse:
+    logger.exception("request failed")
+    return error_response(500, f"internal error: {_message(exc)}", "internal_error")
+
+
+@app.exception_handler(StarletteHTTPException)
+async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    return error_response(exc.status_code, str(exc.detail),
+                          "not_found_error" if exc.status_code == 404 else "invalid_request_error")
+
+
+def _cause(exc: BaseException) -> BaseException:
+    """The user exception inside a Ray task error (which also subclasses it)."""
+    return getattr(exc, "cause", None) or exc
+
+
+def _message(exc: BaseException) -> str:
+    cause = _cause(exc)
+    return str(cause.args[0]) if cause.args else str(cause)
+
+
+# -- one engine request (one choice) ----------------------------------------------------------
+@dataclasses.dataclass
+class _Event:
+    choice: "_Choice"
+    text: str
+    token_ids: list[int]
+    logprobs: list | None
+    finish_reason: str | None
+
+
+class _Choice:
+    """One engine request: its stream from the target, detokenizer, metrics and counts."""
+
+    def __init__(self, index: int, prompt_index: int, prompt_ids: list[int], stream,
+                 detok: IncrementalDetokenizer, timer: RequestTimer):
+        self.index = index
+        self.prompt_index = prompt_index
+        self.prompt_ids = prompt_ids
+        self.stream = stream
+        self.detok = detok
+        self.timer = timer
+        self.first = None
+        self.num_output_tokens = 0
+        self.finish_reason: str | None = None
+        self.closed = False
+        self.text_len = 0
+
+    async def start(self) -> None:
+        """Await the first output, so refusals surface before the response starts."""
+        self.first = await self.stream.__anext__()
+
+    async def outputs(self):
+        if self.first is not None:
+            first, self.first = self.first, None
+            yield first
+        async for out in self.stream:
+            yield out
+
+    def advance(self, out) -> _Event | None:
+        self.num_output_tokens = max(self.num_output_tokens, out.num_output_tokens)
+        self.timer.on_tokens(len(out.new_token_ids))
+        text = self.detok.add_tokens(out.new_token_ids)
+        if self.detok.stopped:
+            self.finish_reason = "stop"
+        elif out.finished:
+            text += self.detok.finish()
+            self.finish_reason = out.finish_reason or "stop"
+        if not text and not out.new_logprobs and self.finish_reason is None:
+            return None
+        return _Event(self, text, out.new_token_ids, out.new_logprobs, self.finish_reason)
+
+    def close(self, record: bool = True) -> None:
+        """Idempotent: end the engine request if it still runs, and record the metrics
+        (not for a request refused before it started)."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.finish_reason is None or self.detok.stopped:
+            self.stream.cancel()  # aborts the engine request, frees its KV blocks
+        if record:
+            self.timer.on_finish(self.finish_reason or "abort", len(self.prompt_ids),
+                                 self.num_output_tokens)
+
+    def __del__(self):
+        # A streaming response whose body never started (the client left during the headers)
+        # never runs its generator's cleanup; dropping the choice still ends its engine request.
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - best effort during garbage collection
+            pass
+
+    async def events(self) -> AsyncIterator[_Event]:
+        try:
+            async for out in self.outputs():
+                event = self.advance(out)
+                if self.finish_reason is not None:
+                    self.close()  # metrics at the last token, not when the consumer moves on
+                if event is not None:
+                    yield event
+                if self.finish_reason is not None:
+                    return
+        finally:
+            self.close()
+
+
+async def _merge(choices: list[_Choice]) -> AsyncIterator[_Event]:
+    """Events of all choices as they come (one choice: no tasks, no queue)."""
+    if len(choices) == 1:
+        async for event in choices[0].events():
+            yield event
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+    done = object()
+
+    async def pump(c: _Choice) -> None:
+        try:
+            async for event in c.events():
+                await queue.put(event)
+        except Exception as exc:  # noqa: BLE001 - handed to the consumer
+            await queue.put(exc)
+        finally:
+            await queue.put(done)
+
+    tasks = [asyncio.create_task(pump(c)) for c in choices]
+    try:
+        remaining = len(tasks)
+        while remaining:
+            item = await queue.get()
+            if item is done:
+                remaining -= 1
+            elif isinstance(item, Exception):
+                raise item
+            else:
+                yield item
+    finally:
+        for t in tasks:
+            t.cancel()
+        for c in choices:
+            c.close()
+
+
+def _sse(payload) -> str:
+    body = payload.model_dump_json() if hasattr(payload, "model_dump_json") else json.dumps(payload)
+    return f"data: {body}\n\n"
+
+
+# -- the deployment -----------------------------------------------------------------------
+@serve.deployment(max_ongoing_requests=512, ray_actor_options={"num_cpus": 0.5})
+@serve.ingress(app)
+class Ingress:
+    def __init__(self, target, constraint, metrics_hub, model_path: str, served_model_name: str,
+                 api_keys: list[str] | None = None):
+        self.target = target
+        self.constraint = constraint
+        self.model_path = model_path
+        self.model_name = served_model_name
+        self.api_keys = set(api_keys or [])
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.metrics = IngressMetrics(metrics_hub, served_model_name)
+        self._info: dict | None = None
+        self._token_text: dict[int, str] = {}
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _authorize(self, request: Request) -> None:
+        if not self.api_keys:
+            return
+        header = request.headers.get("authorization", "")
+        if not header.startswith("Bearer ") or header[7:] not in self.api_keys:
+            raise OpenAIError(401, "invalid or missing API key (send 'Authorization: Bearer <key>')",
+                              "authentication_error", code="invalid_api_key")
+
+    def _check_model(self, model: str | None) -> None:
+        if model is not None and model != self.model_name:
+            raise OpenAIError(404, f"The model `{model}` does not exist; this server serves "
+                                   f"`{self.model_name}`.", "not_found_error", "model", "model_not_found")
+
+    async def _target_info(self) -> dict:
+        if self._info is None:
+            self._info = await self.target.info.remote()
+        return self._info
+
+    def _token_str(self, token_id: int) -> str:
+        text = self._token_text.get(token_id)
+        if text is None:
+            text = self._token_text[token_id] = self.tokenizer.decode([token_id])
+        return text
+
+    async def _guide(self, req) -> None:
+        """Pass `response_format` to the ConstraintService (which refuses it for now)."""
+        if req.response_format is None or not req.response_format.guided:
+            return
+        try:
+            await self.constraint.compile.remote(req.response_format.model_dump(by_alias=True))
+        except ValueError as exc:
+            raise OpenAIError(400, _message(exc), param="response_format") from None
+        raise OpenAIError(400, "guided decoding is not applied by the engine yet",
+                          param="response_format")
+
+    async def _start(self, request_id: str, prompts: list[list[int]], req, max_tokens: int | None,
+                     logprobs: int | None, prompt_param: str) -> list[_Choice]:
+        """Check every prompt, then start n engine requests per prompt and await their first outputs."""
+        info = await self._target_info()
+        limit = info["max_model_len"]
+        params = []  # (choice index, prompt index, prompt ids, sampling params)
+        for prompt_index, ids in enumerate(prompts):
+            if not ids:
+                raise OpenAIError(400, "the prompt is empty", param=prompt_param)
+            if len(ids) >= limit:
+                raise OpenAIError(400, f"This model's maximum context length is {limit} tokens, but the "
+                                       f"prompt has {len(ids)} tokens; shorten it.", param=prompt_param)
+            wanted = max_tokens if max_tokens is not None else limit - len(ids)
+            if len(ids) + wanted > limit:
+                raise OpenAIError(400, f"This model's maximum context length is {limit} tokens, but "
+                                       f"{len(ids) + wanted} were requested ({len(ids)} in the prompt, "
+                                       f"{wanted} for the completion); shorten the prompt or lower "
+                                       "max_tokens.", param="max_tokens")
+            for j in range(req.n):
+                try:
+                    p = SamplingParams(
+                        max_tokens=wanted, temperature=req.temperature, top_p=req.top_p,
+                        top_k=req.top_k, min_p=req.min_p,
+                        seed=None if req.seed is None else req.seed + j,
+                        stop_token_ids=list(req.stop_token_ids or []), ignore_eos=req.ignore_eos,
+                        logprobs=logprobs)
+                except ValueError as exc:
+                    raise OpenAIError(400, str(exc)) from None
+                params.append((len(params), prompt_index, ids, p))
+        await self._guide(req)
+
+        choices: list[_Choice] = []
+        handle = self.target.options(stream=True)
+        for index, prompt_index, ids, p in params:
+            stream = handle.generate.remote(f"{request_id}-{index}", ids, dataclasses.asdict(p))
+            detok = IncrementalDetokenizer(self.tokenizer, ids, req.stop_strings)
+            choices.append(_Choice(index, prompt_index, ids, stream, detok,
+                                   self.metrics.start_request(len(ids))))
+        try:
+            await asyncio.gather(*(c.start() for c in choices))
+        except BaseException as exc:
+            refused = isinstance(exc, ValueError)  # RequestRejected and other refusals
+            for c in choices:
+                c.close(record=not refused)
+            if refused:
+                raise OpenAIError(400, _message(exc), param=prompt_param) from None
+            raise
+        return choices
+
+    @staticmethod
+    def _usage(choices: list[_Choice]) -> UsageInfo:
+        prompt = sum({c.prompt_index: len(c.prompt_ids) for c in choices}.values())  # once per prompt
+        completion = sum(c.num_output_tokens for c in choices)
+        return UsageInfo(prompt_tokens=prompt, completion_tokens=completion,
+                         total_tokens=prompt + completion)
+
+    # -- logprobs -----------------------------------------------------------------------------
+    def _completion_logprobs(self, event: _Event, offset: int) -> CompletionLogprobs | None:
+        if not event.logprobs:
+            return None
+        out = CompletionLogprobs()
+        for lp in event.logprobs:
+            token = self._token_str(lp.token_id)
+            out.tokens.append(token)
+            out.token_logprobs.append(lp.logprob)
+            out.top_logprobs.append({self._token_str(t): v for t, v in lp.top.items()})
+            out.text_offset.append(offset)
+            offset += len(token)
+        return out
+
+    def _chat_logprobs(self, event: _Event) -> ChatLogprobs | None:
+        if not event.logprobs:
+            return None
+        content = []
+        for lp in event.logprobs:
+            token = self._token_str(lp.token_id)
+            top = [TopLogprob(token=self._token_str(t), logprob=v,
+                              bytes=list(self._token_str(t).encode()))
+                   for t, v in lp.top.items()]
+            content.append(ChatTokenLogprob(token=token, logprob=lp.logprob,
+                                            bytes=list(token.encode()), top_logprobs=top))
+        return ChatLogprobs(content=content)
+
+    # -- routes -------------------------------------------------------------------------------
+    @app.get("/health")
+    async def health(self) -> Response:
+        return Response(status_code=200)
+
+    @app.get("/metrics")
+    async def metrics(self) -> Response:
+        return Response(await self.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/models")
+    async def models(self, request: Request) -> ModelList:
+        self._authorize(request)
+        info = await self._target_info()
+        return ModelList(data=[ModelCard(id=self.model_name, root=self.model_path,
+                                         max_model_len=info["max_model_len"])])
+
+    @app.post("/v1/completions")
+    async def completions(self, body: CompletionRequest, request: Request):
+        self._authorize(request)
+        self._check_model(body.model)
+        prompts = [p if isinstance(p, list) else self.tokenizer.encode(p) for p in body.prompts()]
+        request_id = random_id("cmpl")
+        choices = await self._start(request_id, prompts, body, body.max_tokens, body.logprobs, "prompt")
+        created = int(time.time())
+        if body.stream:
+            return StreamingResponse(self._stream_completion(request_id, created, body, choices),
+                                     media_type="text/event-stream")
+        texts = {c.index: [] for c in choices}
+        logprobs: dict[int, CompletionLogprobs | None] = {c.index: None for c in choices}
+        async for event in _merge(choices):
+            i = event.choice.index
+            lp = self._completion_logprobs(event, event.choice.text_len)
+            event.choice.text_len += len(event.text)
+            if lp is not None:
+                if logprobs[i] is None:
+                    logprobs[i] = lp
+                else:
+                    for field in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+                        getattr(logprobs[i], field).extend(getattr(lp, field))
+            texts[i].append(event.text)
+        return CompletionResponse(
+            id=request_id, created=created, model=self.model_name, usage=self._usage(choices),
+            choices=[CompletionChoice(index=c.index, text="".join(texts[c.index]),
+                                      logprobs=logprobs[c.index], finish_reason=c.finish_reason)
+                     for c in choices])
+
+    async def _stream_completion(self, request_id: str, created: int, body: CompletionRequest,
+                                 choices: list[_Choice]) -> AsyncIterator[str]:
+        try:
+            async for event in _merge(choices):
+                c = event.choice
+                chunk = CompletionResponse(
+                    id=request_id, created=created, model=self.model_name,
+                    choices=[CompletionChoice(index=c.index, text=event.text,
+                                              logprobs=self._completion_logprobs(event, c.text_len),
+                                              finish_reason=event.finish_reason)])
+                c.text_len += len(event.text)
+                yield _sse(chunk)
+            if body.include_usage:
+                yield _sse(CompletionResponse(id=request_id, created=created, model=self.model_name,
+                                              choices=[], usage=self._usage(choices)))
+        except Exception as exc:  # noqa: BLE001 - the stream has started: report in-band
+            logger.exception("stream %s failed", request_id)
+            yield _sse(ErrorResponse(error=ErrorInfo(message=_message(exc), type="internal_error",
+                                                     code="500")))
+        finally:
+            for c in choices:
+                c.close()
+        yield "data: [DONE]\n\n"
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(self, body: ChatCompletionRequest, request: Request):
+        self._authorize(request)
+        self._check_model(body.model)
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise OpenAIError(400, "this model has no chat template; use /v1/completions")
+        try:
+            text = self.tokenizer.apply_chat_template(
+                body.chat_messages(), add_generation_prompt=body.add_generation_prompt, tokenize=False)
+        except Exception as exc:  # noqa: BLE001 - a template that refuses the messages
+            raise OpenAIError(400, f"the chat template could not render the messages: {exc}",
+                              param="messages") from None
+        prompt_ids = self.tokenizer.encode(text, add_special_tokens=False)
+        request_id = random_id("chatcmpl")
+        choices = await self._start(request_id, [prompt_ids], body, body.max_new_tokens,
+                                    body.num_logprobs, "messages")
+        created = int(time.time())
+        if body.stream:
+            return StreamingResponse(self._stream_chat(request_id, created, body, choices),
+                                     media_type="text/event-stream")
+        texts = {c.index: [] for c in choices}
+        logprobs: dict[int, list] = {c.index: [] for c in choices}
+        async for event in _merge(choices):
+            texts[event.choice.index].append(event.text)
+            lp = self._chat_logprobs(event)
+            if lp is not None:
+                logprobs[event.choice.index].extend(lp.content)
+        return ChatCompletionResponse(
+            id=request_id, created=created, model=self.model_name, usage=self._usage(choices),
+            choices=[ChatChoice(index=c.index,
+                                message=AssistantMessage(content="".join(texts[c.index])),
+                                logprobs=ChatLogprobs(content=logprobs[c.index]) if body.logprobs else None,
+                                finish_reason=c.finish_reason)
+                     for c in choices])
+
+    async def _stream_chat(self, request_id: str, created: int, body: ChatCompletionRequest,
+                           choices: list[_Choice]) -> AsyncIterator[str]:
+        def chunk(choice_list, usage=None) -> str:
+            return _sse(ChatCompletionChunk(id=request_id, created=created, model=self.model_name,
+                                            choices=choice_list, usage=usage))
+
+        try:
+            yield chunk([ChatChunkChoice(index=c.index, delta=DeltaMessage(role="assistant", content=""))
+                         for c in choices])
+            async for event in _merge(choices):
+                yield chunk([ChatChunkChoice(index=event.choice.index,
+                                             delta=DeltaMessage(content=event.text or None),
+                                             logprobs=self._chat_logprobs(event),
+                                             finish_reason=event.finish_reason)])
+            if body.include_usage:
+                yield chunk([], self._usage(choices))
+        except Exception as exc:  # noqa: BLE001 - the stream has started: report in-band
+            logger.exception("stream %s failed", request_id)
+            yield _sse(ErrorResponse(error=ErrorInfo(message=_message(exc), type="internal_error",
+                                                     code="500")))
+        finally:
+            for c in choices:
+                c.close()
+        yield "data: [DONE]\n\n"
+
+    def __del__(self):
+        metrics = getattr(self, "metrics", None)
+        if metrics is not None:
+            metrics.stop()

@@ -1,0 +1,69 @@
+"""TargetModel: one engine per replica; many requests in flight, batched by the engine.
+
+`generate` streams one item per engine step that produced tokens for the request (one hop per
+chunk to the ingress). Closing or cancelling the stream on the caller's side cancels this
+method, which closes the engine's generator, which aborts the request and frees its KV blocks
+before the next step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import AsyncIterator
+
+from ray import serve
+
+from app.config import EngineConfig
+from app.engine.async_engine import AsyncLLMEngine
+from app.outputs import RequestOutput
+from app.sampling_params import SamplingParams
+from deployments.autoscaling import target_autoscaling_stats
+from deployments.metrics import EngineMetricsReporter
+
+logger = logging.getLogger("ray.serve")
+
+
+@serve.deployment(max_ongoing_requests=256, ray_actor_options={"num_cpus": 1})
+class TargetModel:
+    async def __init__(self, config: EngineConfig, model_name: str, metrics_hub=None,
+                 draft=None, speculation: dict | None = None):
+        # Async so that the metrics reporter starts on this replica's event loop.
+        self.config = config
+        self.model_name = model_name
+        self.draft = draft  # the DraftModel handle, for the speculative-decoding issue
+        self.speculation = speculation or {}
+        if self.speculation.get("method"):
+            logger.info("speculation %s is configured but not implemented yet; decoding plainly",
+                        self.speculation)
+        self.engine = AsyncLLMEngine(config)
+        self.replica_id = serve.get_replica_context().replica_id.unique_id
+        self.reporter = None
+        if metrics_hub is not None:
+            self.reporter = EngineMetricsReporter(metrics_hub, self.replica_id, model_name,
+                                                  self.engine.stats)
+            self.reporter.start()
+
+    def info(self) -> dict:
+        """What the ingress needs to check requests before sending them."""
+        cfg = self.engine.engine.model_config
+        return {"max_model_len": self.engine.max_model_len, "vocab_size": cfg.vocab_size,
+                "eos_token_ids": list(cfg.eos_token_ids)}
+
+    async def generate(self, request_id: str, prompt_token_ids: list[int], params: dict
+                       ) -> AsyncIterator[RequestOutput]:
+        sampling = SamplingParams(**params)
+        async for out in self.engine.generate(request_id, prompt_token_ids, sampling):
+            yield out
+
+    def stats(self) -> dict:
+        return {**dataclasses.asdict(self.engine.stats()), "replica_id": self.replica_id}
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        return target_autoscaling_stats(self.engine.stats())
+
+    def __del__(self):
+        if getattr(self, "reporter", None) is not None:
+            self.reporter.stop()
+        if getattr(self, "engine", None) is not None:
+            self.engine.shutdown()

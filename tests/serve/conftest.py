@@ -1,0 +1,129 @@
+"""One real Serve application per test module, on a small local Ray cluster.
+
+The app serves `checkpoints/tiny-target` (with `tiny-draft`) when the repo has them, and
+otherwise a random checkpoint with a small byte-level BPE tokenizer and chat template written
+to a temp dir. It listens on a free port (so test runs never collide on 8000).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("RAY_SERVE_LOG_TO_STDERR", "0")
+
+from tests.checkpoints import DEFAULT_DRAFT, DEFAULT_TARGET  # noqa: E402
+
+CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|eos|>{% endfor %}"
+                 "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def write_checkpoint_with_tokenizer(path: Path) -> Path:
+    """A random Llama-3-style model with a byte-level BPE tokenizer and a chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from tests.checkpoints import write_random_llama3
+
+    write_random_llama3(path, vocab_size=512)  # eos_token_id=1: "<|eos|>" below
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    text = Path(socket.__file__).read_text() + "héllo wörld — ünïcödé 日本語 🙂 " * 20
+    tok.train_from_iterator([text], trainers.BpeTrainer(
+        vocab_size=480, special_tokens=["<|pad|>", "<|eos|>", "<|system|>", "<|user|>", "<|assistant|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|eos|>", pad_token="<|pad|>",
+                            additional_special_tokens=["<|system|>", "<|user|>", "<|assistant|>"],
+                            chat_template=CHAT_TEMPLATE).save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def checkpoints(tmp_path_factory) -> tuple[Path, Path | None]:
+    """(target, draft) checkpoint directories."""
+    if (DEFAULT_TARGET / "config.json").is_file() and (DEFAULT_TARGET / "tokenizer.json").is_file():
+        draft = DEFAULT_DRAFT if (DEFAULT_DRAFT / "config.json").is_file() else None
+        return DEFAULT_TARGET, draft
+    path = write_checkpoint_with_tokenizer(tmp_path_factory.mktemp("ckpt") / "random-llama")
+    return path, path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class ServeApp:
+    name: str
+    url: str  # http://127.0.0.1:PORT
+    model: str  # the served model name
+    checkpoint: Path
+    args: dict
+
+    @property
+    def base_url(self) -> str:
+        return self.url + "/v1"
+
+    def target_handle(self):
+        from ray import serve
+
+        return serve.get_deployment_handle("TargetModel", self.name)
+
+
+def start_serve_app(name: str, args: dict, num_cpus: int = 4):
+    """Start Ray (small) and Serve, run `build_app(args)`; returns a ServeApp. Pair with stop_serve_app."""
+    import ray
+    from ray import serve
+
+    from app.builder import build_app
+
+    port = free_port()
+    for attempt in range(3):
+        try:
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
+                     runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
+            break
+        except Exception:
+            # On a heavily loaded machine the raylet can give up waiting 15 s for its agent
+            # (ray-project/ray#65983); a second start usually works.
+            ray.shutdown()
+            if attempt == 2:
+                raise
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.run(build_app(args), name=name, route_prefix="/")
+    model = Path(args["model"]).name
+    return ServeApp(name, f"http://127.0.0.1:{port}", args.get("served_model_name") or model,
+                    Path(args["model"]), args)
+
+
+def stop_serve_app() -> None:
+    import ray
+    from ray import serve
+
+    try:
+        serve.shutdown()
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def serve_app(request, checkpoints):
+    """The module's app; a module may set `SERVE_APP_ARGS` (dict) to add or override args."""
+    target, draft = checkpoints
+    args = {"model": str(target), "device": "cpu", "num_kv_blocks": 256, "max_num_seqs": 64}
+    if draft is not None:
+        args["draft_model"] = str(draft)
+    args.update(getattr(request.module, "SERVE_APP_ARGS", {}))
+    app = start_serve_app(request.module.__name__.rsplit(".", 1)[-1], args)
+    try:
+        yield app
+    finally:
+        stop_serve_app()

@@ -1,0 +1,266 @@
+"""The OpenAI-compatible API of a real Serve application, through the real `openai` client."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import openai
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = ["The quick brown fox", "def main():\n    return", "héllo wörld 日本"]
+
+
+@pytest.fixture(scope="module")
+def client(serve_app) -> openai.OpenAI:
+    return openai.OpenAI(base_url=serve_app.base_url, api_key="x", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(serve_app):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(serve_app.checkpoint)
+
+
+@pytest.fixture(scope="module")
+def engine(serve_app):
+    """The engine alone, configured as the app's target replica is."""
+    from app.builder import engine_config
+    from app.app_args import AppArgs
+    from app.engine.engine import LLMEngine
+
+    args = AppArgs.model_validate(serve_app.args)
+    return LLMEngine(engine_config(args, str(serve_app.checkpoint), "cpu"))
+
+
+def engine_text(engine, tokenizer, prompt_ids: list[int], max_tokens: int) -> tuple[str, int]:
+    from app.sampling_params import SamplingParams
+
+    [ids] = engine.generate([prompt_ids], SamplingParams(max_tokens=max_tokens, temperature=0))
+    return tokenizer.decode(ids, skip_special_tokens=True), len(ids)
+
+
+def chat_ids(tokenizer, messages) -> list[int]:
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def max_model_len(serve_app) -> int:
+    models = requests.get(serve_app.base_url + "/models", timeout=30).json()
+    return models["data"][0]["max_model_len"]
+
+
+def wait_for_free_kv(serve_app, timeout_s: float = 30.0) -> dict:
+    handle = serve_app.target_handle()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        stats = handle.stats.remote().result()
+        if stats["num_blocks_used"] == 0 and stats["num_requests_running"] == 0:
+            return stats
+        if time.monotonic() > deadline:
+            raise AssertionError(f"KV blocks still in use after {timeout_s}s: {stats}")
+        time.sleep(0.2)
+
+
+def test_models_and_health(serve_app, client):
+    assert [m.id for m in client.models.list().data] == [serve_app.model]
+    assert requests.get(serve_app.url + "/health", timeout=30).status_code == 200
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_greedy_completions_match_the_engine(serve_app, client, engine, tokenizer, stream):
+    for prompt in PROMPTS:
+        ids = tokenizer.encode(prompt)
+        expected, n = engine_text(engine, tokenizer, ids, 24)
+        if stream:
+            chunks = list(client.completions.create(
+                model=serve_app.model, prompt=prompt, max_tokens=24, temperature=0, stream=True,
+                stream_options={"include_usage": True}))
+            text = "".join(c.choices[0].text for c in chunks if c.choices)
+            assert chunks[-1].choices == [] and chunks[-1].usage is not None
+            usage = chunks[-1].usage
+            finish = [c.choices[0].finish_reason for c in chunks if c.choices][-1]
+            assert all("\ufffd" not in c.choices[0].text for c in chunks if c.choices) or "\ufffd" in expected
+        else:
+            r = client.completions.create(model=serve_app.model, prompt=prompt, max_tokens=24,
+                                          temperature=0)
+            assert r.id and r.created and r.object == "text_completion"
+            text, usage, finish = r.choices[0].text, r.usage, r.choices[0].finish_reason
+        assert text == expected
+        assert (usage.prompt_tokens, usage.completion_tokens) == (len(ids), n)
+        assert usage.total_tokens == len(ids) + n
+        assert finish == ("length" if n == 24 else "stop")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_greedy_chat_matches_the_engine(serve_app, client, engine, tokenizer, stream):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say something"}]
+    ids = chat_ids(tokenizer, messages)
+    expected, n = engine_text(engine, tokenizer, ids, 20)
+    if stream:
+        chunks = list(client.chat.completions.create(
+            model=serve_app.model, messages=messages, max_tokens=20, temperature=0, stream=True,
+            stream_options={"include_usage": True}))
+        assert chunks[0].choices[0].delta.role == "assistant"
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        usage = chunks[-1].usage
+    else:
+        r = client.chat.completions.create(model=serve_app.model, messages=messages,
+                                           max_completion_tokens=20, temperature=0)
+        assert r.object == "chat.completion" and r.choices[0].message.role == "assistant"
+        text, usage = r.choices[0].message.content, r.usage
+    assert text == expected
+    assert (usage.prompt_tokens, usage.completion_tokens) == (len(ids), n)
+
+
+def test_stop_string_cuts_exactly(serve_app, client, engine, tokenizer):
+    prompt = PROMPTS[0]
+    full, _ = engine_text(engine, tokenizer, tokenizer.encode(prompt), 32)
+    stop = full[6:9]
+    if len(full) < 10 or not stop.strip():
+        pytest.skip(f"greedy output too short or blank for a stop string: {full!r}")
+    expected = full[:full.index(stop)]
+    for stream in (False, True):
+        r = client.completions.create(model=serve_app.model, prompt=prompt, max_tokens=32,
+                                      temperature=0, stop=[stop], stream=stream)
+        chunks = list(r) if stream else [r]
+        assert "".join(c.choices[0].text for c in chunks) == expected
+        assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_n_choices_and_logprobs(serve_app, client):
+    r = client.completions.create(model=serve_app.model, prompt=PROMPTS[0], max_tokens=5, n=3,
+                                  temperature=1.0, seed=7, logprobs=2,
+                                  extra_body={"ignore_eos": True})
+    assert sorted(c.index for c in r.choices) == [0, 1, 2]
+    assert r.usage.completion_tokens == 15
+    for c in r.choices:
+        assert len(c.logprobs.token_logprobs) == 5 and all(lp <= 0 for lp in c.logprobs.token_logprobs)
+        assert all(len(top) <= 2 for top in c.logprobs.top_logprobs)
+    chat = client.chat.completions.create(model=serve_app.model, max_tokens=4, logprobs=True,
+                                          top_logprobs=3, temperature=0,
+                                          messages=[{"role": "user", "content": "hi"}],
+                                          extra_body={"ignore_eos": True})
+    content = chat.choices[0].logprobs.content
+    assert len(content) == 4 and all(len(t.top_logprobs) == 3 for t in content)
+
+
+def test_32_concurrent_streams_finish_with_correct_usage(serve_app, client, tokenizer):
+    def run(i: int):
+        prompt = f"Request number {i}: {PROMPTS[i % len(PROMPTS)]}"
+        chunks = list(client.completions.create(
+            model=serve_app.model, prompt=prompt, max_tokens=12, temperature=0.8, seed=i,
+            stream=True, stream_options={"include_usage": True}, extra_body={"ignore_eos": True}))
+        return prompt, chunks
+
+    with ThreadPoolExecutor(32) as pool:
+        results = list(pool.map(run, range(32)))
+    for prompt, chunks in results:
+        usage = chunks[-1].usage
+        assert usage.prompt_tokens == len(tokenizer.encode(prompt))
+        assert usage.completion_tokens == 12
+        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    wait_for_free_kv(serve_app)
+
+
+def test_client_closing_a_stream_frees_its_kv_blocks(serve_app, client, tokenizer):
+    prompt = PROMPTS[1]
+    # Long enough that it cannot finish before the client goes (and within the KV pool).
+    max_tokens = min(max_model_len(serve_app), 2048) - len(tokenizer.encode(prompt))
+    stream = client.completions.create(model=serve_app.model, prompt=prompt, max_tokens=max_tokens,
+                                       temperature=0, stream=True, extra_body={"ignore_eos": True})
+    it = iter(stream)
+    next(it), next(it)
+    before = serve_app.target_handle().stats.remote().result()
+    assert before["num_requests_running"] == 1 and before["num_blocks_used"] > 0, before
+    stream.close()  # the client goes away mid-stream
+    after = wait_for_free_kv(serve_app)
+    # Freed by the abort, not by running to max_tokens.
+    assert after["generation_tokens"] - before["generation_tokens"] < max_tokens // 2, (before, after)
+
+
+def error_body(response: requests.Response) -> dict:
+    body = response.json()
+    assert set(body["error"]) >= {"message", "type", "param", "code"}, body
+    assert body["error"]["message"]
+    return body["error"]
+
+
+def test_bad_input_gets_openai_errors_and_the_server_keeps_serving(serve_app, client):
+    url = serve_app.base_url
+    post = lambda path, **kw: requests.post(url + path, timeout=60, **kw)  # noqa: E731
+    limit = max_model_len(serve_app)
+    cases = [
+        ("/completions", dict(data="{not json", headers={"content-type": "application/json"}), 400),
+        ("/completions", dict(json={"prompt": "x", "max_tokens": "many"}), 400),
+        ("/completions", dict(json={"max_tokens": 4}), 400),  # no prompt
+        ("/completions", dict(json={"prompt": "x", "temperature": -0.5}), 400),
+        ("/completions", dict(json={"prompt": "x", "n": 0}), 400),
+        ("/completions", dict(json={"prompt": "x", "model": "no-such-model"}), 404),
+        ("/completions", dict(json={"prompt": [7] * limit, "max_tokens": 1}), 400),
+        ("/completions", dict(json={"prompt": [3] * 8, "max_tokens": limit}), 400),
+        ("/completions", dict(json={"prompt": [10 ** 7], "max_tokens": 1}), 400),  # not in the vocabulary
+        ("/chat/completions", dict(json={"messages": []}), 400),
+        ("/chat/completions", dict(json={"messages": [{"role": "user", "content": "x"}],
+                                         "response_format": {"type": "json_object"}}), 400),
+        ("/chat/completions", dict(json={"messages": [{"role": "user", "content": "x"}],
+                                         "response_format": {"type": "json_schema"}}), 400),
+    ]
+    for path, kwargs, status in cases:
+        r = post(path, **kwargs)
+        assert r.status_code == status, (path, kwargs, r.status_code, r.text)
+        error_body(r)
+    assert "not supported yet" in error_body(post("/chat/completions", json={
+        "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}}))["message"]
+    assert "context length" in error_body(post("/completions", json={"prompt": [7] * limit}))["message"]
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model=serve_app.model, prompt="x", temperature=-1)
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
+    r = client.completions.create(model=serve_app.model, prompt="still here", max_tokens=3)
+    assert r.usage.completion_tokens >= 1
+
+
+def test_metrics_endpoint_counts_requests(serve_app, client):
+    def scrape() -> dict:
+        text = requests.get(serve_app.url + "/metrics", timeout=30).text
+        return {s.name + str(sorted(s.labels.items())): s.value
+                for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+    def total(samples: dict, name: str) -> float:
+        return sum(v for k, v in samples.items() if k.startswith(name + "["))
+
+    before = scrape()
+    client.completions.create(model=serve_app.model, prompt="count me", max_tokens=4,
+                              extra_body={"ignore_eos": True})
+    after = scrape()
+    assert total(after, "specserve:generation_tokens_total") - total(before, "specserve:generation_tokens_total") == 4
+    assert total(after, "specserve:request_success_total") > total(before, "specserve:request_success_total")
+    assert any(k.startswith("specserve:kv_cache_usage_perc[") for k in after)
+
+
+def test_serve_config_yaml_names_every_stage_and_the_custom_policy():
+    """What `serve run serve_config.yaml` deploys (without starting it: cheap)."""
+    from pathlib import Path
+
+    import yaml
+    from ray.serve.schema import ServeDeploySchema
+
+    from app.app_args import AppArgs
+
+    path = Path(__file__).resolve().parents[2] / "serve_config.yaml"
+    [app_cfg] = ServeDeploySchema.model_validate(yaml.safe_load(path.read_text())).applications
+    assert app_cfg.import_path == "app.builder:build_app" and app_cfg.route_prefix == "/"
+    args = AppArgs.model_validate(app_cfg.args)
+    assert Path(args.model).name == "tiny-target" and Path(args.draft_model).name == "tiny-draft"
+    stages = {d.name: d for d in app_cfg.deployments}
+    assert set(stages) == {"Ingress", "TargetModel", "DraftModel", "ConstraintService", "MetricsHub"}
+    target = stages["TargetModel"]
+    assert target.max_ongoing_requests >= 100
+    policy = target.autoscaling_config["policy"]["policy_function"]
+    assert policy == "deployments.autoscaling:engine_load_policy"
