@@ -38,6 +38,10 @@ def checkpoint(request, tmp_path_factory):
 def reference(checkpoint):
     """transformers' greedy continuation of each prompt, one prompt at a time (no padding)."""
     path, prompts = checkpoint
+    return transformers_greedy(path, prompts)
+
+
+def transformers_greedy(path, prompts: list[list[int]]) -> list[list[int]]:
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     outs = []
     for prompt in prompts:
@@ -78,13 +82,7 @@ def test_prefix_cache_hits(checkpoint, reference):
     assert engine.generate([long], GREEDY) == [reference[-1]]
     # Prompts that share the long prompt's first 480 tokens, then differ.
     shared = [long[:480] + p for p in prompts[:4]]
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    expected = []
-    for prompt in shared:
-        ids = torch.tensor([prompt])
-        gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=MAX_NEW,
-                             min_new_tokens=MAX_NEW, do_sample=False, eos_token_id=None, pad_token_id=0)
-        expected.append(gen[0, len(prompt):].tolist())
+    expected = transformers_greedy(path, shared)
     hits_before = engine.stats().prefix_cache_hits
     assert engine.generate(shared, GREEDY) == expected
     stats = engine.stats()
