@@ -85,4 +85,5 @@ def make_paged_case(query_lens: list[int], context_lens: list[int], num_heads: i
 
 def attention_ref(case: PagedCase, scale: float) -> torch.Tensor:
     """The engine's PyTorch attention in fp32 (the tolerance then covers only the kernel)."""
-    return paged_attention(case.query.float(), case.kv_cache.float(), case.meta, scale)
+    return paged_attention(case.query.float(), case.kv_cache.float(), case.meta, scale,
+                           batch_decodes=False)

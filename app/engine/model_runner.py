@@ -39,8 +39,9 @@ class ModelRunner:
         self.num_blocks = config.num_kv_blocks or int(
             config.kv_cache_memory_gib * 2**30 // kv_block_bytes(model_config, self.block_size, self.dtype))
         shape = (2, self.num_blocks, self.block_size, model_config.num_key_value_heads, model_config.head_dim)
-        # NaN in never-written slots makes any stray read visible in the outputs.
-        self.kv_caches = [torch.full(shape, float("nan"), dtype=self.dtype, device=self.device)
+        # Zeros, not garbage: the CPU decode path reads padding slots under a mask, and a masked
+        # NaN would still poison the sum. (Kernel tests fill unused blocks with NaN themselves.)
+        self.kv_caches = [torch.zeros(shape, dtype=self.dtype, device=self.device)
                           for _ in range(model_config.num_hidden_layers)]
         self.cuda_graphs = None
         if self.device.type == "cuda" and config.enable_cuda_graphs and self.backend.name == "triton":
