@@ -8,6 +8,8 @@ import torch.nn.functional as F
 
 from app.engine.attention_metadata import AttentionMetadata
 
+DECODE_GROUP_SIZE = 16
+
 
 def write_kv_cache(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor,
                    slot_mapping: torch.Tensor) -> None:
@@ -44,7 +46,11 @@ def paged_attention(query: torch.Tensor, kv_cache: torch.Tensor, meta: Attention
     starts = meta.query_start_loc.tolist()
     decode_rows = [i for i, q_len in enumerate(meta.query_lens_cpu) if q_len == 1]
     if batch_decodes and len(decode_rows) > 1:
-        _decode_attention(query, kv_cache, meta, scale, decode_rows, [starts[i] for i in decode_rows], out)
+        # Groups of similar length, so that little of each padded gather is padding.
+        decode_rows.sort(key=lambda i: meta.seq_lens_cpu[i])
+        for g in range(0, len(decode_rows), DECODE_GROUP_SIZE):
+            group = decode_rows[g:g + DECODE_GROUP_SIZE]
+            _decode_attention(query, kv_cache, meta, scale, group, [starts[i] for i in group], out)
         decode_rows = set(decode_rows)
     else:
         decode_rows = set()
