@@ -30,6 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from transformers import AutoTokenizer
 
 from app.sampling_params import SamplingParams
+from deployments.choices import Choice, Event, merge_choices, sse
 from deployments.detokenizer import IncrementalDetokenizer
 from deployments.metrics import IngressMetrics, RequestTimer
 from deployments.protocol import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
@@ -101,131 +102,20 @@ def _message(exc: BaseException) -> str:
     cause = _cause(exc)
     return str(cause.args[0]) if cause.args else str(cause)
 
-
-# -- one engine request (one choice) ----------------------------------------------------------
-@dataclasses.dataclass
-class _Event:
-    choice: "_Choice"
-    text: str
-    token_ids: list[int]
-    logprobs: list | None
-    finish_reason: str | None
-
-
-class _Choice:
-    """One engine request: its stream from the target, detokenizer, metrics and counts."""
-
-    def __init__(self, index: int, prompt_index: int, prompt_ids: list[int], stream,
-                 detok: IncrementalDetokenizer, timer: RequestTimer):
-        self.index = index
-        self.prompt_index = prompt_index
-        self.prompt_ids = prompt_ids
-        self.stream = stream
-        self.detok = detok
-        self.timer = timer
-        self.first = None
-        self.num_output_tokens = 0
-        self.finish_reason: str | None = None
-        self.closed = False
-        self.text_len = 0
-
-    async def start(self) -> None:
-        """Await the first output, so refusals surface before the response starts."""
-        self.first = await self.stream.__anext__()
-
-    async def outputs(self):
-        if self.first is not None:
-            first, self.first = self.first, None
-            yield first
-        async for out in self.stream:
-            yield out
-
-    def advance(self, out) -> _Event | None:
-        self.num_output_tokens = max(self.num_output_tokens, out.num_output_tokens)
-        self.timer.on_tokens(len(out.new_token_ids))
-        text = self.detok.add_tokens(out.new_token_ids)
-        if self.detok.stopped:
-            self.finish_reason = "stop"
-        elif out.finished:
-            text += self.detok.finish()
-            self.finish_reason = out.finish_reason or "stop"
-        if not text and not out.new_logprobs and self.finish_reason is None:
-            return None
-        return _Event(self, text, out.new_token_ids, out.new_logprobs, self.finish_reason)
-
-    def close(self, record: bool = True) -> None:
-        """Idempotent: end the engine request if it still runs, and record the metrics
-        (not for a request refused before it started)."""
-        if self.closed:
-            return
-        self.closed = True
-        if self.finish_reason is None or self.detok.stopped:
-            self.stream.cancel()  # aborts the engine request, frees its KV blocks
-        if record:
-            self.timer.on_finish(self.finish_reason or "abort", len(self.prompt_ids),
-                                 self.num_output_tokens)
-
-    def __del__(self):
-        # A streaming response whose body never started (the client left during the headers)
-        # never runs its generator's cleanup; dropping the choice still ends its engine request.
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - best effort during garbage collection
-            pass
-
-    async def events(self) -> AsyncIterator[_Event]:
-        try:
-            async for out in self.outputs():
-                event = self.advance(out)
-                if self.finish_reason is not None:
-                    self.close()  # metrics at the last token, not when the consumer moves on
-                if event is not None:
-                    yield event
-                if self.finish_reason is not None:
-                    return
-        finally:
-            self.close()
-
-
-async def _merge(choices: list[_Choice]) -> AsyncIterator[_Event]:
-    """Events of all choices as they come (one choice: no tasks, no queue)."""
-    if len(choices) == 1:
-        async for event in choices[0].events():
-            yield event
-        return
-    queue: asyncio.Queue = asyncio.Queue()
-    done = object()
-
-    async def pump(c: _Choice) -> None:
-        try:
-            async for event in c.events():
-                await queue.put(event)
-        except Exception as exc:  # noqa: BLE001 - handed to the consumer
-            await queue.put(exc)
-        finally:
-            await queue.put(done)
-
-    tasks = [asyncio.create_task(pump(c)) for c in choices]
+async def _guarded_stream(request_id: str, choices: list[Choice], chunks: AsyncIterator[str]
+                          ) -> AsyncIterator[str]:
+    """The SSE body around a route's chunks: an error after the stream started is reported
+    in-band, every choice is closed (aborting what is still running), and `[DONE]` ends it."""
     try:
-        remaining = len(tasks)
-        while remaining:
-            item = await queue.get()
-            if item is done:
-                remaining -= 1
-            elif isinstance(item, Exception):
-                raise item
-            else:
-                yield item
+        async for chunk in chunks:
+            yield chunk
+    except Exception as exc:  # noqa: BLE001 - the stream has started: report in-band
+        logger.exception("stream %s failed", request_id)
+        yield sse(ErrorResponse(error=ErrorInfo(message=_message(exc), type="internal_error", code="500")))
     finally:
-        for t in tasks:
-            t.cancel()
         for c in choices:
             c.close()
-
-
-def _sse(payload) -> str:
-    body = payload.model_dump_json() if hasattr(payload, "model_dump_json") else json.dumps(payload)
-    return f"data: {body}\n\n"
+    yield "data: [DONE]\n\n"
 
 
 # -- the deployment -----------------------------------------------------------------------
@@ -281,7 +171,7 @@ class Ingress:
                           param="response_format")
 
     async def _start(self, request_id: str, prompts: list[list[int]], req, max_tokens: int | None,
-                     logprobs: int | None, prompt_param: str) -> list[_Choice]:
+                     logprobs: int | None, prompt_param: str) -> list[Choice]:
         """Check every prompt, then start n engine requests per prompt and await their first outputs."""
         info = await self._target_info()
         limit = info["max_model_len"]
@@ -311,12 +201,12 @@ class Ingress:
                 params.append((len(params), prompt_index, ids, p))
         await self._guide(req)
 
-        choices: list[_Choice] = []
+        choices: list[Choice] = []
         handle = self.target.options(stream=True)
         for index, prompt_index, ids, p in params:
             stream = handle.generate.remote(f"{request_id}-{index}", ids, dataclasses.asdict(p))
             detok = IncrementalDetokenizer(self.tokenizer, ids, req.stop_strings)
-            choices.append(_Choice(index, prompt_index, ids, stream, detok,
+            choices.append(Choice(index, prompt_index, ids, stream, detok,
                                    self.metrics.start_request(len(ids))))
         try:
             await asyncio.gather(*(c.start() for c in choices))
@@ -330,14 +220,14 @@ class Ingress:
         return choices
 
     @staticmethod
-    def _usage(choices: list[_Choice]) -> UsageInfo:
+    def _usage(choices: list[Choice]) -> UsageInfo:
         prompt = sum({c.prompt_index: len(c.prompt_ids) for c in choices}.values())  # once per prompt
         completion = sum(c.num_output_tokens for c in choices)
         return UsageInfo(prompt_tokens=prompt, completion_tokens=completion,
                          total_tokens=prompt + completion)
 
     # -- logprobs -----------------------------------------------------------------------------
-    def _completion_logprobs(self, event: _Event, offset: int) -> CompletionLogprobs | None:
+    def _completion_logprobs(self, event: Event, offset: int) -> CompletionLogprobs | None:
         if not event.logprobs:
             return None
         out = CompletionLogprobs()
@@ -350,7 +240,7 @@ class Ingress:
             offset += len(token)
         return out
 
-    def _chat_logprobs(self, event: _Event) -> ChatLogprobs | None:
+    def _chat_logprobs(self, event: Event) -> ChatLogprobs | None:
         if not event.logprobs:
             return None
         content = []
@@ -388,11 +278,11 @@ class Ingress:
         choices = await self._start(request_id, prompts, body, body.max_tokens, body.logprobs, "prompt")
         created = int(time.time())
         if body.stream:
-            return StreamingResponse(self._stream_completion(request_id, created, body, choices),
+            return StreamingResponse(_guarded_stream(request_id, choices, self._stream_completion(request_id, created, body, choices)),
                                      media_type="text/event-stream")
         texts = {c.index: [] for c in choices}
         logprobs: dict[int, CompletionLogprobs | None] = {c.index: None for c in choices}
-        async for event in _merge(choices):
+        async for event in merge_choices(choices):
             i = event.choice.index
             lp = self._completion_logprobs(event, event.choice.text_len)
             event.choice.text_len += len(event.text)
@@ -410,28 +300,19 @@ class Ingress:
                      for c in choices])
 
     async def _stream_completion(self, request_id: str, created: int, body: CompletionRequest,
-                                 choices: list[_Choice]) -> AsyncIterator[str]:
-        try:
-            async for event in _merge(choices):
-                c = event.choice
-                chunk = CompletionResponse(
-                    id=request_id, created=created, model=self.model_name,
-                    choices=[CompletionChoice(index=c.index, text=event.text,
-                                              logprobs=self._completion_logprobs(event, c.text_len),
-                                              finish_reason=event.finish_reason)])
-                c.text_len += len(event.text)
-                yield _sse(chunk)
-            if body.include_usage:
-                yield _sse(CompletionResponse(id=request_id, created=created, model=self.model_name,
-                                              choices=[], usage=self._usage(choices)))
-        except Exception as exc:  # noqa: BLE001 - the stream has started: report in-band
-            logger.exception("stream %s failed", request_id)
-            yield _sse(ErrorResponse(error=ErrorInfo(message=_message(exc), type="internal_error",
-                                                     code="500")))
-        finally:
-            for c in choices:
-                c.close()
-        yield "data: [DONE]\n\n"
+                                 choices: list[Choice]) -> AsyncIterator[str]:
+        async for event in merge_choices(choices):
+            c = event.choice
+            chunk = CompletionResponse(
+                id=request_id, created=created, model=self.model_name,
+                choices=[CompletionChoice(index=c.index, text=event.text,
+                                          logprobs=self._completion_logprobs(event, c.text_len),
+                                          finish_reason=event.finish_reason)])
+            c.text_len += len(event.text)
+            yield sse(chunk)
+        if body.include_usage:
+            yield sse(CompletionResponse(id=request_id, created=created, model=self.model_name,
+                                          choices=[], usage=self._usage(choices)))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(self, body: ChatCompletionRequest, request: Request):
@@ -451,11 +332,11 @@ class Ingress:
                                     body.num_logprobs, "messages")
         created = int(time.time())
         if body.stream:
-            return StreamingResponse(self._stream_chat(request_id, created, body, choices),
+            return StreamingResponse(_guarded_stream(request_id, choices, self._stream_chat(request_id, created, body, choices)),
                                      media_type="text/event-stream")
         texts = {c.index: [] for c in choices}
         logprobs: dict[int, list] = {c.index: [] for c in choices}
-        async for event in _merge(choices):
+        async for event in merge_choices(choices):
             texts[event.choice.index].append(event.text)
             lp = self._chat_logprobs(event)
             if lp is not None:
@@ -469,29 +350,20 @@ class Ingress:
                      for c in choices])
 
     async def _stream_chat(self, request_id: str, created: int, body: ChatCompletionRequest,
-                           choices: list[_Choice]) -> AsyncIterator[str]:
+                           choices: list[Choice]) -> AsyncIterator[str]:
         def chunk(choice_list, usage=None) -> str:
-            return _sse(ChatCompletionChunk(id=request_id, created=created, model=self.model_name,
+            return sse(ChatCompletionChunk(id=request_id, created=created, model=self.model_name,
                                             choices=choice_list, usage=usage))
 
-        try:
-            yield chunk([ChatChunkChoice(index=c.index, delta=DeltaMessage(role="assistant", content=""))
-                         for c in choices])
-            async for event in _merge(choices):
-                yield chunk([ChatChunkChoice(index=event.choice.index,
-                                             delta=DeltaMessage(content=event.text or None),
-                                             logprobs=self._chat_logprobs(event),
-                                             finish_reason=event.finish_reason)])
-            if body.include_usage:
-                yield chunk([], self._usage(choices))
-        except Exception as exc:  # noqa: BLE001 - the stream has started: report in-band
-            logger.exception("stream %s failed", request_id)
-            yield _sse(ErrorResponse(error=ErrorInfo(message=_message(exc), type="internal_error",
-                                                     code="500")))
-        finally:
-            for c in choices:
-                c.close()
-        yield "data: [DONE]\n\n"
+        yield chunk([ChatChunkChoice(index=c.index, delta=DeltaMessage(role="assistant", content=""))
+                     for c in choices])
+        async for event in merge_choices(choices):
+            yield chunk([ChatChunkChoice(index=event.choice.index,
+                                         delta=DeltaMessage(content=event.text or None),
+                                         logprobs=self._chat_logprobs(event),
+                                         finish_reason=event.finish_reason)])
+        if body.include_usage:
+            yield chunk([], self._usage(choices))
 
     def __del__(self):
         metrics = getattr(self, "metrics", None)

@@ -111,7 +111,6 @@ def test_byte_level_round_trip(byte_level):
     assert any(len(b) == 1 for b in multi)  # lone bytes of a char
 
 
-@pytest.mark.skipif(not (TINY_TARGET / "tokenizer.json").exists(), reason="no tiny-target")
 def test_default_tokenizer_round_trip():
     tok = PreTrainedTokenizerFast.from_pretrained(str(TINY_TARGET), local_files_only=True)
     check_byte_level_round_trip(tok, load_guided_vocabulary(TINY_TARGET))

@@ -1,0 +1,141 @@
+"""One engine request per OpenAI choice, and the SSE plumbing around them.
+
+A `Choice` owns the target-side stream of one choice, detokenizes it incrementally and closes
+(aborts) it when done; `merge_choices` interleaves the choices of a request as their steps arrive.
+"""
+
+import asyncio
+import dataclasses
+import json
+import logging
+from typing import AsyncIterator
+
+from deployments.detokenizer import IncrementalDetokenizer
+from deployments.metrics import RequestTimer
+
+logger = logging.getLogger("ray.serve")
+
+# -- one engine request (one choice) ----------------------------------------------------------
+@dataclasses.dataclass
+class Event:
+    choice: "Choice"
+    text: str
+    token_ids: list[int]
+    logprobs: list | None
+    finish_reason: str | None
+
+
+class Choice:
+    """One engine request: its stream from the target, detokenizer, metrics and counts."""
+
+    def __init__(self, index: int, prompt_index: int, prompt_ids: list[int], stream,
+                 detok: IncrementalDetokenizer, timer: RequestTimer):
+        self.index = index
+        self.prompt_index = prompt_index
+        self.prompt_ids = prompt_ids
+        self.stream = stream
+        self.detok = detok
+        self.timer = timer
+        self.first = None
+        self.num_output_tokens = 0
+        self.finish_reason: str | None = None
+        self.closed = False
+        self.text_len = 0
+
+    async def start(self) -> None:
+        """Await the first output, so refusals surface before the response starts."""
+        self.first = await self.stream.__anext__()
+
+    async def outputs(self):
+        if self.first is not None:
+            first, self.first = self.first, None
+            yield first
+        async for out in self.stream:
+            yield out
+
+    def advance(self, out) -> Event | None:
+        self.num_output_tokens = max(self.num_output_tokens, out.num_output_tokens)
+        self.timer.on_tokens(len(out.new_token_ids))
+        text = self.detok.add_tokens(out.new_token_ids)
+        if self.detok.stopped:
+            self.finish_reason = "stop"
+        elif out.finished:
+            text += self.detok.finish()
+            self.finish_reason = out.finish_reason or "stop"
+        if not text and not out.new_logprobs and self.finish_reason is None:
+            return None
+        return Event(self, text, out.new_token_ids, out.new_logprobs, self.finish_reason)
+
+    def close(self, record: bool = True) -> None:
+        """Idempotent: end the engine request if it still runs, and record the metrics
+        (not for a request refused before it started)."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.finish_reason is None or self.detok.stopped:
+            self.stream.cancel()  # aborts the engine request, frees its KV blocks
+        if record:
+            self.timer.on_finish(self.finish_reason or "abort", len(self.prompt_ids),
+                                 self.num_output_tokens)
+
+    def __del__(self):
+        # A streaming response whose body never started (the client left during the headers)
+        # never runs its generator's cleanup; dropping the choice still ends its engine request.
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - best effort during garbage collection
+            pass
+
+    async def events(self) -> AsyncIterator[Event]:
+        try:
+            async for out in self.outputs():
+                event = self.advance(out)
+                if self.finish_reason is not None:
+                    self.close()  # metrics at the last token, not when the consumer moves on
+                if event is not None:
+                    yield event
+                if self.finish_reason is not None:
+                    return
+        finally:
+            self.close()
+
+
+async def merge_choices(choices: list[Choice]) -> AsyncIterator[Event]:
+    """Events of all choices as they come (one choice: no tasks, no queue)."""
+    if len(choices) == 1:
+        async for event in choices[0].events():
+            yield event
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+    done = object()
+
+    async def pump(c: Choice) -> None:
+        try:
+            async for event in c.events():
+                await queue.put(event)
+        except Exception as exc:  # noqa: BLE001 - handed to the consumer
+            await queue.put(exc)
+        finally:
+            await queue.put(done)
+
+    tasks = [asyncio.create_task(pump(c)) for c in choices]
+    try:
+        remaining = len(tasks)
+        while remaining:
+            item = await queue.get()
+            if item is done:
+                remaining -= 1
+            elif isinstance(item, Exception):
+                raise item
+            else:
+                yield item
+    finally:
+        for t in tasks:
+            t.cancel()
+        for c in choices:
+            c.close()
+
+
+def sse(payload) -> str:
+    body = payload.model_dump_json() if hasattr(payload, "model_dump_json") else json.dumps(payload)
+    return f"data: {body}\n\n"
