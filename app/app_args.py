@@ -31,10 +31,18 @@ class AppArgs(BaseModel):
     enable_cuda_graphs: bool = True
     attention_backend: str = "auto"
     seed: int = 0
-    # Speculative decoding; carried to the target replicas, applied by the speculation issue.
+    # Speculative decoding: the draft model (DraftModel deployment) or n-gram prompt lookup
+    # (in the target replica) proposes; k = num_speculative_tokens at small batches, less as the
+    # batch grows (speculation_schedule, e.g. {1: 4, 8: 2, 32: 0}; None: the engine's default).
     speculative_method: Literal["draft", "ngram"] | None = None
-    num_speculative_tokens: int = Field(0, ge=0)
+    num_speculative_tokens: int = Field(4, ge=0)
+    speculation_schedule: dict[int, int] | None = None
     api_keys: list[str] | None = None  # when set, requests need `Authorization: Bearer <key>`
+    # (unset: the comma-separated keys in $SPECSERVE_API_KEYS, if any)
+    # Engine requests (one per choice) allowed to wait for the running batch, per target
+    # replica; beyond it new ones get a 429. None: no cap.
+    max_num_waiting_requests: int | None = Field(128, ge=0)
+    max_request_body_bytes: int = Field(8 * 1024 * 1024, ge=1)  # larger bodies get a 413
 
     @field_validator("*", mode="before")
     @classmethod
@@ -50,13 +58,20 @@ class AppArgs(BaseModel):
             return [k.strip() for k in v.split(",") if k.strip()]
         return v
 
+    @field_validator("speculation_schedule", mode="before")
+    @classmethod
+    def _parse_schedule(cls, v):
+        """`serve run ... speculation_schedule=1:4,8:2,32:0` (the YAML form is a mapping)."""
+        if isinstance(v, str):
+            try:
+                return {int(b): int(k) for b, k in (item.split(":") for item in v.split(",") if item.strip())}
+            except ValueError:
+                raise ValueError("speculation_schedule must look like 1:4,8:2,32:0") from None
+        return v
+
     @model_validator(mode="after")
     def _check(self) -> "AppArgs":
         if self.speculative_method == "draft" and not self.draft_model:
             raise ValueError("speculative_method=draft needs draft_model")
         return self
 
-    @property
-    def speculation(self) -> dict:
-        return {"method": self.speculative_method,
-                "num_speculative_tokens": self.num_speculative_tokens if self.speculative_method else 0}

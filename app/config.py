@@ -44,6 +44,15 @@ class EngineConfig:
     # "auto": Triton kernels on CUDA, plain PyTorch on the CPU.
     attention_backend: str = "auto"
     enable_cuda_graphs: bool = True
+    # Requests allowed to wait for a slot in the running batch; beyond it new ones are refused
+    # with EngineOverloaded (HTTP 429). None: no cap.
+    max_num_waiting_requests: int | None = None
+    # Speculative decoding: "draft" (a draft model proposes), "ngram" (prompt lookup) or None.
+    speculative_method: str | None = None
+    num_speculative_tokens: int = 4  # k at small batches
+    # Batch size -> k thresholds, e.g. {1: 4, 16: 2, 32: 0}; None: `default_speculation_schedule`.
+    speculation_schedule: dict | None = None
+    draft_model: str | None = None  # a local draft checkpoint, run in-process (offline use)
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
@@ -51,6 +60,10 @@ class EngineConfig:
         if self.max_num_seqs <= 0 or self.max_num_batched_tokens <= 0:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")
         resolve_dtype(self.dtype)
+        if self.speculative_method not in (None, "draft", "ngram"):
+            raise ValueError(f"speculative_method must be draft, ngram or None, got {self.speculative_method!r}")
+        if self.num_speculative_tokens < 0:
+            raise ValueError("num_speculative_tokens must be >= 0")
 
     @property
     def torch_dtype(self) -> torch.dtype:

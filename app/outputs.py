@@ -27,3 +27,8 @@ class RequestOutput:
 
 class RequestRejected(ValueError):
     """A request that can never be served (too long for the model or for the KV pool)."""
+
+
+class EngineOverloaded(RuntimeError):
+    """The engine's waiting queue is full (`max_num_waiting_requests`); the client should retry
+    later. Not the request's fault, so not a ValueError: the ingress answers 429."""

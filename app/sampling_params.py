@@ -16,6 +16,7 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     logprobs: int | None = None  # None: none; n: the sampled token's logprob plus the top n
+    speculative_decoding: bool = True  # False: never verify draft tokens for this request
 
     def __post_init__(self) -> None:
         if self.top_k == -1:

@@ -1,27 +1,65 @@
-"""DraftModel: the small model that proposes speculative tokens for the target's batch.
+"""DraftModel: the small model that proposes speculative tokens for a target replica's batch,
+and `DraftClient`, the target-side proposer that calls it.
 
-Present in the graph from the start; the speculative-decoding issue fills `propose` in. For
-now it loads the draft checkpoint (so a bad path fails at deploy time, not mid-request) and
-proposes nothing, which the target treats as "no speculation this step".
+One call per target engine step carries every speculating sequence (its tokens, k, how to
+sample); the answer is k tokens per sequence, with the draft distribution when the request
+samples. The API is stateless, so any replica can answer; each replica keeps a prefix cache
+of its own KV, so a sequence it saw last step recomputes only its new tokens.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
+
 from ray import serve
 
 from app.config import EngineConfig
-from app.models.loader import load_model
+from app.engine.spec.draft_worker import DraftWorker
+from app.engine.spec.proposal import DraftInput, Proposal
+
+logger = logging.getLogger("ray.serve")
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0.5})
 class DraftModel:
     def __init__(self, config: EngineConfig):
-        self.config = config
-        self.model = load_model(config.model, config.torch_dtype, config.torch_device)
+        self.worker = DraftWorker(config)
+        self._lock = asyncio.Lock()  # one batch at a time through the model and its KV pool
 
-    async def propose(self, batch: list[dict]) -> list[list[int]]:
-        """For each sequence of the batch ({"token_ids", "k"}), up to k proposed tokens.
+    async def propose(self, inputs: list[DraftInput]) -> list[Proposal]:
+        async with self._lock:
+            return await asyncio.to_thread(self.worker.propose_batch, inputs)
 
-        Stub: proposes none.
-        """
-        return [[] for _ in batch]
+    def stats(self) -> dict:
+        bm = self.worker.block_manager
+        return {"num_calls": self.worker.num_calls, "num_computed_tokens": self.worker.num_computed_tokens,
+                "num_blocks_used": bm.num_used_blocks, "prefix_cache_hits": bm.prefix_cache_hits,
+                "prefix_cache_queries": bm.prefix_cache_queries}
+
+
+class DraftClient:
+    """The engine's proposer, backed by the DraftModel deployment (called from the engine
+    thread, so it may block). A failed or slow call means no speculation for that step, and
+    further calls pause for `retry_after_s`, so a lost draft replica costs one timeout, not
+    one per step, while Serve replaces it."""
+
+    def __init__(self, handle, timeout_s: float = 2.0, retry_after_s: float = 2.0):
+        self.handle = handle
+        self.timeout_s = timeout_s
+        self.retry_after_s = retry_after_s
+        self.num_failures = 0
+        self._paused_until = 0.0
+
+    def propose_batch(self, inputs: list[DraftInput]) -> list[Proposal]:
+        if time.monotonic() < self._paused_until:
+            return [Proposal([]) for _ in inputs]
+        try:
+            return self.handle.propose.remote(inputs).result(timeout_s=self.timeout_s)
+        except Exception as exc:  # noqa: BLE001 - any failure: decode without drafts for now
+            self.num_failures += 1
+            self._paused_until = time.monotonic() + self.retry_after_s
+            logger.warning("draft call failed (%s: %s); decoding without speculation for %.0f s",
+                           type(exc).__name__, exc, self.retry_after_s)
+            return [Proposal([]) for _ in inputs]

@@ -19,24 +19,20 @@ from app.engine.async_engine import AsyncLLMEngine
 from app.outputs import RequestOutput
 from app.sampling_params import SamplingParams
 from deployments.autoscaling import target_autoscaling_stats
-from deployments.metrics import EngineMetricsReporter
+from deployments.draft import DraftClient
+from deployments.engine_metrics import EngineMetricsReporter
 
 logger = logging.getLogger("ray.serve")
 
 
 @serve.deployment(max_ongoing_requests=256, ray_actor_options={"num_cpus": 1})
 class TargetModel:
-    async def __init__(self, config: EngineConfig, model_name: str, metrics_hub=None,
-                 draft=None, speculation: dict | None = None):
+    async def __init__(self, config: EngineConfig, model_name: str, metrics_hub=None, draft=None):
         # Async so that the metrics reporter starts on this replica's event loop.
         self.config = config
         self.model_name = model_name
-        self.draft = draft  # the DraftModel handle, for the speculative-decoding issue
-        self.speculation = speculation or {}
-        if self.speculation.get("method"):
-            logger.info("speculation %s is configured but not implemented yet; decoding plainly",
-                        self.speculation)
-        self.engine = AsyncLLMEngine(config)
+        proposer = DraftClient(draft) if config.speculative_method == "draft" and draft is not None else None
+        self.engine = AsyncLLMEngine(config, proposer)
         self.replica_id = serve.get_replica_context().replica_id.unique_id
         self.reporter = None
         if metrics_hub is not None:

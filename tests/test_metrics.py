@@ -10,6 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.engine.engine import EngineStats
+from deployments import engine_metrics as em
 from deployments import metrics as m
 
 Hub = m.MetricsHub.func_or_class
@@ -88,10 +89,10 @@ def test_ingress_counters_and_histograms_move():
 
 def test_two_target_replicas_and_ingress_in_one_exposition():
     hub = Hub()
-    r1 = m.EngineMetricsReporter(hub, "r1", MODEL, lambda: stats(
+    r1 = em.EngineMetricsReporter(hub, "r1", MODEL, lambda: stats(
         num_requests_running=3, num_requests_waiting=1, kv_cache_usage=0.5, num_preemptions=2,
         prefix_cache_queries=100, prefix_cache_hits=40))
-    r2 = m.EngineMetricsReporter(hub, "r2", MODEL, lambda: stats(kv_cache_usage=0.25))
+    r2 = em.EngineMetricsReporter(hub, "r2", MODEL, lambda: stats(kv_cache_usage=0.25))
     ingress = m.IngressMetrics(hub, MODEL)
 
     async def go():
@@ -115,8 +116,8 @@ def test_stale_and_removed_sources_are_dropped(monkeypatch):
     now = [1000.0]
     monkeypatch.setattr(m.time, "monotonic", lambda: now[0])
     hub = Hub(stale_after_s=30)
-    old = m.EngineMetricsReporter(hub, "old", MODEL, lambda: stats(kv_cache_usage=0.9))
-    new = m.EngineMetricsReporter(hub, "new", MODEL, lambda: stats(kv_cache_usage=0.1))
+    old = em.EngineMetricsReporter(hub, "old", MODEL, lambda: stats(kv_cache_usage=0.9))
+    new = em.EngineMetricsReporter(hub, "new", MODEL, lambda: stats(kv_cache_usage=0.1))
     run(old.report_once())
     now[0] += 25
     run(new.report_once())
@@ -136,7 +137,7 @@ def test_reporter_background_task_reports_and_stops():
         return stats(num_requests_running=counter["calls"])
 
     async def go():
-        reporter = m.EngineMetricsReporter(hub, "r1", MODEL, get_stats, interval_s=0.01)
+        reporter = em.EngineMetricsReporter(hub, "r1", MODEL, get_stats, interval_s=0.01)
         reporter.start()
         await asyncio.sleep(0.1)
         running = parse(await hub.render())["specserve:num_requests_running"]
@@ -165,3 +166,23 @@ def test_ingress_without_hub_renders_itself():
     ingress.start_request(2).on_finish("stop", 2, 0)
     fams = parse(run(ingress.render()))
     assert values(fams, "specserve:request_success_total", finished_reason="stop") == [1]
+
+
+def test_speculative_decoding_metrics_with_vllm_names():
+    from app.engine.spec.speculator import SpecStats
+
+    spec = SpecStats()
+    spec.record(4, 4)
+    spec.record(4, 1)
+    spec.record(2, 0)
+    hub = Hub()
+    reporter = em.EngineMetricsReporter(hub, "r1", MODEL, lambda: stats(spec=spec))
+    run(reporter.report_once())
+    fams = parse(run(hub.render()))
+    assert values(fams, "specserve:spec_decode_num_drafts_total") == [3]
+    assert values(fams, "specserve:spec_decode_num_draft_tokens_total") == [10]
+    assert values(fams, "specserve:spec_decode_num_accepted_tokens_total") == [5]
+    per_pos = {s.labels["position"]: s.value for s in fams["specserve:spec_decode_num_accepted_tokens_per_pos"]}
+    assert per_pos == {"0": 2, "1": 1, "2": 1, "3": 1}
+    assert values(fams, "specserve:spec_decode_draft_acceptance_rate") == [pytest.approx(0.5)]
+    assert values(fams, "specserve:spec_decode_mean_accepted_length") == [pytest.approx(1 + 5 / 3)]

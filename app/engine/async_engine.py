@@ -14,15 +14,16 @@ from typing import AsyncIterator
 
 from app.config import EngineConfig
 from app.engine.engine import EngineStats, LLMEngine
-from app.outputs import RequestOutput
+from app.engine.spec.proposal import Proposer
+from app.outputs import EngineOverloaded, RequestOutput
 from app.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
 
 
 class AsyncLLMEngine:
-    def __init__(self, config: EngineConfig):
-        self.engine = LLMEngine(config)
+    def __init__(self, config: EngineConfig, proposer: Proposer | None = None):
+        self.engine = LLMEngine(config, proposer)
         self._commands: queue.Queue = queue.Queue()
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         self._stats = self.engine.stats()
@@ -40,10 +41,15 @@ class AsyncLLMEngine:
 
     async def generate(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams
                        ) -> AsyncIterator[RequestOutput]:
-        """Stream the request's outputs; raises RequestRejected at once if it can never fit."""
+        """Stream the request's outputs; raises RequestRejected at once if it can never fit,
+        EngineOverloaded if `max_num_waiting_requests` are already waiting."""
         self.engine.validate(prompt_token_ids, params)
         if request_id in self._streams:
             raise ValueError(f"request id {request_id!r} is already in use")
+        cap = self.engine.config.max_num_waiting_requests
+        if cap is not None and self.num_waiting() >= cap:
+            raise EngineOverloaded(f"the server is overloaded: {cap} requests are already waiting "
+                                   "for this model replica; retry later")
         stream: asyncio.Queue = asyncio.Queue()
         self._streams[request_id] = (asyncio.get_running_loop(), stream)
         self._commands.put(("add", request_id, prompt_token_ids, params))
@@ -59,6 +65,10 @@ class AsyncLLMEngine:
             self._streams.pop(request_id, None)
             if not finished:
                 self._commands.put(("abort", request_id))
+
+    def num_waiting(self) -> int:
+        """Requests accepted but not running as of the last step (queued commands included)."""
+        return max(0, len(self._streams) - self._stats.num_requests_running)
 
     def abort(self, request_id: str) -> None:
         self._commands.put(("abort", request_id))

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import torch
 
 from app.config import EngineConfig
 from app.engine.block_manager import BlockManager
 from app.engine.model_runner import ModelRunner
 from app.engine.request import Request
-from app.engine.sampler import Sampler
+from app.engine.sampler import Sampler, compute_logprobs
 from app.engine.scheduler import Scheduler
+from app.engine.spec.proposal import Proposer
+from app.engine.spec.schedule import SpeculationSchedule
+from app.engine.spec.speculator import SpecStats, Speculator
 from app.models.config import ModelConfig
 from app.outputs import RequestOutput, RequestRejected
 from app.sampling_params import SamplingParams
@@ -29,10 +35,31 @@ class EngineStats:
     prompt_tokens: int  # prompt tokens computed (cache hits excluded), cumulative
     generation_tokens: int
     num_steps: int
+    spec: SpecStats = field(default_factory=SpecStats)
+
+
+def default_speculation_schedule(k: int) -> SpeculationSchedule:
+    """k while the batch is small, half of it from 8 requests, none from 32 (where verifying
+    k extra positions per request costs more than the steps it saves)."""
+    if k == 0:
+        return SpeculationSchedule.disabled()
+    return SpeculationSchedule({1: k, 8: max(k // 2, 1), 32: 0})
+
+
+def build_proposer(config: EngineConfig) -> Proposer | None:
+    """The in-process proposer the config names (the Serve graph passes a remote one instead)."""
+    if config.speculative_method == "ngram":
+        from app.engine.spec.ngram_proposer import NgramProposer
+        return NgramProposer(k=config.num_speculative_tokens)
+    if config.speculative_method == "draft" and config.draft_model:
+        from app.engine.spec.draft_worker import DraftWorker
+        return DraftWorker(dataclasses.replace(config, model=config.draft_model, speculative_method=None,
+                                               draft_model=None))
+    return None
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig):
+    def __init__(self, config: EngineConfig, proposer: Proposer | None = None):
         self.config = config
         self.model_config = ModelConfig.from_dir(config.model)
         self.max_model_len = self._max_model_len()
@@ -41,6 +68,14 @@ class LLMEngine:
                                           config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
         self.sampler = Sampler(config.seed)
+        self.speculator: Speculator | None = None
+        proposer = proposer or build_proposer(config)
+        if config.speculative_method and proposer is not None:
+            schedule = (SpeculationSchedule.from_config(config.speculation_schedule)
+                        if config.speculation_schedule is not None
+                        else default_speculation_schedule(config.num_speculative_tokens))
+            self.speculator = Speculator(proposer, schedule, self.max_model_len,
+                                         self.model_config.vocab_size, config.seed)
         self.requests: dict[str, Request] = {}
         self.prompt_tokens = 0
         self.generation_tokens = 0
@@ -89,13 +124,15 @@ class LLMEngine:
         req = self.requests.pop(request_id, None)
         if req is not None:
             req.finish("abort")
-            self.scheduler.finish(req)
+            self._release(req)
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished()
 
     # -- the step --------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
+        if self.speculator is not None:
+            self.speculator.propose(self.scheduler.running)
         scheduled = self.scheduler.schedule()
         if not scheduled:
             return []
@@ -103,24 +140,74 @@ class LLMEngine:
         batch = scheduled.num_scheduled_tokens
         block_ids = {r.request_id: self.block_manager.block_ids(r.request_id) for r in batch}
         logits = self.runner.execute(batch, block_ids)
-        to_sample = []
+        plain, plain_rows, spec, spec_rows = [], [], [], []
+        row = 0
         for req, num_new in batch.items():
             self.prompt_tokens += max(0, min(req.num_computed_tokens + num_new, req.num_prompt_tokens)
                                       - req.num_computed_tokens)
             req.num_computed_tokens += num_new
-            self.block_manager.cache_full_blocks(req)
-            if req.num_computed_tokens == req.num_tokens:
-                to_sample.append(req)
-        token_ids, logprobs = self.sampler(logits, to_sample)
+            if req.num_computed_tokens < req.num_tokens:  # a prompt chunk: nothing to sample
+                self.block_manager.cache_full_blocks(req)
+            elif req.spec_token_ids:
+                spec.append(req)
+                spec_rows += range(row, row + 1 + len(req.spec_token_ids))
+                row += 1 + len(req.spec_token_ids)
+            else:
+                self.block_manager.cache_full_blocks(req)
+                plain.append(req)
+                plain_rows.append(row)
+                row += 1
         outputs = []
-        for req, token_id, logprob in zip(to_sample, token_ids, logprobs):
-            req.append_token(token_id)
-            self.generation_tokens += 1
-            outputs.append(self._output(req, [logprob] if logprob else None))
-            if req.is_finished:
-                self.scheduler.finish(req)
-                del self.requests[req.request_id]
+        if plain:
+            token_ids, logprobs = self.sampler(logits[plain_rows], plain)
+            for req, token_id, logprob in zip(plain, token_ids, logprobs):
+                self._append(req, [token_id])
+                outputs.append(self._step_output(req, [logprob] if logprob else None))
+        if spec:
+            verified = self.speculator.verify(logits[spec_rows], spec)
+            offset = 0
+            for req, (token_ids, num_accepted) in zip(spec, verified):
+                rows = logits[spec_rows[offset:offset + len(token_ids)]]
+                offset += 1 + len(req.spec_token_ids)
+                outputs.append(self._apply_verified(req, token_ids, num_accepted, rows))
         return outputs
+
+    def _append(self, req: Request, token_ids: list[int]) -> int:
+        """Append tokens up to the first that finishes the request; return how many."""
+        count = 0
+        for token_id in token_ids:
+            req.append_token(token_id)
+            count += 1
+            if req.is_finished:
+                break
+        self.generation_tokens += count
+        return count
+
+    def _apply_verified(self, req: Request, token_ids: list[int], num_accepted: int,
+                        rows: torch.Tensor) -> RequestOutput:
+        """Keep the verified tokens. The KV of the known tokens and the accepted drafts is
+        valid; rejected drafts' slots are overwritten by later steps (the blocks stay)."""
+        num_known = req.num_tokens
+        req.set_spec([])
+        count = self._append(req, token_ids)
+        req.num_computed_tokens = min(num_known + num_accepted, req.num_tokens)
+        self.block_manager.cache_full_blocks(req)
+        logprobs = None
+        if req.params.logprobs is not None:
+            logprobs = compute_logprobs(rows[:count], token_ids[:count], [req] * count)
+        return self._step_output(req, logprobs)
+
+    def _step_output(self, req: Request, logprobs) -> RequestOutput:
+        out = self._output(req, logprobs)
+        if req.is_finished:
+            self._release(req)
+        return out
+
+    def _release(self, req: Request) -> None:
+        self.scheduler.finish(req)
+        self.requests.pop(req.request_id, None)
+        if self.speculator is not None:
+            self.speculator.forget(req.request_id)
 
     def _output(self, req: Request, logprobs) -> RequestOutput:
         new = req.output_token_ids[req.num_emitted_tokens:]
@@ -140,7 +227,8 @@ class LLMEngine:
             kv_cache_usage=bm.usage, prefix_cache_queries=bm.prefix_cache_queries,
             prefix_cache_hits=bm.prefix_cache_hits, num_preemptions=self.scheduler.num_preemptions,
             prompt_tokens=self.prompt_tokens, generation_tokens=self.generation_tokens,
-            num_steps=self.num_steps)
+            num_steps=self.num_steps,
+            spec=dataclasses.replace(self.speculator.stats) if self.speculator else SpecStats())
 
     def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]
                  ) -> list[list[int]]:

@@ -62,13 +62,15 @@ class ModelRunner:
             start = req.num_computed_tokens
             end = start + num_new
             table = block_ids[req.request_id]
-            input_ids += req.all_token_ids[start:end]
+            tokens = req.all_token_ids + req.spec_token_ids if req.spec_token_ids else req.all_token_ids
+            input_ids += tokens[start:end]
             positions += range(start, end)
             slots += [table[p // bs] * bs + p % bs for p in range(start, end)]
             query_lens.append(num_new)
             seq_lens.append(end)
-            if end == req.num_tokens:
-                sample_rows.append(len(input_ids) - 1)
+            if end >= req.num_tokens:  # the last known token and every draft after it
+                first = len(input_ids) - (end - req.num_tokens + 1)
+                sample_rows += range(first, len(input_ids))
         width = max(len(block_ids[r.request_id]) for r in scheduled)
         tables = [block_ids[r.request_id] + [0] * (width - len(block_ids[r.request_id])) for r in scheduled]
         dev = self.device
@@ -89,8 +91,9 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute(self, scheduled: dict[Request, int], block_ids: dict[str, list[int]]) -> torch.Tensor:
-        """Run the step; return fp32 logits [num_sampled, vocab] for the requests whose known
-        tokens are all computed after it, in batch order."""
+        """Run the step; return fp32 logits for the requests whose known tokens are all
+        computed after it, in batch order: one row, or 1 + k rows for a request verifying k
+        draft tokens."""
         input_ids, positions, meta, sample_rows = self.prepare(scheduled, block_ids)
         if self.cuda_graphs is not None and self.cuda_graphs.can_run(meta):
             hidden = self.cuda_graphs.run(input_ids, positions, meta)

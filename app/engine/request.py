@@ -41,6 +41,10 @@ class Request:
         if params.seed is not None:
             self.generator = torch.Generator().manual_seed(params.seed)
         self.num_emitted_tokens = 0  # output tokens already handed to the caller
+        # Speculation: draft tokens proposed for this step, scheduled after the known tokens
+        # and verified by the target; never part of `all_token_ids` until accepted.
+        self.spec_token_ids: list[int] = []
+        self.draft_probs: torch.Tensor | None = None  # [len(spec), V] draft distribution, or None
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -49,6 +53,26 @@ class Request:
     @property
     def num_tokens(self) -> int:
         return len(self.all_token_ids)
+
+    @property
+    def num_tokens_with_spec(self) -> int:
+        return len(self.all_token_ids) + len(self.spec_token_ids)
+
+    @property
+    def is_decoding(self) -> bool:
+        """All known tokens but the last are in the KV cache: the next step samples."""
+        return self.num_computed_tokens == self.num_tokens - 1
+
+    def set_spec(self, token_ids: list[int], probs: torch.Tensor | None = None) -> None:
+        self.spec_token_ids = list(token_ids)
+        self.draft_probs = probs if token_ids else None
+
+    def trim_spec(self, keep: int) -> None:
+        """Keep the first `keep` draft tokens (the step's budget ran short)."""
+        keep = max(keep, 0)
+        if keep < len(self.spec_token_ids):
+            self.spec_token_ids = self.spec_token_ids[:keep]
+            self.draft_probs = None if self.draft_probs is None or not keep else self.draft_probs[:keep]
 
     @property
     def output_token_ids(self) -> list[int]:

@@ -9,6 +9,7 @@ import torch
 
 from app.engine.request import Request
 from app.outputs import TokenLogprob
+from app.sampling_params import SamplingParams
 
 
 def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
@@ -26,6 +27,15 @@ def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
     probs = sorted_logits.softmax(dim=-1)
     sorted_logits = sorted_logits.masked_fill(probs < min_p[:, None] * probs[:, :1], float("-inf"))
     return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+
+
+def sampling_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+    """The distribution each (non-greedy) row samples from: temperature, then the filters."""
+    rows = logits.float() / torch.tensor([p.temperature for p in params])[:, None]
+    rows = filter_logits(rows, torch.tensor([p.top_k for p in params]),
+                         torch.tensor([p.top_p for p in params]),
+                         torch.tensor([p.min_p for p in params]))
+    return rows.softmax(dim=-1)
 
 
 def compute_logprobs(logits: torch.Tensor, token_ids: list[int], requests: list[Request]
@@ -55,12 +65,7 @@ class Sampler:
         tokens = logits.argmax(dim=-1).cpu()
         sampled = [i for i, r in enumerate(requests) if not r.params.greedy]
         if sampled:
-            params = [requests[i].params for i in sampled]
-            rows = logits[sampled].cpu() / torch.tensor([p.temperature for p in params])[:, None]
-            rows = filter_logits(rows, torch.tensor([p.top_k for p in params]),
-                                 torch.tensor([p.top_p for p in params]),
-                                 torch.tensor([p.min_p for p in params]))
-            probs = rows.softmax(dim=-1)
+            probs = sampling_probs(logits[sampled].cpu(), [requests[i].params for i in sampled])
             for row, i in enumerate(sampled):
                 generator = requests[i].generator or self.generator
                 tokens[i] = torch.multinomial(probs[row], 1, generator=generator).item()

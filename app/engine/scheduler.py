@@ -2,7 +2,9 @@
 computed tokens catch up with its known tokens.
 
 Decodes are served first, then prompt chunks, then waiting requests in arrival order; when the
-pool runs out the newest running request is preempted and later recomputed.
+pool runs out the newest running request is preempted and later recomputed. A decode's draft
+tokens are scheduled like prompt tokens (their KV slots reserved in the same allocation) and
+are the first thing cut when the budget runs short.
 """
 
 from __future__ import annotations
@@ -62,7 +64,10 @@ class Scheduler:
                 break
             if req.status != RequestStatus.RUNNING:  # preempted earlier in this loop
                 continue
-            num_new = min(req.num_tokens - req.num_computed_tokens, budget)
+            wanted = req.num_tokens_with_spec - req.num_computed_tokens
+            num_new = min(wanted, budget)
+            if num_new < wanted:  # drafts go first when the budget runs short
+                req.trim_spec(req.num_computed_tokens + num_new - req.num_tokens)
             while not self.block_manager.allocate(req, req.num_computed_tokens + num_new):
                 victim = self.running[-1]
                 budget += out.num_scheduled_tokens.pop(victim, 0)
@@ -101,6 +106,7 @@ class Scheduler:
         self.running.remove(req)
         self.block_manager.free(req)
         req.num_computed_tokens = 0
+        req.set_spec([])
         req.status = RequestStatus.WAITING
         req.num_preemptions += 1
         self.num_preemptions += 1

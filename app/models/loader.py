@@ -12,6 +12,21 @@ from app.models.llama import LlamaForCausalLM
 from app.models.rope import RotaryEmbedding
 
 
+FUSED = {"self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+         "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj")}
+
+
+def fuse_projections(state: dict[str, torch.Tensor]) -> None:
+    """Concatenate each layer's q/k/v (and gate/up) weights and biases, in place."""
+    layers = {key.split(".self_attn.q_proj.")[0] for key in state if ".self_attn.q_proj." in key}
+    for layer in layers:
+        for fused, parts in FUSED.items():
+            for kind in ("weight", "bias"):
+                names = [f"{layer}.{part}.{kind}" for part in parts]
+                if names[0] in state:
+                    state[f"{layer}.{fused}.{kind}"] = torch.cat([state.pop(n) for n in names])
+
+
 def load_model(path: str | Path, dtype: torch.dtype, device: torch.device) -> LlamaForCausalLM:
     path = Path(path)
     if not (path / "config.json").is_file():
@@ -28,6 +43,7 @@ def load_model(path: str | Path, dtype: torch.dtype, device: torch.device) -> Ll
         state.update(load_file(str(file), device="cpu"))
     if cfg.tie_word_embeddings:
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    fuse_projections(state)
     model.load_state_dict(state, strict=True, assign=True)
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight

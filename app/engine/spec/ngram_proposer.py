@@ -16,6 +16,8 @@ from typing import Sequence
 
 import numpy as np
 
+from app.engine.spec.proposal import DraftInput, Proposal
+
 
 def find_ngram_continuation(tokens: np.ndarray, k: int, min_n: int = 1, max_n: int = 4
                             ) -> np.ndarray:
@@ -88,3 +90,7 @@ class NgramProposer:
     def _search(self, tokens: np.ndarray, k: int | None) -> list[int]:
         k = self.k if k is None else k
         return find_ngram_continuation(tokens, k, self.min_n, self.max_n).tolist()
+
+    def propose_batch(self, inputs: list[DraftInput]) -> list[Proposal]:
+        """The engine's proposer interface: point-mass proposals (no distribution)."""
+        return [Proposal(self.propose_for(inp.request_id, inp.token_ids, inp.k)) for inp in inputs]

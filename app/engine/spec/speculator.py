@@ -1,0 +1,136 @@
+"""Speculation inside one engine step: propose before scheduling, verify after the forward.
+
+`propose` gives each decoding request up to k draft tokens (k from the batch-size schedule,
+cut so a request never passes max_tokens or the context limit); the scheduler then runs the
+last known token and the drafts as one 1 + k query. `verify` turns the 1 + k logits rows into
+the tokens to keep: the accepted drafts plus one token sampled by the target (corrected or
+bonus), so every step emits at least one token and greedy output equals plain decoding.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import torch
+
+from app.engine.request import Request
+from app.engine.sampler import sampling_probs
+from app.engine.spec.proposal import DraftInput, Proposer
+from app.engine.spec.rejection_sampler import RejectionSampler
+from app.engine.spec.schedule import SpeculationSchedule
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class SpecStats:
+    """Cumulative counters, with vLLM's meanings: a draft is one request's proposal in one step."""
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    accepted_per_position: list[int] = field(default_factory=list)
+
+    def record(self, num_draft_tokens: int, num_accepted: int) -> None:
+        self.num_drafts += 1
+        self.num_draft_tokens += num_draft_tokens
+        self.num_accepted_tokens += num_accepted
+        if len(self.accepted_per_position) < num_draft_tokens:
+            self.accepted_per_position += [0] * (num_draft_tokens - len(self.accepted_per_position))
+        for pos in range(num_accepted):
+            self.accepted_per_position[pos] += 1
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens emitted per speculative step: accepted drafts plus the target's own token."""
+        return 1 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else 0.0
+
+
+def _draft_seed(req: Request, generator: torch.Generator) -> int:
+    """A seeded request's draft stream depends only on its seed and length (batch-independent)."""
+    if req.params.seed is not None:
+        return hash((req.params.seed, req.num_tokens)) & (2**62 - 1)
+    return int(torch.randint(2**62, (1,), generator=generator))
+
+
+class Speculator:
+    def __init__(self, proposer: Proposer, schedule: SpeculationSchedule, max_model_len: int,
+                 vocab_width: int, seed: int = 0):
+        self.proposer = proposer
+        self.schedule = schedule
+        self.max_model_len = max_model_len
+        self.vocab_width = vocab_width
+        self.rejection_sampler = RejectionSampler(seed)
+        self.generator = torch.Generator().manual_seed(seed + 1)
+        self.stats = SpecStats()
+        self.num_proposer_failures = 0
+
+    def propose(self, running: list[Request]) -> None:
+        k = self.schedule.k_for(len(running))
+        candidates, inputs = [], []
+        for req in running:
+            req.set_spec([])
+            if k == 0 or not req.is_decoding or not req.params.speculative_decoding:
+                continue
+            k_req = min(k, req.params.max_tokens - req.num_output_tokens - 1,
+                        self.max_model_len - req.num_tokens)
+            if k_req <= 0:
+                continue
+            p = req.params
+            candidates.append(req)
+            inputs.append(DraftInput(req.request_id, req.all_token_ids, k_req, p.greedy, p.temperature,
+                                     p.top_p, p.top_k, p.min_p, _draft_seed(req, self.generator)))
+        if not inputs:
+            return
+        try:
+            proposals = self.proposer.propose_batch(inputs)
+        except Exception:  # noqa: BLE001 - a failed proposer means no speculation this step
+            self.num_proposer_failures += 1
+            logger.exception("proposer failed; decoding this step without speculation")
+            return
+        for req, inp, prop in zip(candidates, inputs, proposals):
+            token_ids = prop.token_ids[:inp.k]
+            probs = None
+            if prop.probs is not None and not inp.greedy and token_ids:
+                probs = prop.probs.decode(self.vocab_width)[:len(token_ids)]
+            req.set_spec(token_ids, probs)
+
+    def verify(self, logits: torch.Tensor, requests: list[Request]) -> list[tuple[list[int], int]]:
+        """logits: [sum(1 + k_i), V] rows of the requests in order. Returns, per request, the
+        tokens to append and how many of them were accepted drafts."""
+        ks = [len(r.spec_token_ids) for r in requests]
+        target = logits.float().cpu()
+        params, rows = [], []
+        start = 0
+        for req, k in zip(requests, ks):
+            if not req.params.greedy:
+                params += [req.params] * (k + 1)
+                rows += range(start, start + k + 1)
+            start += k + 1
+        if rows:
+            target[rows] = sampling_probs(target[rows], params)
+        total_drafts = sum(ks)
+        has_probs = [r.draft_probs is not None for r in requests]
+        draft_probs = None
+        if any(has_probs):
+            draft_probs = torch.zeros(total_drafts, target.shape[1])
+            offset = 0
+            for req, k in zip(requests, ks):
+                if req.draft_probs is not None:
+                    draft_probs[offset:offset + k] = req.draft_probs
+                offset += k
+        result = self.rejection_sampler(
+            target, [t for r in requests for t in r.spec_token_ids], ks, [r.params.greedy for r in requests],
+            draft_probs, has_probs, generators=[r.generator for r in requests])
+        for k, accepted in zip(ks, result.num_accepted):
+            self.stats.record(k, accepted)
+        return list(zip(result.token_ids, result.num_accepted))
+
+    def forget(self, request_id: str) -> None:
+        forget = getattr(self.proposer, "forget", None)
+        if forget is not None:
+            forget(request_id)

@@ -1,0 +1,140 @@
+"""Speculative decoding: target alone vs target + draft model vs target + n-gram lookup, at
+several batch sizes, on an input-grounded workload (repeat a code snippet given in the prompt)
+and on open-ended prompts, in one run. Greedy, so all three produce the same tokens; prints
+output tokens/s, mean request latency, the speed-up over the target alone, the acceptance rate
+and the mean accepted length (tokens per speculative step).
+
+    python benchmarks/spec.py --batch-sizes 1 4 16 64 --output-len 64
+
+The draft model runs in-process (`DraftWorker`, the code the DraftModel deployment runs), so
+this measures the engine, not the Serve hop. k follows the engine's default schedule
+(`num_speculative_tokens` at small batches, half from 8 requests, none from 32) unless
+`--schedule` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+from transformers import AutoTokenizer  # noqa: E402
+
+from app.config import EngineConfig  # noqa: E402
+from app.engine.engine import LLMEngine  # noqa: E402
+from app.sampling_params import SamplingParams  # noqa: E402
+
+STDLIB = Path(json.__file__).resolve().parent.parent
+
+
+def code_snippets(n: int, seed: int) -> list[str]:
+    """n chunks of 20 lines of standard-library Python, never the same file twice in a row."""
+    rng = random.Random(seed)
+    files = sorted(p for p in STDLIB.glob("*.py") if p.stat().st_size > 4000)
+    out = []
+    while len(out) < n:
+        lines = rng.choice(files).read_text(errors="ignore").splitlines()
+        start = rng.randrange(0, max(1, len(lines) - 20))
+        chunk = "\n".join(lines[start:start + 20])
+        if len(chunk) > 300:
+            out.append(chunk[:700])
+    return out
+
+
+def workloads(tokenizer, n: int, seed: int) -> dict[str, list[list[int]]]:
+    """input-grounded: the snippet, then an instruction to repeat it and its first line again
+    (the model continues by copying); open-ended: the first two lines of a snippet."""
+    snippets = code_snippets(n, seed)
+    grounded = [f"# Original:\n{s}\n\n# Copy of the code above:\n{s.splitlines()[0]}\n" for s in snippets]
+    open_ended = ["\n".join(s.splitlines()[:2]) + "\n" for s in code_snippets(n, seed + 1)]
+    return {"input-grounded": [tokenizer.encode(t) for t in grounded],
+            "open-ended": [tokenizer.encode(t) for t in open_ended]}
+
+
+def run(engine: LLMEngine, prompts: list[list[int]], output_len: int) -> dict:
+    params = SamplingParams(max_tokens=output_len, temperature=0, ignore_eos=True)
+    before = engine.stats().spec
+    before_drafts, before_tokens, before_accepted = before.num_drafts, before.num_draft_tokens, before.num_accepted_tokens
+    start = time.perf_counter()
+    finish: dict[str, float] = {}
+    ids = [f"r{i}-{time.monotonic_ns()}" for i in range(len(prompts))]
+    for rid, p in zip(ids, prompts):
+        engine.add_request(rid, p, params)
+    tokens = 0
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            tokens += len(out.new_token_ids)
+            if out.finished:
+                finish[out.request_id] = time.perf_counter() - start
+    elapsed = time.perf_counter() - start
+    spec = engine.stats().spec
+    drafts, draft_tokens = spec.num_drafts - before_drafts, spec.num_draft_tokens - before_tokens
+    accepted = spec.num_accepted_tokens - before_accepted
+    return {"seconds": elapsed, "tokens": tokens, "tokens_per_s": tokens / elapsed,
+            "mean_latency_s": sum(finish.values()) / len(finish),
+            "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
+            "mean_accepted_length": 1 + accepted / drafts if drafts else None}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="checkpoints/tiny-target")
+    parser.add_argument("--draft-model", default="checkpoints/tiny-draft")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 16, 64])
+    parser.add_argument("--output-len", type=int, default=64)
+    parser.add_argument("--num-speculative-tokens", type=int, default=4)
+    parser.add_argument("--schedule", default=None, help="batch:k thresholds, e.g. 1:4,8:2,32:0")
+    parser.add_argument("--repeats", type=int, default=2, help="best of this many runs per cell")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--result-json", default=None)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    schedule = None
+    if args.schedule:
+        schedule = {int(b): int(k) for b, k in (x.split(":") for x in args.schedule.split(","))}
+
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    work = workloads(tokenizer, max(args.batch_sizes), args.seed)
+    common = dict(model=args.model, num_kv_blocks=4096, max_num_seqs=max(args.batch_sizes),
+                  num_speculative_tokens=args.num_speculative_tokens, speculation_schedule=schedule)
+    engines = {"target alone": LLMEngine(EngineConfig(**common)),
+               "target + draft": LLMEngine(EngineConfig(**common, speculative_method="draft",
+                                                        draft_model=args.draft_model)),
+               "target + n-gram": LLMEngine(EngineConfig(**common, speculative_method="ngram"))}
+    for engine in engines.values():  # warm up (first-call allocations, thread pools)
+        run(engine, work["open-ended"][:2], 8)
+
+    results = []
+    print(f"output_len={args.output_len} k={args.num_speculative_tokens} schedule="
+          f"{engines['target + draft'].speculator.schedule.as_dict()} threads={torch.get_num_threads()}")
+    for workload, prompts in work.items():
+        for batch in args.batch_sizes:
+            cells = {}
+            for _ in range(args.repeats):  # methods interleaved, so drift hits all alike
+                for name, engine in engines.items():
+                    r = run(engine, prompts[:batch], args.output_len)
+                    if name not in cells or r["seconds"] < cells[name]["seconds"]:
+                        cells[name] = r
+            base = cells["target alone"]["tokens_per_s"]
+            for name, r in cells.items():
+                r.update(workload=workload, batch=batch, method=name, speedup=r["tokens_per_s"] / base)
+                results.append(r)
+                acc = "" if r["acceptance_rate"] is None else (
+                    f" acceptance {r['acceptance_rate']:.2f} mean accepted length {r['mean_accepted_length']:.2f}")
+                print(f"{workload:15s} batch {batch:3d} {name:16s} {r['tokens_per_s']:8.1f} tok/s "
+                      f"latency {r['mean_latency_s'] * 1000:8.1f} ms  {r['speedup']:.2f}x{acc}", flush=True)
+    if args.result_json:
+        Path(args.result_json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.result_json).write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""The target replicas' engine figures as Prometheus families, reported to the MetricsHub.
+
+Engine figures (running, waiting, KV usage, prefix cache, preemptions) and the speculative-
+decoding counters with vLLM's names (`spec_decode_num_drafts`, `..._num_draft_tokens`,
+`..._num_accepted_tokens`, `..._num_accepted_tokens_per_pos`), plus the acceptance rate and
+mean accepted length as gauges for dashboards that do not do the division themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Callable
+
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from deployments.metrics import PREFIX, REPORT_INTERVAL_S, _call, _fire_and_forget, families_to_samples
+
+logger = logging.getLogger(__name__)
+
+
+def engine_families(stats, model_name: str, replica_id: str) -> list[Metric]:
+    """An `EngineStats` as Prometheus families labelled with this replica."""
+    labels = ["model_name", "replica"]
+    values = [model_name, replica_id]
+
+    def gauge(name, doc, value):
+        g = GaugeMetricFamily(PREFIX + name, doc, labels=labels)
+        g.add_metric(values, float(value))
+        return g
+
+    def counter(name, doc, value):
+        c = CounterMetricFamily(PREFIX + name, doc, labels=labels)
+        c.add_metric(values, float(value))
+        return c
+
+    return [
+        gauge("num_requests_running", "Number of requests in the model execution batches.",
+              stats.num_requests_running),
+        gauge("num_requests_waiting", "Number of requests waiting to be processed.",
+              stats.num_requests_waiting),
+        gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+              stats.kv_cache_usage),
+        gauge("kv_cache_num_blocks", "Number of KV-cache blocks in the pool.",
+              stats.num_blocks_total),
+        counter("prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
+                stats.prefix_cache_queries),
+        counter("prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+                stats.prefix_cache_hits),
+        counter("num_preemptions", "Cumulative number of preemptions from the engine.",
+                stats.num_preemptions),
+        counter("engine_prompt_tokens_computed",
+                "Prompt tokens computed by the engine (prefix-cache hits excluded).",
+                stats.prompt_tokens),
+        counter("engine_steps", "Engine steps run.", stats.num_steps),
+        *spec_families(stats.spec, labels, values),
+    ]
+
+
+def spec_families(spec, labels: list[str], values: list[str]) -> list[Metric]:
+    def one(kind, name, doc, value):
+        family = kind(PREFIX + name, doc, labels=labels)
+        family.add_metric(values, float(value))
+        return family
+
+    per_position = CounterMetricFamily(PREFIX + "spec_decode_num_accepted_tokens_per_pos",
+                                       "Accepted draft tokens, by position in the draft.",
+                                       labels=[*labels, "position"])
+    for position, accepted in enumerate(spec.accepted_per_position):
+        per_position.add_metric([*values, str(position)], float(accepted))
+    return [
+        one(CounterMetricFamily, "spec_decode_num_drafts", "Number of spec decoding drafts.",
+            spec.num_drafts),
+        one(CounterMetricFamily, "spec_decode_num_draft_tokens", "Number of draft tokens.",
+            spec.num_draft_tokens),
+        one(CounterMetricFamily, "spec_decode_num_accepted_tokens", "Number of accepted tokens.",
+            spec.num_accepted_tokens),
+        per_position,
+        one(GaugeMetricFamily, "spec_decode_draft_acceptance_rate",
+            "Accepted draft tokens / draft tokens, since start.", spec.acceptance_rate),
+        one(GaugeMetricFamily, "spec_decode_mean_accepted_length",
+            "Tokens emitted per speculative step (accepted drafts + 1), since start.",
+            spec.mean_accepted_length),
+    ]
+
+
+class EngineMetricsReporter:
+    """Reports one target replica's engine figures to the hub about every second."""
+
+    def __init__(self, hub_handle, replica_id: str, model_name: str, get_stats: Callable,
+                 deployment: str = "TargetModel", interval_s: float = REPORT_INTERVAL_S):
+        self.hub = hub_handle
+        self.replica_id = replica_id
+        self.model_name = model_name
+        self.get_stats = get_stats
+        self.interval_s = interval_s
+        self.source = {"deployment": deployment, "replica": replica_id}
+        self._task: asyncio.Task | None = None
+
+    def samples(self) -> list[dict]:
+        return families_to_samples(engine_families(self.get_stats(), self.model_name, self.replica_id))
+
+    async def report_once(self) -> None:
+        await _call(self.hub, "report", self.source, self.samples())
+
+    def start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self.report_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the hub restarting must not take the replica down
+                logger.debug("engine metrics report failed", exc_info=True)
+            await asyncio.sleep(self.interval_s)
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        _fire_and_forget(self.hub, "remove", self.source)
