@@ -53,6 +53,9 @@ class EngineConfig:
     # Batch size -> k thresholds, e.g. {1: 4, 16: 2, 32: 0}; None: `default_speculation_schedule`.
     speculation_schedule: dict | None = None
     draft_model: str | None = None  # a local draft checkpoint, run in-process (offline use)
+    # Guided decoding: insert the text a format forces (keys, punctuation) as drafts that are
+    # always accepted, instead of decoding it token by token.
+    enable_jump_forward: bool = True
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):

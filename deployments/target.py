@@ -20,6 +20,7 @@ from app.outputs import RequestOutput
 from app.sampling_params import SamplingParams
 from deployments.autoscaling import target_autoscaling_stats
 from deployments.draft import DraftClient
+from deployments.guided_client import GuidedIndexStore
 from deployments.engine_metrics import EngineMetricsReporter
 
 logger = logging.getLogger("ray.serve")
@@ -33,6 +34,7 @@ class TargetModel:
         self.model_name = model_name
         proposer = DraftClient(draft) if config.speculative_method == "draft" and draft is not None else None
         self.engine = AsyncLLMEngine(config, proposer)
+        self.guided = GuidedIndexStore(config.model)  # compiled formats this replica received
         self.replica_id = serve.get_replica_context().replica_id.unique_id
         self.reporter = None
         if metrics_hub is not None:
@@ -48,8 +50,16 @@ class TargetModel:
 
     async def generate(self, request_id: str, prompt_token_ids: list[int], params: dict
                        ) -> AsyncIterator[RequestOutput]:
+        """`params`: SamplingParams fields, plus `guided` (a compiled-format reference from the
+        ConstraintService) when the output must follow a format."""
+        params = dict(params)
+        guided = params.pop("guided", None)
         sampling = SamplingParams(**params)
-        async for out in self.engine.generate(request_id, prompt_token_ids, sampling):
+        guide = None
+        if guided is not None:
+            compiled = await self.guided.resolve(guided)
+            guide = self.guided.decoder(compiled, logits_width=self.engine.engine.model_config.vocab_size)
+        async for out in self.engine.generate(request_id, prompt_token_ids, sampling, guide):
             yield out
 
     def stats(self) -> dict:

@@ -39,10 +39,11 @@ class AsyncLLMEngine:
         """The figures as of the last step (read without locking the engine)."""
         return self._stats
 
-    async def generate(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams
-                       ) -> AsyncIterator[RequestOutput]:
-        """Stream the request's outputs; raises RequestRejected at once if it can never fit,
-        EngineOverloaded if `max_num_waiting_requests` are already waiting."""
+    async def generate(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+                       guide=None) -> AsyncIterator[RequestOutput]:
+        """Stream the request's outputs (following `guide`, a GuidedDecoder, when given); raises
+        RequestRejected at once if it can never fit, EngineOverloaded if
+        `max_num_waiting_requests` are already waiting."""
         self.engine.validate(prompt_token_ids, params)
         if request_id in self._streams:
             raise ValueError(f"request id {request_id!r} is already in use")
@@ -52,7 +53,7 @@ class AsyncLLMEngine:
                                    "for this model replica; retry later")
         stream: asyncio.Queue = asyncio.Queue()
         self._streams[request_id] = (asyncio.get_running_loop(), stream)
-        self._commands.put(("add", request_id, prompt_token_ids, params))
+        self._commands.put(("add", request_id, prompt_token_ids, params, guide))
         finished = False
         try:
             while not finished:
@@ -108,9 +109,9 @@ class AsyncLLMEngine:
 
     def _apply(self, command: tuple) -> None:
         if command[0] == "add":
-            _, request_id, prompt, params = command
+            _, request_id, prompt, params, guide = command
             try:
-                self.engine.add_request(request_id, prompt, params)
+                self.engine.add_request(request_id, prompt, params, guide)
             except ValueError as exc:
                 self._deliver(RequestOutput(request_id, [], finished=True, error=str(exc)))
         elif command[0] == "abort":

@@ -7,9 +7,11 @@ import itertools
 from dataclasses import dataclass, field
 
 import torch
+from transformers import AutoTokenizer
 
 from app.config import EngineConfig
 from app.engine.block_manager import BlockManager
+from app.engine.guidance import mask_guided_rows, plan_guided_drafts
 from app.engine.model_runner import ModelRunner
 from app.engine.request import Request
 from app.engine.sampler import Sampler, compute_logprobs
@@ -69,6 +71,7 @@ class LLMEngine:
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
         self.sampler = Sampler(config.seed)
         self.speculator: Speculator | None = None
+        self._tokenizer = None
         proposer = proposer or build_proposer(config)
         if config.speculative_method and proposer is not None:
             schedule = (SpeculationSchedule.from_config(config.speculation_schedule)
@@ -112,11 +115,14 @@ class LLMEngine:
         if any(not 0 <= t < vocab for t in prompt_token_ids):
             raise RequestRejected(f"prompt token ids must be in [0, {vocab})")
 
-    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
+    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+                    guide=None) -> None:
+        """`guide`: a GuidedDecoder (app/guided/guide.py) the output must follow, or None."""
         if request_id in self.requests:
             raise RequestRejected(f"request id {request_id!r} is already in use")
         self.validate(prompt_token_ids, params)
         req = Request(request_id, prompt_token_ids, params, self.model_config.eos_token_ids)
+        req.guide = guide
         self.requests[request_id] = req
         self.scheduler.add(req)
 
@@ -133,6 +139,9 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         if self.speculator is not None:
             self.speculator.propose(self.scheduler.running)
+        if any(r.guide is not None for r in self.scheduler.running):
+            plan_guided_drafts(self.scheduler.running, self.tokenizer, self.max_model_len,
+                               self.config.enable_jump_forward)
         scheduled = self.scheduler.schedule()
         if not scheduled:
             return []
@@ -141,6 +150,7 @@ class LLMEngine:
         block_ids = {r.request_id: self.block_manager.block_ids(r.request_id) for r in batch}
         logits = self.runner.execute(batch, block_ids)
         plain, plain_rows, spec, spec_rows = [], [], [], []
+        first_rows: list[tuple[Request, int]] = []  # every sampled request and its first row
         row = 0
         for req, num_new in batch.items():
             self.prompt_tokens += max(0, min(req.num_computed_tokens + num_new, req.num_prompt_tokens)
@@ -148,29 +158,39 @@ class LLMEngine:
             req.num_computed_tokens += num_new
             if req.num_computed_tokens < req.num_tokens:  # a prompt chunk: nothing to sample
                 self.block_manager.cache_full_blocks(req)
-            elif req.spec_token_ids:
-                spec.append(req)
-                spec_rows += range(row, row + 1 + len(req.spec_token_ids))
-                row += 1 + len(req.spec_token_ids)
             else:
-                self.block_manager.cache_full_blocks(req)
-                plain.append(req)
-                plain_rows.append(row)
-                row += 1
+                first_rows.append((req, row))
+                num_rows = 1 + len(req.spec_token_ids)
+                if req.spec_token_ids and not req.spec_forced:
+                    spec.append(req)
+                    spec_rows += range(row, row + num_rows)
+                else:  # sampled at the last row, after any forced tokens
+                    plain.append(req)
+                    plain_rows.append(row + num_rows - 1)
+                row += num_rows
+        sample_logits = mask_guided_rows(logits, first_rows)
         outputs = []
         if plain:
-            token_ids, logprobs = self.sampler(logits[plain_rows], plain)
-            for req, token_id, logprob in zip(plain, token_ids, logprobs):
-                self._append(req, [token_id])
-                outputs.append(self._step_output(req, [logprob] if logprob else None))
+            token_ids, _ = self.sampler(sample_logits[plain_rows], plain)
+            for req, row, token_id in zip(plain, plain_rows, token_ids):
+                forced = req.spec_token_ids
+                rows = logits[row - len(forced):row + 1]
+                outputs.append(self._apply_verified(req, forced + [token_id], len(forced), rows))
         if spec:
-            verified = self.speculator.verify(logits[spec_rows], spec)
+            verified = self.speculator.verify(sample_logits[spec_rows], spec)
             offset = 0
             for req, (token_ids, num_accepted) in zip(spec, verified):
                 rows = logits[spec_rows[offset:offset + len(token_ids)]]
                 offset += 1 + len(req.spec_token_ids)
                 outputs.append(self._apply_verified(req, token_ids, num_accepted, rows))
         return outputs
+
+    @property
+    def tokenizer(self):
+        """The checkpoint's tokenizer, loaded on first use (jump-forward tokenizes forced text)."""
+        if self._tokenizer is None:
+            self._tokenizer = AutoTokenizer.from_pretrained(self.config.model)
+        return self._tokenizer
 
     def _append(self, req: Request, token_ids: list[int]) -> int:
         """Append tokens up to the first that finishes the request; return how many."""

@@ -45,6 +45,8 @@ class Request:
         # and verified by the target; never part of `all_token_ids` until accepted.
         self.spec_token_ids: list[int] = []
         self.draft_probs: torch.Tensor | None = None  # [len(spec), V] draft distribution, or None
+        self.spec_forced = False  # the drafts are forced by the grammar (kept without verification)
+        self.guide = None  # a GuidedDecoder when the output must follow a format
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -63,9 +65,10 @@ class Request:
         """All known tokens but the last are in the KV cache: the next step samples."""
         return self.num_computed_tokens == self.num_tokens - 1
 
-    def set_spec(self, token_ids: list[int], probs: torch.Tensor | None = None) -> None:
+    def set_spec(self, token_ids: list[int], probs: torch.Tensor | None = None, forced: bool = False) -> None:
         self.spec_token_ids = list(token_ids)
         self.draft_probs = probs if token_ids else None
+        self.spec_forced = forced and bool(token_ids)
 
     def trim_spec(self, keep: int) -> None:
         """Keep the first `keep` draft tokens (the step's budget ran short)."""
@@ -73,6 +76,7 @@ class Request:
         if keep < len(self.spec_token_ids):
             self.spec_token_ids = self.spec_token_ids[:keep]
             self.draft_probs = None if self.draft_probs is None or not keep else self.draft_probs[:keep]
+            self.spec_forced = self.spec_forced and keep > 0
 
     @property
     def output_token_ids(self) -> list[int]:
@@ -88,7 +92,11 @@ class Request:
 
     def append_token(self, token_id: int) -> None:
         self.all_token_ids.append(token_id)
+        if self.guide is not None:
+            self.guide.advance(token_id)
         if token_id in self.eos_token_ids or token_id in self.params.stop_token_ids:
+            self.finish("stop")
+        elif self.guide is not None and self.guide.is_finished:  # the format is complete
             self.finish("stop")
         elif self.num_output_tokens >= self.params.max_tokens:
             self.finish("length")

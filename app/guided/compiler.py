@@ -164,13 +164,13 @@ def json_object_regex(depth: int = 2, whitespace: str = WHITESPACE) -> str:
 def regex_for_format(spec: dict, strict: bool = False, json_object_depth: int = 2) -> str:
     """Turn a response format into the regex its output must fullmatch. JSON whitespace defaults
     to outlines' `[ ]?`: unbounded whitespace lets a model pad forever and forces fewer strings
-    for jump-forward; `whitespace_pattern` in the spec overrides it."""
+    for jump-forward; `whitespace_pattern` in the spec overrides it ("" for compact JSON, which
+    forces the most text)."""
     if not isinstance(spec, dict):
         raise GuidedFormatError("format must be an object with a 'type'")
     kind = spec.get("type")
-    ws = spec.get("whitespace_pattern") or WHITESPACE
-    if ws is not WHITESPACE:
-        ws = "(?:" + check_regex(str(ws)) + ")"
+    ws = spec.get("whitespace_pattern")
+    ws = WHITESPACE if ws is None else "(?:" + check_regex(str(ws)) + ")"  # "": compact JSON
     if kind == "json_schema":
         body = spec.get("json_schema")
         schema = body.get("schema") if isinstance(body, dict) else None

@@ -1,0 +1,90 @@
+"""The ConstraintService's figures, reported to the MetricsHub like every other stage.
+
+- `specserve:guided_compile_seconds` (histogram): time to build an index, per compile that ran;
+- `specserve:guided_compile_cache_hits_total` / `..._misses_total`: format lookups that found a
+  compiled index / had to compile (or wait for a compile already running);
+- `specserve:guided_compile_errors_total{reason}`: formats refused (`invalid`, `timeout`, `busy`);
+- `specserve:guided_compiled_indexes`: indexes held in the cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily
+
+from app.guided.compiler import IndexCache
+from deployments.metrics import (PREFIX, REPORT_INTERVAL_S, _call, _fire_and_forget, _replica_id,
+                                 families_to_samples)
+
+logger = logging.getLogger(__name__)
+
+COMPILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                   20.0, 40.0, 80.0)
+ERROR_REASONS = ("invalid", "timeout", "busy")
+
+
+class ConstraintMetrics:
+    def __init__(self, hub_handle, model_name: str, cache: IndexCache,
+                 deployment: str = "ConstraintService", interval_s: float = REPORT_INTERVAL_S):
+        self.hub, self.model_name, self.cache, self.interval_s = hub_handle, model_name, cache, interval_s
+        self.replica = _replica_id()
+        self.source = {"deployment": deployment, "replica": self.replica}
+        self.registry = r = CollectorRegistry(auto_describe=False)
+        labels = ["model_name", "replica"]
+        self.compile_seconds = Histogram(PREFIX + "guided_compile_seconds",
+                                         "Histogram of time to compile an output format in seconds.",
+                                         labels, registry=r, buckets=COMPILE_BUCKETS
+                                         ).labels(model_name, self.replica)
+        errors = Counter(PREFIX + "guided_compile_errors", "Output formats refused, by reason.",
+                         labels + ["reason"], registry=r)
+        self.errors = {reason: errors.labels(model_name, self.replica, reason)
+                       for reason in ERROR_REASONS}
+        self._observed = 0  # compile times of the cache already put in the histogram
+        self._task: asyncio.Task | None = None
+
+    def samples(self) -> list[dict]:
+        times = self.cache.compile_seconds
+        for seconds in times[self._observed:]:
+            self.compile_seconds.observe(seconds)
+        self._observed = len(times)
+        values = [self.model_name, self.replica]
+        hits = CounterMetricFamily(PREFIX + "guided_compile_cache_hits",
+                                   "Output format lookups answered from the compiled-index cache.",
+                                   labels=["model_name", "replica"])
+        hits.add_metric(values, self.cache.hits)
+        misses = CounterMetricFamily(PREFIX + "guided_compile_cache_misses",
+                                     "Output format lookups that had to compile.",
+                                     labels=["model_name", "replica"])
+        misses.add_metric(values, self.cache.misses)
+        held = GaugeMetricFamily(PREFIX + "guided_compiled_indexes",
+                                 "Compiled indexes held in the cache.", labels=["model_name", "replica"])
+        held.add_metric(values, len(self.cache))
+        return families_to_samples(list(self.registry.collect()) + [hits, misses, held])
+
+    async def report(self) -> None:
+        if self.hub is not None:
+            await _call(self.hub, "report", self.source, self.samples())
+
+    def start(self) -> None:
+        if self.hub is not None and (self._task is None or self._task.done()):
+            self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self.report()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the hub restarting must not take the service down
+                logger.debug("constraint metrics report failed", exc_info=True)
+            await asyncio.sleep(self.interval_s)
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        if self.hub is not None:
+            _fire_and_forget(self.hub, "remove", self.source)

@@ -1,0 +1,195 @@
+"""GuidedDecoder with the default tokenizer and real outlines-core: masks equal what the guide
+allows, EOS only in a final state, rollback, draft masks, and jump-forward tokens."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import jsonschema
+import pytest
+import torch
+from outlines_core import Guide, Index
+from transformers import PreTrainedTokenizerFast
+
+from app.guided.compiler import regex_for_format
+from app.guided.guide import GuidedDecoder, forced_bytes
+from app.guided.vocabulary import build_guided_vocabulary, load_guided_vocabulary
+
+TINY_TARGET = Path(__file__).resolve().parents[2] / "checkpoints" / "tiny-target"
+WIDTH = 4096 + 64  # logits padded past the tokenizer's vocabulary
+KEY_HEAVY = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+                                              "age": {"type": "integer"}},
+             "required": ["name", "age"]}
+NESTED = {"type": "object", "properties": {
+    "id": {"type": "integer"}, "tags": {"type": "array", "items": {"enum": ["a", "b"]},
+                                        "minItems": 1, "maxItems": 3},
+    "owner": {"type": "object", "properties": {"vip": {"type": "boolean"}}, "required": ["vip"]}},
+    "required": ["id", "tags", "owner"]}
+
+
+def schema_format(schema: dict, whitespace: str | None = None) -> dict:
+    spec = {"type": "json_schema", "json_schema": {"schema": schema}}
+    if whitespace is not None:
+        spec["whitespace_pattern"] = whitespace
+    return spec
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return PreTrainedTokenizerFast.from_pretrained(str(TINY_TARGET), local_files_only=True)
+
+
+@pytest.fixture(scope="module")
+def gv():
+    return load_guided_vocabulary(TINY_TARGET)
+
+
+@pytest.fixture(scope="module")
+def nested_index(gv):
+    return Index(regex_for_format(schema_format(NESTED)), gv.vocabulary)
+
+
+def allowed_ids(mask: torch.Tensor) -> set[int]:
+    return set(mask.nonzero().flatten().tolist())
+
+
+def choose(dec: GuidedDecoder, rng: random.Random) -> int:
+    """A random allowed token; EOS with p=0.5 once allowed."""
+    allowed = allowed_ids(dec.allowed_mask())
+    others = sorted(allowed - {dec.vocab.eos_token_id})
+    if dec.vocab.eos_token_id in allowed and (not others or rng.random() < 0.5):
+        return dec.vocab.eos_token_id
+    return rng.choice(others)
+
+
+def test_masks_equal_guide_and_eos_only_when_final(gv, nested_index):
+    rng = random.Random(0)
+    for _ in range(5):
+        dec, ref = GuidedDecoder(nested_index, gv, WIDTH), Guide(nested_index)
+        while True:
+            mask = dec.allowed_mask()
+            assert mask.shape == (WIDTH,) and not mask[4096:].any()
+            assert allowed_ids(mask) == set(ref.get_tokens())
+            assert bool(mask[gv.eos_token_id]) == dec.is_final == ref.is_finished()
+            disallowed = next(i for i in range(4096) if not mask[i])
+            assert not dec.advance(disallowed) and allowed_ids(dec.allowed_mask()) == allowed_ids(mask)
+            tid = choose(dec, rng)
+            assert dec.advance(tid)
+            if tid == gv.eos_token_id:
+                break
+            ref.advance(tid, return_tokens=False)
+        assert dec.is_finished and not dec.allowed_mask().any()
+        assert not dec.advance(gv.eos_token_id)
+
+
+def test_rollback_restores_masks_eos_included(gv, nested_index):
+    rng = random.Random(1)
+    dec = GuidedDecoder(nested_index, gv, WIDTH)
+    masks = [dec.allowed_mask()]
+    while not (dec.is_final and dec.num_tokens >= 6):
+        tid = choose(dec, rng)
+        if tid == gv.eos_token_id:
+            continue
+        assert dec.advance(tid)
+        masks.append(dec.allowed_mask())
+    assert dec.advance(gv.eos_token_id) and dec.is_finished
+    dec.rollback(1)  # the EOS: the guide did not move for it
+    assert dec.is_final and torch.equal(dec.allowed_mask(), masks[-1])  # EOS allowed again
+    n = dec.num_tokens
+    dec.rollback(4)
+    assert dec.num_tokens == n - 4 and torch.equal(dec.allowed_mask(), masks[-5])
+    dec.rollback(dec.num_tokens)
+    assert torch.equal(dec.allowed_mask(), masks[0])
+    with pytest.raises(ValueError):
+        dec.rollback(1)
+
+
+def test_draft_masks_mix_of_allowed_and_disallowed(gv, tok):
+    index = Index(regex_for_format({"type": "regex", "pattern": "[0-9]{2}-[a-z]{1,3}"}), gv.vocabulary)
+    dec = GuidedDecoder(index, gv, WIDTH)
+    first = tok.convert_tokens_to_ids("1")
+    second = tok.convert_tokens_to_ids("2")
+    dash = tok.convert_tokens_to_ids("-")
+    letter = tok.convert_tokens_to_ids("a")
+    # "1", "2" allowed, "a" not (a dash is due), then "-" (would be allowed after a dash).
+    drafts = [first, second, letter, dash]
+    masks = dec.draft_masks(drafts)
+    assert masks.shape == (5, WIDTH)
+    assert dec.num_tokens == 0 and torch.equal(masks[0], dec.allowed_mask())  # guide restored
+    expected = []
+    for tid in drafts[:2]:
+        expected.append(dec.allowed_mask())
+        dec.advance(tid)
+    expected.append(dec.allowed_mask())
+    for row, mask in enumerate(expected):
+        assert torch.equal(masks[row], mask), row
+    assert bool(masks[1][second]) and not masks[2][letter] and bool(masks[2][dash])
+    assert not masks[3].any() and not masks[4].any()  # after the rejected draft: irrelevant
+    dec.rollback(2)
+    assert dec.accept_prefix(drafts) == 2 and dec.num_tokens == 2
+    # Bitmask form, into rows of a bigger batch buffer; an EOS draft in a final state.
+    dec.accept_prefix([dash, letter])
+    bitmask = torch.full((6, (WIDTH + 31) // 32), -1, dtype=torch.int32)
+    assert dec.fill_draft_bitmasks(bitmask, 1, [gv.eos_token_id, letter]) == 1
+    assert (bitmask[0] == -1).all() and (bitmask[4:] == -1).all()  # other rows untouched
+    assert (bitmask[2] == 0).all() and (bitmask[3] == 0).all()  # nothing after EOS
+    assert dec.num_tokens == 4 and dec.is_final and not dec.is_finished
+
+
+@pytest.mark.parametrize("whitespace", [None, ""])
+def test_forced_tokens_key_heavy(gv, tok, whitespace):
+    index = Index(regex_for_format(schema_format(KEY_HEAVY, whitespace)), gv.vocabulary)
+    rng = random.Random(2)
+    for _ in range(4):
+        dec, out, forced_text = GuidedDecoder(index, gv, WIDTH), b"", b""
+        while not dec.is_finished:
+            data, _ = forced_bytes(index, gv, dec.guide.get_state())
+            forced = dec.forced_token_ids(tok)
+            spelled = b"".join(gv.token_bytes[t] for t in forced)
+            assert data.startswith(spelled)
+            if forced:
+                assert dec.accept_prefix(forced) == len(forced)
+                out, forced_text = out + spelled, forced_text + spelled
+                continue
+            tid = choose(dec, rng)
+            assert dec.advance(tid)
+            out += gv.token_bytes[tid] if tid != gv.eos_token_id else b""
+        jsonschema.validate(json.loads(out), KEY_HEAVY)
+        assert b"name" in forced_text and b"age" in forced_text
+    dec = GuidedDecoder(index, gv, WIDTH)
+    start = forced_bytes(index, gv, dec.guide.get_state())[0]
+    assert start == (b'{"name":"' if whitespace == "" else b"{")
+    if whitespace == "":
+        assert tok.decode(dec.forced_token_ids(tok)).startswith('{"name')
+        assert dec.forced_token_ids(tok) == dec.forced_token_ids(tok)  # memoised, same answer
+
+
+def test_forced_tokens_boundary(gv, tok):
+    """The last token is dropped where a longer allowed token could replace it, kept at the end."""
+    def compile_choices(*choices):
+        return Index(regex_for_format({"type": "choice", "choices": list(choices)}), gv.vocabulary)
+
+    dec = GuidedDecoder(compile_choices("alpha beta", "alpha gamma"), gv, WIDTH)
+    assert forced_bytes(dec.index, gv, dec.guide.get_state())[0] == b"alpha "
+    spelled = b"".join(gv.token_bytes[t] for t in dec.forced_token_ids(tok))
+    assert b"alpha".startswith(spelled)  # " " could become " b" / " g": left to the model
+    dec = GuidedDecoder(compile_choices("done!"), gv, WIDTH)
+    forced = dec.forced_token_ids(tok)
+    assert b"".join(gv.token_bytes[t] for t in forced) == b"done!"
+    assert dec.accept_prefix(forced) == len(forced) and dec.is_finished
+
+
+def test_forced_tokens_sentencepiece_style_only_accepted(tmp_path):
+    from tests.guided.test_vocabulary import train_sentencepiece
+
+    sp = train_sentencepiece(tmp_path)
+    vocab = build_guided_vocabulary(sp)
+    index = Index(regex_for_format(schema_format(KEY_HEAVY, "")), vocab.vocabulary)
+    dec = GuidedDecoder(index, vocab, len(sp))
+    data, _ = forced_bytes(index, vocab, dec.guide.get_state())
+    assert data == b'{"name":"'
+    forced = dec.forced_token_ids(sp)  # Metaspace prepends '▁': nothing that spells the text
+    assert data.startswith(b"".join(vocab.token_bytes[t] for t in forced))
+    assert dec.accept_prefix(forced) == len(forced)

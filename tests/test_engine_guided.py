@@ -1,0 +1,99 @@
+"""Guided decoding inside the engine, on the default model with real outlines-core indexes:
+every output matches its format, guided and unguided requests share a batch, speculation
+(draft and n-gram) does not change greedy guided output, and jump-forward keeps the format
+while taking fewer steps."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from outlines_core.json_schema import build_regex_from_schema
+from transformers import AutoTokenizer
+
+from app.config import EngineConfig
+from app.engine.engine import LLMEngine
+from app.guided.compiler import compile_regex
+from app.guided.guide import GuidedDecoder
+from app.guided.vocabulary import load_guided_vocabulary
+from app.sampling_params import SamplingParams
+from tests.checkpoints import DEFAULT_DRAFT, DEFAULT_TARGET
+
+PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                                           "age": {"type": "integer"},
+                                           "tags": {"type": "array", "items": {"enum": ["a", "b"]},
+                                                    "maxItems": 3}},
+          "required": ["name", "age", "tags"]}
+REGEXES = {"json": build_regex_from_schema(json.dumps(PERSON), ""),
+           "date": r"\d{4}-\d{2}-\d{2}",
+           "choice": r"(yes|no|maybe)"}
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(DEFAULT_TARGET)
+
+
+@pytest.fixture(scope="module")
+def indexes():
+    vocab = load_guided_vocabulary(DEFAULT_TARGET)
+    return vocab, {name: compile_regex(regex, vocab) for name, regex in REGEXES.items()}
+
+
+def run(indexes, tokenizer, method=None, jump_forward=True, temperature=0.0, seed=None):
+    vocab, compiled = indexes
+    engine = LLMEngine(EngineConfig(model=str(DEFAULT_TARGET), draft_model=str(DEFAULT_DRAFT),
+                                    num_kv_blocks=256, speculative_method=method,
+                                    speculation_schedule={1: 4}, enable_jump_forward=jump_forward))
+    prompts = {"json": "person = ", "date": "today = ", "choice": "answer: "}
+    params = SamplingParams(max_tokens=80, temperature=temperature, seed=seed)
+    for name, text in prompts.items():
+        engine.add_request(name, tokenizer.encode(text), params, GuidedDecoder(compiled[name], vocab, 4096))
+    engine.add_request("free", tokenizer.encode("def f():"), SamplingParams(max_tokens=20, temperature=0))
+    out: dict[str, list[int]] = {}
+    reasons = {}
+    while engine.has_unfinished_requests():
+        for o in engine.step():
+            out.setdefault(o.request_id, []).extend(o.new_token_ids)
+            if o.finished:
+                reasons[o.request_id] = o.finish_reason
+    assert engine.block_manager.num_used_blocks == 0
+    return out, reasons, engine.num_steps
+
+
+def text(tokenizer, ids):
+    return tokenizer.decode(ids, skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("jump_forward", [False, True])
+def test_outputs_match_their_formats_beside_an_unguided_request(indexes, tokenizer, jump_forward):
+    out, reasons, _ = run(indexes, tokenizer, jump_forward=jump_forward)
+    for name, regex in REGEXES.items():
+        assert re.fullmatch(regex, text(tokenizer, out[name])), (name, text(tokenizer, out[name]))
+        assert reasons[name] == "stop"
+    assert len(out["free"]) == 20 and reasons["free"] == "length"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_sampled_json_parses_and_validates(indexes, tokenizer, seed):
+    jsonschema = pytest.importorskip("jsonschema")
+    out, reasons, _ = run(indexes, tokenizer, temperature=1.0, seed=seed)
+    assert reasons["json"] == "stop"
+    jsonschema.validate(json.loads(text(tokenizer, out["json"])), PERSON)
+    assert re.fullmatch(REGEXES["date"], text(tokenizer, out["date"]))
+
+
+@pytest.mark.parametrize("method", ["draft", "ngram"])
+@pytest.mark.parametrize("jump_forward", [False, True])
+def test_speculation_does_not_change_greedy_guided_output(indexes, tokenizer, method, jump_forward):
+    plain, _, _ = run(indexes, tokenizer, jump_forward=jump_forward)
+    speculated, _, _ = run(indexes, tokenizer, method=method, jump_forward=jump_forward)
+    assert speculated == plain
+
+
+def test_jump_forward_takes_fewer_steps(indexes, tokenizer):
+    _, _, steps_off = run(indexes, tokenizer, jump_forward=False)
+    out, _, steps_on = run(indexes, tokenizer, jump_forward=True)
+    assert steps_on < steps_off
+    assert json.loads(text(tokenizer, out["json"]))["tags"] is not None
