@@ -23,6 +23,7 @@ from app.config import EngineConfig
 from deployments.constraint import ConstraintService
 from deployments.draft import DraftModel
 from deployments.ingress import Ingress
+from deployments.limits import api_keys_from_env
 from deployments.metrics import MetricsHub
 from deployments.target import TargetModel
 
@@ -55,10 +56,10 @@ def target_placement(device: str) -> tuple[str, float]:
     return device, (1.0 if device.startswith("cuda") else 0.0)
 
 
-def engine_config(args: AppArgs, model: str, device: str) -> EngineConfig:
+def engine_config(args: AppArgs, model: str, device: str, **overrides) -> EngineConfig:
     names = {f.name for f in dataclasses.fields(EngineConfig)}
     values = {k: v for k, v in args.model_dump().items() if k in names}
-    return EngineConfig(**{**values, "model": model, "device": device})
+    return EngineConfig(**{**values, "model": model, "device": device, **overrides})
 
 
 def build_app(args: dict) -> Application:
@@ -68,11 +69,18 @@ def build_app(args: dict) -> Application:
     device, num_gpus = target_placement(a.device)
 
     hub = MetricsHub.bind()
+    target_config = engine_config(a, model, device, draft_model=None)
     draft = None
-    if a.draft_model:
-        # On the CPU until the speculation issue decides where drafts run (the stub only loads).
-        draft = DraftModel.bind(engine_config(a, resolve_checkpoint(a.draft_model), "cpu"))
+    if a.speculative_method == "draft":
+        # The draft runs on the CPU in its own deployment; on GPU clusters see the README.
+        draft = DraftModel.bind(engine_config(a, resolve_checkpoint(a.draft_model), "cpu",
+                                              speculative_method=None, draft_model=None))
     target = TargetModel.options(ray_actor_options={"num_cpus": 1, "num_gpus": num_gpus}).bind(
-        engine_config(a, model, device), name, hub, draft, a.speculation)
-    constraint = ConstraintService.bind()
-    return Ingress.bind(target, constraint, hub, model, name, a.api_keys)
+        target_config, name, hub, draft)
+    constraint = ConstraintService.bind(model, hub, name)
+    return Ingress.bind(target, constraint, hub, model, name, api_keys(a), a.max_request_body_bytes)
+
+
+def api_keys(args: AppArgs) -> list[str] | None:
+    """The config's `api_keys`, or when it sets none, those in $SPECSERVE_API_KEYS."""
+    return args.api_keys if args.api_keys is not None else api_keys_from_env()

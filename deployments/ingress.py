@@ -29,9 +29,13 @@ from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from transformers import AutoTokenizer
 
+from app.outputs import EngineOverloaded
 from app.sampling_params import SamplingParams
 from deployments.choices import Choice, Event, merge_choices, sse
 from deployments.detokenizer import IncrementalDetokenizer
+from deployments.errors import REPLICA_LOST, replica_lost
+from deployments.guided_formats import FormatRequestError, requested_format
+from deployments.limits import DEFAULT_MAX_BODY_BYTES, RequestGate, configure_gate
 from deployments.metrics import IngressMetrics, RequestTimer
 from deployments.protocol import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
                                   ChatCompletionRequest, ChatCompletionResponse, ChatLogprobs,
@@ -43,6 +47,7 @@ from deployments.protocol import (AssistantMessage, ChatChoice, ChatChunkChoice,
 logger = logging.getLogger("ray.serve")
 
 app = FastAPI(title="specserve", docs_url=None, redoc_url=None)
+app.add_middleware(RequestGate)  # API keys, body size and encoding, before FastAPI parses
 
 
 # -- errors -------------------------------------------------------------------------------
@@ -84,6 +89,8 @@ async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResp
 @app.exception_handler(Exception)
 async def _internal_error(_: Request, exc: Exception) -> JSONResponse:
     logger.exception("request failed")
+    if replica_lost(exc):
+        return error_response(503, REPLICA_LOST, "server_error", code="replica_unavailable")
     return error_response(500, f"internal error: {_message(exc)}", "internal_error")
 
 
@@ -111,7 +118,8 @@ async def _guarded_stream(request_id: str, choices: list[Choice], chunks: AsyncI
             yield chunk
     except Exception as exc:  # noqa: BLE001 - the stream has started: report in-band
         logger.exception("stream %s failed", request_id)
-        yield sse(ErrorResponse(error=ErrorInfo(message=_message(exc), type="internal_error", code="500")))
+        message = REPLICA_LOST if replica_lost(exc) else _message(exc)
+        yield sse(ErrorResponse(error=ErrorInfo(message=message, type="internal_error", code="500")))
     finally:
         for c in choices:
             c.close()
@@ -123,26 +131,19 @@ async def _guarded_stream(request_id: str, choices: list[Choice], chunks: AsyncI
 @serve.ingress(app)
 class Ingress:
     def __init__(self, target, constraint, metrics_hub, model_path: str, served_model_name: str,
-                 api_keys: list[str] | None = None):
+                 api_keys: list[str] | None = None,
+                 max_request_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
         self.target = target
         self.constraint = constraint
         self.model_path = model_path
         self.model_name = served_model_name
-        self.api_keys = set(api_keys or [])
+        configure_gate(api_keys, max_request_body_bytes)  # checked by RequestGate
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.metrics = IngressMetrics(metrics_hub, served_model_name)
         self._info: dict | None = None
         self._token_text: dict[int, str] = {}
 
     # -- plumbing ---------------------------------------------------------------------------
-    def _authorize(self, request: Request) -> None:
-        if not self.api_keys:
-            return
-        header = request.headers.get("authorization", "")
-        if not header.startswith("Bearer ") or header[7:] not in self.api_keys:
-            raise OpenAIError(401, "invalid or missing API key (send 'Authorization: Bearer <key>')",
-                              "authentication_error", code="invalid_api_key")
-
     def _check_model(self, model: str | None) -> None:
         if model is not None and model != self.model_name:
             raise OpenAIError(404, f"The model `{model}` does not exist; this server serves "
@@ -159,16 +160,19 @@ class Ingress:
             text = self._token_text[token_id] = self.tokenizer.decode([token_id])
         return text
 
-    async def _guide(self, req) -> None:
-        """Pass `response_format` to the ConstraintService (which refuses it for now)."""
-        if req.response_format is None or not req.response_format.guided:
-            return
+    async def _guide(self, req) -> dict:
+        """{"guided": spec} for the target's params when the request asks for an output format
+        (compiled by the ConstraintService; see deployments/guided_client.py), else {}."""
         try:
-            await self.constraint.compile.remote(req.response_format.model_dump(by_alias=True))
-        except ValueError as exc:
-            raise OpenAIError(400, _message(exc), param="response_format") from None
-        raise OpenAIError(400, "guided decoding is not applied by the engine yet",
-                          param="response_format")
+            requested = requested_format(req)
+        except FormatRequestError as exc:
+            raise OpenAIError(400, str(exc), param=exc.param) from None
+        if requested is None:
+            return {}
+        try:
+            return {"guided": await self.constraint.compile.remote(requested.format)}
+        except ValueError as exc:  # GuidedFormatError, raised in the service
+            raise OpenAIError(400, _message(exc), param=requested.param) from None
 
     async def _start(self, request_id: str, prompts: list[list[int]], req, max_tokens: int | None,
                      logprobs: int | None, prompt_param: str) -> list[Choice]:
@@ -195,25 +199,28 @@ class Ingress:
                         top_k=req.top_k, min_p=req.min_p,
                         seed=None if req.seed is None else req.seed + j,
                         stop_token_ids=list(req.stop_token_ids or []), ignore_eos=req.ignore_eos,
-                        logprobs=logprobs)
+                        logprobs=logprobs, speculative_decoding=req.speculative_decoding)
                 except ValueError as exc:
                     raise OpenAIError(400, str(exc)) from None
                 params.append((len(params), prompt_index, ids, p))
-        await self._guide(req)
+        guided = await self._guide(req)
 
         choices: list[Choice] = []
         handle = self.target.options(stream=True)
         for index, prompt_index, ids, p in params:
-            stream = handle.generate.remote(f"{request_id}-{index}", ids, dataclasses.asdict(p))
+            stream = handle.generate.remote(f"{request_id}-{index}", ids,
+                                            {**dataclasses.asdict(p), **guided})
             detok = IncrementalDetokenizer(self.tokenizer, ids, req.stop_strings)
             choices.append(Choice(index, prompt_index, ids, stream, detok,
                                    self.metrics.start_request(len(ids))))
         try:
             await asyncio.gather(*(c.start() for c in choices))
         except BaseException as exc:
-            refused = isinstance(exc, ValueError)  # RequestRejected and other refusals
+            refused = isinstance(exc, (ValueError, EngineOverloaded))  # nothing ran: no metrics
             for c in choices:
                 c.close(record=not refused)
+            if isinstance(exc, EngineOverloaded):
+                raise OpenAIError(429, _message(exc), "rate_limit_error", code="engine_overloaded") from None
             if refused:
                 raise OpenAIError(400, _message(exc), param=prompt_param) from None
             raise
@@ -263,15 +270,13 @@ class Ingress:
         return Response(await self.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/models")
-    async def models(self, request: Request) -> ModelList:
-        self._authorize(request)
+    async def models(self) -> ModelList:
         info = await self._target_info()
         return ModelList(data=[ModelCard(id=self.model_name, root=self.model_path,
                                          max_model_len=info["max_model_len"])])
 
     @app.post("/v1/completions")
-    async def completions(self, body: CompletionRequest, request: Request):
-        self._authorize(request)
+    async def completions(self, body: CompletionRequest):
         self._check_model(body.model)
         prompts = [p if isinstance(p, list) else self.tokenizer.encode(p) for p in body.prompts()]
         request_id = random_id("cmpl")
@@ -315,8 +320,7 @@ class Ingress:
                                           choices=[], usage=self._usage(choices)))
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(self, body: ChatCompletionRequest, request: Request):
-        self._authorize(request)
+    async def chat_completions(self, body: ChatCompletionRequest):
         self._check_model(body.model)
         if not getattr(self.tokenizer, "chat_template", None):
             raise OpenAIError(400, "this model has no chat template; use /v1/completions")

@@ -4,9 +4,10 @@ Field names and defaults are OpenAI's, plus vLLM's extras users already send (`t
 `min_p`, `ignore_eos`, `stop_token_ids`). Fields are checked for shape here; what depends on
 the model (context length, vocabulary) is checked by the ingress and the engine.
 
-`response_format` (`json_object`, `json_schema`) is accepted and validated in shape here and
-passed on to the ConstraintService; until guided decoding lands, that service answers
-"not supported yet" and the client gets a 400 saying so. `{"type": "text"}` is plain output.
+Output formats: `response_format` (`json_object`, `json_schema`; `{"type": "text"}` is plain
+output), vLLM's `guided_json` / `guided_regex` / `guided_choice` and its newer
+`structured_outputs` are checked in shape here; deployments/guided_formats.py turns whichever
+one a request uses into the format the ConstraintService compiles.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 MAX_N = 16
 MAX_LOGPROBS = 20
+MAX_STOP = 16  # stop strings per request (each one is checked against every new character)
+MIN_TEMPERATURE = 1e-5  # below it sampling is greedy (vLLM's convention; logits/t would overflow)
+INT64 = 2 ** 63
 
 
 def random_id(prefix: str) -> str:
@@ -55,6 +59,19 @@ class ResponseFormat(BaseModel):
         return self.type != "text"
 
 
+class StructuredOutputs(BaseModel):
+    """vLLM's `structured_outputs`: one of json / regex / choice / json_object (grammar refused)."""
+    model_config = ConfigDict(populate_by_name=True)
+
+    json_: dict[str, Any] | str | None = Field(None, alias="json")  # `json` shadows BaseModel.json
+    regex: str | None = None
+    choice: list[str] | None = None
+    json_object: bool | None = None
+    grammar: str | None = None
+    whitespace_pattern: str | None = None
+    disable_any_whitespace: bool = False
+
+
 class SamplingFields(BaseModel):
     """The fields completions and chat share."""
 
@@ -64,13 +81,19 @@ class SamplingFields(BaseModel):
     top_k: int = Field(0, ge=-1)
     min_p: float = Field(0.0, ge=0, le=1)
     n: int = Field(1, ge=1, le=MAX_N)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-INT64, lt=INT64)
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
+    speculative_decoding: bool = True  # specserve: False opts this request out of speculation
     stream: bool = False
     stream_options: StreamOptions | None = None
     response_format: ResponseFormat | None = None
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_whitespace_pattern: str | None = None
+    structured_outputs: StructuredOutputs | None = None
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     user: str | None = None
@@ -85,6 +108,13 @@ class SamplingFields(BaseModel):
 
     @model_validator(mode="after")
     def _check_shared(self) -> "SamplingFields":
+        if self.temperature < MIN_TEMPERATURE:
+            self.temperature = 0.0
+        stops = self.stop_strings
+        if len(stops) > MAX_STOP:
+            raise ValueError(f"stop: at most {MAX_STOP} stop strings, got {len(stops)}")
+        if any(not s for s in stops):
+            raise ValueError("stop: stop strings must not be empty")
         if self.presence_penalty or self.frequency_penalty:
             raise ValueError("presence_penalty and frequency_penalty are not supported; leave them at 0")
         if self.stream_options is not None and not self.stream:

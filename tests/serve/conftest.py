@@ -78,12 +78,10 @@ class ServeApp:
         return serve.get_deployment_handle("TargetModel", self.name)
 
 
-def start_serve_app(name: str, args: dict, num_cpus: int = 4):
-    """Start Ray (small) and Serve, run `build_app(args)`; returns a ServeApp. Pair with stop_serve_app."""
+def start_ray_serve(num_cpus: int = 4) -> int:
+    """Start a small local Ray and Serve's HTTP proxy on a free port; returns the port."""
     import ray
     from ray import serve
-
-    from app.builder import build_app
 
     port = free_port()
     for attempt in range(3):
@@ -98,10 +96,24 @@ def start_serve_app(name: str, args: dict, num_cpus: int = 4):
             if attempt == 2:
                 raise
     serve.start(http_options={"host": "127.0.0.1", "port": port})
+    return port
+
+
+def deploy_app(name: str, args: dict, port: int) -> ServeApp:
+    """`serve.run(build_app(args))` at route "/" of the running Serve; returns a ServeApp."""
+    from ray import serve
+
+    from app.builder import build_app
+
     serve.run(build_app(args), name=name, route_prefix="/")
     model = Path(args["model"]).name
     return ServeApp(name, f"http://127.0.0.1:{port}", args.get("served_model_name") or model,
                     Path(args["model"]), args)
+
+
+def start_serve_app(name: str, args: dict, num_cpus: int = 4):
+    """Start Ray (small) and Serve, run `build_app(args)`; returns a ServeApp. Pair with stop_serve_app."""
+    return deploy_app(name, args, start_ray_serve(num_cpus))
 
 
 def stop_serve_app() -> None:

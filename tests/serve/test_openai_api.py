@@ -207,7 +207,8 @@ def test_bad_input_gets_openai_errors_and_the_server_keeps_serving(serve_app, cl
         ("/completions", dict(json={"prompt": [10 ** 7], "max_tokens": 1}), 400),  # not in the vocabulary
         ("/chat/completions", dict(json={"messages": []}), 400),
         ("/chat/completions", dict(json={"messages": [{"role": "user", "content": "x"}],
-                                         "response_format": {"type": "json_object"}}), 400),
+                                         "response_format": {"type": "json_schema", "json_schema": {
+                                             "schema": {"type": "foo"}}}}), 400),
         ("/chat/completions", dict(json={"messages": [{"role": "user", "content": "x"}],
                                          "response_format": {"type": "json_schema"}}), 400),
     ]
@@ -215,8 +216,9 @@ def test_bad_input_gets_openai_errors_and_the_server_keeps_serving(serve_app, cl
         r = post(path, **kwargs)
         assert r.status_code == status, (path, kwargs, r.status_code, r.text)
         error_body(r)
-    assert "not supported yet" in error_body(post("/chat/completions", json={
-        "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}}))["message"]
+    assert "invalid JSON schema" in error_body(post("/chat/completions", json={
+        "messages": [{"role": "user", "content": "x"}], "response_format": {
+            "type": "json_schema", "json_schema": {"schema": {"type": "foo"}}}}))["message"]
     assert "context length" in error_body(post("/completions", json={"prompt": [7] * limit}))["message"]
     with pytest.raises(openai.BadRequestError):
         client.completions.create(model=serve_app.model, prompt="x", temperature=-1)

@@ -1,0 +1,87 @@
+"""Faults: the target replica is killed (`ray.kill`) while requests run on it. The requests on
+it end with an error, never a hang (streaming: an in-band error event, then `[DONE]`;
+non-streaming: a 503 with an OpenAI error body) that says what happened without Ray's
+internals; Serve starts a replacement and new requests are served by it."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from deployments.errors import REPLICA_LOST
+
+from .helpers import sse_events, target_stats, wait_for, wait_for_idle_kv, wait_for_running
+
+pytestmark = pytest.mark.slow
+
+CLIENT_TIMEOUT_S = 120  # a request still open after this counts as hung
+
+
+def replica_actor(replica_id: str):
+    """The Ray actor of the Serve replica with this id (Serve names the actor after it)."""
+    import ray
+
+    names = [a for a in ray.util.list_named_actors(all_namespaces=True)
+             if a["name"].endswith("#" + replica_id)]
+    assert len(names) == 1, names
+    return ray.get_actor(names[0]["name"], namespace=names[0]["namespace"])
+
+
+def in_flight(url: str, model: str, stream: bool) -> dict:
+    body = {"model": model, "prompt": "A long story:", "max_tokens": 1500, "stream": stream,
+            "ignore_eos": True, "temperature": 0.8, "seed": 3}
+    try:
+        with requests.post(url + "/v1/completions", json=body, stream=stream,
+                           timeout=(10, CLIENT_TIMEOUT_S)) as r:
+            if stream:
+                return {"status": r.status_code, "events": sse_events(r.iter_lines())}
+            return {"status": r.status_code, "json": r.json()}
+    except requests.Timeout as exc:
+        return {"hung": repr(exc)}
+
+
+def test_killed_target_replica_fails_its_requests_and_is_replaced(serve_app):
+    import ray
+
+    wait_for_idle_kv(serve_app)
+    old_replica = target_stats(serve_app)["replica_id"]
+    kinds = [True, True, False, False]  # streaming, streaming, non-streaming, non-streaming
+    with ThreadPoolExecutor(len(kinds)) as pool:
+        futures = [pool.submit(in_flight, serve_app.url, serve_app.model, s) for s in kinds]
+        wait_for_running(serve_app, len(kinds))
+        ray.kill(replica_actor(old_replica), no_restart=True)
+        results = [f.result() for f in futures]
+
+    for stream, result in zip(kinds, results):
+        assert "hung" not in result, result
+        if stream:
+            assert result["status"] == 200, result  # the stream had started
+            events = result["events"]
+            assert events[-1] == "[DONE]", events[-3:]
+            errors = [e for e in events[:-1] if isinstance(e, dict) and "error" in e]
+            assert len(errors) == 1, events[-3:]
+            assert errors[0]["error"]["message"] == REPLICA_LOST, errors  # no actor ids, pids, addresses
+            # The stream did not also claim to have finished normally.
+            assert not any(c.get("finish_reason") for e in events[:-1] if isinstance(e, dict)
+                           for c in e.get("choices", [])), events[-3:]
+        else:
+            assert result["status"] == 503, result
+            error = result["json"]["error"]
+            assert set(error) >= {"message", "type", "param", "code"}, result
+            assert error["message"] == REPLICA_LOST and error["code"] == "replica_unavailable", error
+
+    # Serve replaces the replica; new requests are served (by the new one).
+    def served():
+        try:
+            r = requests.post(serve_app.url + "/v1/completions", timeout=CLIENT_TIMEOUT_S,
+                              json={"prompt": "Back again", "max_tokens": 5, "ignore_eos": True})
+        except requests.RequestException:
+            return None
+        return r if r.status_code == 200 else None
+
+    r = wait_for(served, 180, "a request served after the replica was killed", interval_s=1)
+    assert r.json()["usage"]["completion_tokens"] == 5
+    stats = wait_for_idle_kv(serve_app)
+    assert stats["replica_id"] != old_replica
