@@ -29,6 +29,7 @@ class AppArgs(BaseModel):
     max_num_batched_tokens: int = Field(1024, ge=1)
     enable_prefix_caching: bool = True
     enable_cuda_graphs: bool = True
+    enable_jump_forward: bool = True  # guided decoding: forced text as always-accepted drafts
     attention_backend: str = "auto"
     seed: int = 0
     # Speculative decoding: the draft model (DraftModel deployment) or n-gram prompt lookup
