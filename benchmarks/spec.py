@@ -7,9 +7,8 @@ and the mean accepted length (tokens per speculative step).
     python benchmarks/spec.py --batch-sizes 1 4 16 64 --output-len 64
 
 The draft model runs in-process (`DraftWorker`, the code the DraftModel deployment runs), so
-this measures the engine, not the Serve hop. k follows the engine's default schedule
-(`num_speculative_tokens` at small batches, half from 8 requests, none from 32) unless
-`--schedule` is given.
+this measures the engine, not the Serve hop. k follows the engine's default schedule for the
+device (`engine.default_speculation_schedule`) unless `--schedule` is given.
 """
 
 from __future__ import annotations

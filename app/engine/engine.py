@@ -40,11 +40,15 @@ class EngineStats:
     spec: SpecStats = field(default_factory=SpecStats)
 
 
-def default_speculation_schedule(k: int) -> SpeculationSchedule:
-    """k while the batch is small, half of it from 8 requests, none from 32 (where verifying
-    k extra positions per request costs more than the steps it saves)."""
+def default_speculation_schedule(k: int, device_type: str = "cuda") -> SpeculationSchedule:
+    """On a GPU: k while the batch is small, half of it from 8 requests, none from 32 (where
+    verifying k extra positions per request costs more than the steps it saves). On a CPU a
+    step is compute-bound from a handful of rows (benchmarks/RESULTS.md: 0.5x at batch 4-16),
+    so speculation stops at 4."""
     if k == 0:
         return SpeculationSchedule.disabled()
+    if device_type == "cpu":
+        return SpeculationSchedule({1: k, 4: 0})
     return SpeculationSchedule({1: k, 8: max(k // 2, 1), 32: 0})
 
 
@@ -76,7 +80,8 @@ class LLMEngine:
         if config.speculative_method and proposer is not None:
             schedule = (SpeculationSchedule.from_config(config.speculation_schedule)
                         if config.speculation_schedule is not None
-                        else default_speculation_schedule(config.num_speculative_tokens))
+                        else default_speculation_schedule(config.num_speculative_tokens,
+                                                          config.torch_device.type))
             self.speculator = Speculator(proposer, schedule, self.max_model_len,
                                          self.model_config.vocab_size, config.seed)
         self.requests: dict[str, Request] = {}

@@ -149,3 +149,18 @@ def test_spec_step_emits_several_tokens(prompts):
     while e.has_unfinished_requests():
         sizes += [len(o.new_token_ids) for o in e.step()]
     assert max(sizes) > 1 and sum(sizes) == 40
+
+
+def test_ngram_state_is_dropped_when_requests_finish_or_abort(prompts):
+    e = engine("ngram", 4)
+    for i, p in enumerate(prompts):
+        e.add_request(str(i), p, SamplingParams(max_tokens=12 if i % 2 else 200, temperature=0.0,
+                                                ignore_eos=True))
+    for _ in range(14):
+        e.step()
+    proposer = e.speculator.proposer
+    assert set(proposer._buffers) == {"0", "2", "4"}  # the short ones finished and were dropped
+    for rid in ("0", "2", "4"):
+        e.abort_request(rid)
+    assert not proposer._buffers
+    assert_nothing_allocated(e)
