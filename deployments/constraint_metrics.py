@@ -10,16 +10,13 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily
 
 from app.guided.compiler import IndexCache
 from deployments.metrics import (PREFIX, REPORT_INTERVAL_S, _call, _fire_and_forget, _replica_id,
-                                 families_to_samples)
-
-logger = logging.getLogger(__name__)
+                                 families_to_samples, report_forever)
 
 COMPILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
                    20.0, 40.0, 80.0)
@@ -73,14 +70,7 @@ class ConstraintMetrics:
             self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def _loop(self) -> None:
-        while True:
-            try:
-                await self.report()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # the hub restarting must not take the service down
-                logger.debug("constraint metrics report failed", exc_info=True)
-            await asyncio.sleep(self.interval_s)
+        await report_forever(self.report, self.interval_s, "constraint")
 
     def stop(self) -> None:
         if self._task is not None:

@@ -9,14 +9,12 @@ mean accepted length as gauges for dashboards that do not do the division themse
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Callable
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from deployments.metrics import PREFIX, REPORT_INTERVAL_S, _call, _fire_and_forget, families_to_samples
-
-logger = logging.getLogger(__name__)
+from deployments.metrics import (PREFIX, REPORT_INTERVAL_S, _call, _fire_and_forget,
+                                 families_to_samples, report_forever)
 
 
 def engine_families(stats, model_name: str, replica_id: str) -> list[Metric]:
@@ -108,14 +106,7 @@ class EngineMetricsReporter:
             self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def _loop(self) -> None:
-        while True:
-            try:
-                await self.report_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # the hub restarting must not take the replica down
-                logger.debug("engine metrics report failed", exc_info=True)
-            await asyncio.sleep(self.interval_s)
+        await report_forever(self.report_once, self.interval_s, "engine")
 
     def stop(self) -> None:
         if self._task is not None:

@@ -254,14 +254,7 @@ class IngressMetrics:
             pass
 
     async def _report_loop(self) -> None:
-        while True:
-            try:
-                await self.report()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                logger.debug("metrics report failed", exc_info=True)
-            await asyncio.sleep(self.report_interval_s)
+        await report_forever(self.report, self.report_interval_s, "ingress")
 
     def stop(self) -> None:
         if self._task is not None:
@@ -315,6 +308,19 @@ class RequestTimer:
         if self.first_token_time is not None and num_generation_tokens > 1:
             m.tpot.observe((now - self.first_token_time) / (num_generation_tokens - 1))
         m.finished(finish_reason).inc()
+
+
+async def report_forever(report: Callable[[], Any], interval_s: float, what: str) -> None:
+    """Call `report` every `interval_s` until cancelled; a failed report (the hub restarting)
+    is logged and never takes the reporting replica down."""
+    while True:
+        try:
+            await report()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.debug("%s metrics report failed", what, exc_info=True)
+        await asyncio.sleep(interval_s)
 
 
 def _fire_and_forget(target: Any, method: str, *args) -> None:

@@ -139,3 +139,17 @@ def serve_app(request, checkpoints):
         yield app
     finally:
         stop_serve_app()
+
+
+@pytest.fixture(scope="module")
+def client(serve_app):
+    import openai
+
+    return openai.OpenAI(base_url=serve_app.base_url, api_key="x", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(serve_app):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(serve_app.checkpoint)

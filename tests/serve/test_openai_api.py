@@ -16,18 +16,6 @@ PROMPTS = ["The quick brown fox", "def main():\n    return", "héllo wörld 日�
 
 
 @pytest.fixture(scope="module")
-def client(serve_app) -> openai.OpenAI:
-    return openai.OpenAI(base_url=serve_app.base_url, api_key="x", max_retries=0, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(serve_app):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(serve_app.checkpoint)
-
-
-@pytest.fixture(scope="module")
 def engine(serve_app):
     """The engine alone, configured as the app's target replica is."""
     from app.builder import engine_config

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 
-import openai
 import pytest
 import ray
 import requests
@@ -23,23 +22,11 @@ PROMPTS = ["def add(a, b):", "import os\nimport sys\n", "class Point:\n    def _
 
 
 @pytest.fixture(scope="module")
-def client(serve_app) -> openai.OpenAI:
-    return openai.OpenAI(base_url=serve_app.base_url, api_key="x", max_retries=0, timeout=120)
-
-
-@pytest.fixture(scope="module")
 def plain_engine(serve_app):
     from app.config import EngineConfig
     from app.engine.engine import LLMEngine
 
     return LLMEngine(EngineConfig(model=str(serve_app.checkpoint), num_kv_blocks=256))
-
-
-@pytest.fixture(scope="module")
-def tokenizer(serve_app):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(serve_app.checkpoint)
 
 
 def spec_counters(serve_app) -> dict[str, float]:
