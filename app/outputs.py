@@ -24,6 +24,16 @@ class RequestOutput:
     new_logprobs: list[TokenLogprob] | None = None
     error: str | None = None  # set when the engine refused or failed the request
 
+    def followed_by(self, later: "RequestOutput") -> "RequestOutput":
+        """This output and the next one of the same request as one chunk (fewer stream hops
+        when the reader falls behind the engine)."""
+        logprobs = None
+        if self.new_logprobs is not None or later.new_logprobs is not None:
+            logprobs = (self.new_logprobs or []) + (later.new_logprobs or [])
+        return RequestOutput(self.request_id, self.new_token_ids + later.new_token_ids,
+                             later.finished, later.finish_reason, later.num_prompt_tokens,
+                             later.num_output_tokens, later.num_cached_tokens, logprobs, later.error)
+
 
 class RequestRejected(ValueError):
     """A request that can never be served (too long for the model or for the KV pool)."""

@@ -253,10 +253,12 @@ def train(
     distill_fraction: float = 0.0,
     warmup: int = 10,
     log_every_s: float = 60.0,
+    sample=sample_batch,
 ) -> TrainResult:
     """Time-budgeted AdamW training. If a teacher is given, the last `distill_fraction` of the
     budget minimises KL(teacher || student) on the teacher's full next-token distribution,
-    which directly targets how often the draft's guesses are accepted."""
+    which directly targets how often the draft's guesses are accepted. `sample(stream, batch,
+    seq, gen)` draws each step's windows (default: random windows of the stream)."""
     gen = torch.Generator().manual_seed(seed)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -279,7 +281,7 @@ def train(
         distilling = elapsed >= distill_start
         for group in opt.param_groups:
             group["lr"] = lr_at(step, elapsed / budget, lr, warmup)
-        window = sample_batch(stream, batch, seq, gen)
+        window = sample(stream, batch, seq, gen)
         x, y = window[:, :-1], window[:, 1:]
         logits = model(input_ids=x).logits
         ce = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))

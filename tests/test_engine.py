@@ -163,6 +163,31 @@ def test_async_engine_streams_and_cancellation_frees_blocks(checkpoint):
     assert_no_block_referenced(engine.engine)
 
 
+def test_slow_reader_gets_steps_merged_into_fewer_chunks(checkpoint):
+    """A caller that reads slower than the engine steps gets the queued steps as one chunk:
+    same tokens, logprobs and finish, fewer hops."""
+    engine = AsyncLLMEngine(EngineConfig(model=str(checkpoint), num_kv_blocks=64))
+    params = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True, logprobs=2)
+
+    async def read(request_id, delay):
+        chunks = []
+        async for out in engine.generate(request_id, prompts(1, seed=3)[0], params):
+            chunks.append(out)
+            await asyncio.sleep(delay)
+        return chunks
+
+    try:
+        eager = asyncio.run(read("eager", 0))
+        slow = asyncio.run(read("slow", 0.05))
+    finally:
+        engine.shutdown()
+    assert len(slow) < len(eager)
+    assert [t for c in slow for t in c.new_token_ids] == [t for c in eager for t in c.new_token_ids]
+    assert [lp.token_id for c in slow for lp in c.new_logprobs] == [t for c in eager for t in c.new_token_ids]
+    assert slow[-1].finished and slow[-1].finish_reason == "length" and slow[-1].num_output_tokens == 24
+    assert all(len(c.new_logprobs) == len(c.new_token_ids) for c in slow)
+
+
 async def aenumerate(stream):
     i = 0
     async for item in stream:

@@ -1,5 +1,6 @@
 """asyncio front of the engine: the step loop runs in a background thread and each request's
-new tokens stream back to its caller's event loop as they come.
+new tokens stream back to its caller's event loop as they come; outputs of several steps that
+queued up before the caller read them go out as one chunk.
 
 Cancelling a caller (a client that disconnects) aborts its request before the next step.
 """
@@ -58,6 +59,8 @@ class AsyncLLMEngine:
         try:
             while not finished:
                 out: RequestOutput = await stream.get()
+                while not stream.empty() and not out.finished and out.error is None:
+                    out = out.followed_by(stream.get_nowait())  # steps the reader fell behind on
                 if out.error is not None:
                     raise RuntimeError(out.error)
                 finished = out.finished
