@@ -173,7 +173,8 @@ class LLMEngine:
                     plain.append(req)
                     plain_rows.append(row + num_rows - 1)
                 row += num_rows
-        sample_logits = mask_guided_rows(logits, first_rows)
+        jump_forward = self.config.enable_jump_forward and any(r.guide is not None for r, _ in first_rows)
+        sample_logits = mask_guided_rows(logits, first_rows, self.tokenizer if jump_forward else None)
         outputs = []
         if plain:
             token_ids, _ = self.sampler(sample_logits[plain_rows], plain)

@@ -34,17 +34,20 @@ def plan_guided_drafts(running: list[Request], tokenizer, max_model_len: int, ju
             req.trim_spec(allowed)
 
 
-def mask_guided_rows(logits: torch.Tensor, sampled: list[tuple[Request, int]]) -> torch.Tensor:
+def mask_guided_rows(logits: torch.Tensor, sampled: list[tuple[Request, int]],
+                     jump_forward_tokenizer=None) -> torch.Tensor:
     """`logits` with disallowed ids at -inf on the rows of guided requests. `sampled`: (request,
     first row) for every request sampled this step, whose rows are the 1 + len(drafts) from
-    there. Returns `logits` itself when no request is guided."""
+    there. With jump-forward (its tokenizer given), a row where the format forces text allows
+    only the token jump-forward would insert. Returns `logits` itself when no request is
+    guided."""
     guided = [(req, row) for req, row in sampled if req.guide is not None]
     if not guided:
         return logits
     bitmask = allocate_token_bitmask(logits.shape[0], logits.shape[1])
     for req, row in guided:
         if req.spec_token_ids:
-            req.guide.fill_draft_bitmasks(bitmask, row, req.spec_token_ids)
+            req.guide.fill_draft_bitmasks(bitmask, row, req.spec_token_ids, jump_forward_tokenizer)
         else:
-            req.guide.fill_bitmask(bitmask, row)
+            req.guide.fill_bitmask(bitmask, row, jump_forward_tokenizer)
     return apply_token_bitmask(logits.clone(), bitmask)

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from outlines_core import Guide, Index
 
-from app.guided.vocabulary import (GuidedVocabulary, allocate_token_bitmask, fill_token_bitmask,
+from app.guided.vocabulary import (GuidedVocabulary, allocate_token_bitmask, bit_value, fill_token_bitmask,
                                    unpack_token_bitmask)
 
 MAX_FORCED_BYTES = 512
@@ -138,10 +138,20 @@ class GuidedDecoder:
         return self.index.get_next_state(self.guide.get_state(), token_id) is not None
 
     # -- masks ------------------------------------------------------------------------------
-    def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
-        """Write the allowed ids into `bitmask[row]` (see vocabulary.allocate_token_bitmask)."""
+    def fill_bitmask(self, bitmask: torch.Tensor, row: int, jump_forward_tokenizer: Any = None) -> None:
+        """Write the allowed ids into `bitmask[row]` (see vocabulary.allocate_token_bitmask).
+
+        With jump-forward (its tokenizer given), a state whose format forces text allows only
+        the first forced token, the one jump-forward would insert: so the output does not
+        depend on whether a step boundary (speculation, batching) falls at that state."""
         if self._eos_accepted:
             bitmask[row].zero_()
+            return
+        forced = self.forced_token_ids(jump_forward_tokenizer) if jump_forward_tokenizer is not None else []
+        if forced:
+            bitmask[row].zero_()
+            word, bit = divmod(forced[0], 32)
+            bitmask[row, word] = bit_value(bit)
         else:
             fill_token_bitmask(self.guide, bitmask, row, self.vocab)
 
@@ -188,17 +198,18 @@ class GuidedDecoder:
             self._eos_accepted = False
 
     # -- speculation ------------------------------------------------------------------------
-    def fill_draft_bitmasks(self, bitmask: torch.Tensor, row: int, draft_ids: list[int]) -> int:
+    def fill_draft_bitmasks(self, bitmask: torch.Tensor, row: int, draft_ids: list[int],
+                            jump_forward_tokenizer: Any = None) -> int:
         """Write the masks of the 1+k verified positions into rows row .. row+k: row+i is the
         mask after the first i drafts. Returns how many drafts the guide accepts (a); rows past
         row+a are zeros. The guide is left where it was."""
-        self.fill_bitmask(bitmask, row)
+        self.fill_bitmask(bitmask, row, jump_forward_tokenizer)
         accepted = 0
         for i, tid in enumerate(draft_ids):
             if not self.advance(tid):
                 break
             accepted += 1
-            self.fill_bitmask(bitmask, row + 1 + i)
+            self.fill_bitmask(bitmask, row + 1 + i, jump_forward_tokenizer)
         if accepted < len(draft_ids):
             bitmask[row + 1 + accepted: row + 1 + len(draft_ids)].zero_()
         self.rollback(accepted)

@@ -169,6 +169,11 @@ def allocate_token_bitmask(batch: int, logits_width: int) -> torch.Tensor:
                       pin_memory=torch.cuda.is_available())
 
 
+def bit_value(bit: int) -> int:
+    """The int32 bitmask word with only `bit` (0..31) set."""
+    return (1 << bit) - (1 << 32) if bit == 31 else 1 << bit
+
+
 def fill_token_bitmask(guide: Guide, bitmask: torch.Tensor, row: int,
                        vocab: GuidedVocabulary) -> None:
     """Write `guide`'s allowed ids into `bitmask[row]`; every other bit (ids past the tokenizer's

@@ -15,7 +15,8 @@ from transformers import PreTrainedTokenizerFast
 
 from app.guided.compiler import regex_for_format
 from app.guided.guide import GuidedDecoder, forced_bytes
-from app.guided.vocabulary import build_guided_vocabulary, load_guided_vocabulary
+from app.guided.vocabulary import (allocate_token_bitmask, build_guided_vocabulary, load_guided_vocabulary,
+                                   unpack_token_bitmask)
 
 TINY_TARGET = Path(__file__).resolve().parents[2] / "checkpoints" / "tiny-target"
 WIDTH = 4096 + 64  # logits padded past the tokenizer's vocabulary
@@ -193,3 +194,24 @@ def test_forced_tokens_sentencepiece_style_only_accepted(tmp_path):
     forced = dec.forced_token_ids(sp)  # Metaspace prepends '▁': nothing that spells the text
     assert data.startswith(b"".join(vocab.token_bytes[t] for t in forced))
     assert dec.accept_prefix(forced) == len(forced)
+
+
+def test_jump_forward_masks_allow_only_the_forced_token(gv, tok):
+    """With jump-forward, a state that forces text allows exactly the token jump-forward would
+    insert, in the plain mask and along drafts; elsewhere the masks are the grammar's."""
+    index = Index(regex_for_format(schema_format(KEY_HEAVY, "")), gv.vocabulary)
+    dec = GuidedDecoder(index, gv, WIDTH)
+    forced = dec.forced_token_ids(tok)
+    assert forced
+    bitmask = allocate_token_bitmask(1, WIDTH)
+    dec.fill_bitmask(bitmask, 0, jump_forward_tokenizer=tok)
+    assert allowed_ids(unpack_token_bitmask(bitmask, WIDTH)[0]) == {forced[0]}
+    assert forced[0] in allowed_ids(dec.allowed_mask())
+    # Along the forced drafts: one-hot rows inside the forced text; after it (inside the
+    # name's string, nothing forced) the grammar's own mask.
+    rows = allocate_token_bitmask(1 + len(forced), WIDTH)
+    assert dec.fill_draft_bitmasks(rows, 0, forced, jump_forward_tokenizer=tok) == len(forced)
+    unpacked = unpack_token_bitmask(rows, WIDTH)
+    assert allowed_ids(unpacked[0]) == {forced[0]}
+    assert dec.accept_prefix(forced) == len(forced) and not dec.forced_token_ids(tok)
+    assert allowed_ids(unpacked[len(forced)]) == allowed_ids(dec.allowed_mask())
