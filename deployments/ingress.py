@@ -29,6 +29,7 @@ from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from transformers import AutoTokenizer
 
+from app.guided.compiler import CompilerBusy
 from app.outputs import EngineOverloaded
 from app.sampling_params import SamplingParams
 from deployments.choices import Choice, Event, merge_choices, sse
@@ -172,6 +173,8 @@ class Ingress:
         try:
             return {"guided": await self.constraint.compile.remote(requested.format)}
         except ValueError as exc:  # GuidedFormatError, raised in the service
+            if isinstance(_cause(exc), CompilerBusy):  # transient and not the request's fault
+                raise OpenAIError(503, _message(exc), "service_unavailable_error") from None
             raise OpenAIError(400, _message(exc), param=requested.param) from None
 
     async def _start(self, request_id: str, prompts: list[list[int]], req, max_tokens: int | None,

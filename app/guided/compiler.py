@@ -266,10 +266,18 @@ def compile_with_timeout(regex: str, vocab: GuidedVocabulary | Vocabulary, secon
         raise _timeout_error(seconds) from None
 
 
+def _copy_outcome(source: Future, target: Future) -> None:
+    if source.exception() is not None:
+        target.set_exception(source.exception())
+    else:
+        target.set_result(source.result())
+
+
 class IndexCache:
     """LRU of compiled indexes keyed by (vocab_hash, regex). Concurrent requests for one key share
     one compile. Failures (timeouts included) are remembered, so the same format is refused at
-    once instead of starting another long compile; CompilerBusy is not remembered."""
+    once instead of starting another long compile; CompilerBusy (no compile slot freed up
+    within the time limit) is not remembered."""
 
     def __init__(self, max_entries: int = 64, max_failures: int = 256):
         self.max_entries, self.max_failures = max_entries, max_failures
@@ -321,15 +329,27 @@ class IndexCache:
                 raise GuidedFormatError(self._failures[key])
             self.misses += 1
             fut = self._inflight.get(key)
-            if fut is None:
-                start = time.perf_counter()
-                fut = start_compile(regex, vocab, wait=0.0)  # CompilerBusy propagates
-                self._inflight[key] = fut
-                fut.add_done_callback(lambda f: self._finish(key, start, f))
+            owner = fut is None
+            if owner:  # registered at once, so concurrent requests for the key share it
+                fut = self._inflight[key] = Future()
+                fut.set_running_or_notify_cancel()
+        if owner:  # wait for a compile slot outside the lock: cache hits never queue behind it
+            try:
+                compiling = start_compile(regex, vocab, wait=max(deadline - time.monotonic(), 0.0))
+            except CompilerBusy as busy:
+                with self._lock:
+                    self._inflight.pop(key, None)
+                fut.set_exception(busy)
+                raise
+            start = time.perf_counter()
+            fut.add_done_callback(lambda f: self._finish(key, start, f))
+            compiling.add_done_callback(lambda f: _copy_outcome(f, fut))
         try:
             return fut.result(timeout=max(deadline - time.monotonic(), 0.0))
         except FutureTimeout:
             err: GuidedFormatError = _timeout_error(seconds)
+        except CompilerBusy:
+            raise
         except GuidedFormatError as e:
             err = e
         self._fail(key, str(err))

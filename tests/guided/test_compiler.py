@@ -207,3 +207,28 @@ def test_concurrent_requests_share_one_compile(vocab):
         results = list(pool.map(lambda _: cache.get_or_compile(regex, vocab, 30), range(3)))
     assert all(r is results[0] for r in results)
     assert len(cache.compile_seconds) == 1
+
+
+def test_compile_waits_for_a_slot_and_busy_is_not_remembered(vocab):
+    """With every compile slot taken, a new format waits for one (within its time limit) rather
+    than failing; if none frees up it gets CompilerBusy, which is transient: the same format
+    compiles once a slot is free."""
+    import threading
+
+    from app.guided import compiler
+
+    taken = 0
+    while compiler._slots.acquire(blocking=False):  # occupy every slot, as runaway compiles would
+        taken += 1
+    cache = IndexCache()
+    try:
+        with pytest.raises(compiler.CompilerBusy):
+            cache.get_or_compile("[0-9]{3}", vocab, 0.2)
+        threading.Timer(0.3, compiler._slots.release).start()  # one slot frees up soon
+        taken -= 1
+        index = cache.get_or_compile("[0-9]{3}", vocab, 10)
+    finally:
+        for _ in range(taken):
+            compiler._slots.release()
+    assert cache.get(vocab.vocab_hash, "[0-9]{3}") is index
+    assert cache.get_or_compile("[0-9]{3}", vocab, 10) is index
