@@ -44,6 +44,9 @@ class AppArgs(BaseModel):
     # replica; beyond it new ones get a 429. None: no cap.
     max_num_waiting_requests: int | None = Field(128, ge=0)
     max_request_body_bytes: int = Field(8 * 1024 * 1024, ge=1)  # larger bodies get a 413
+    # At most one streamed chunk per request per this many ms after the first (0: every step):
+    # fewer, larger chunks cost Serve less per token; the first and last are never delayed.
+    stream_interval_ms: float = Field(0.0, ge=0)
 
     @field_validator("*", mode="before")
     @classmethod

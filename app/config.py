@@ -47,6 +47,9 @@ class EngineConfig:
     # Requests allowed to wait for a slot in the running batch; beyond it new ones are refused
     # with EngineOverloaded (HTTP 429). None: no cap.
     max_num_waiting_requests: int | None = None
+    # Streaming: after a request's first chunk, send at most one chunk per this many ms (the
+    # steps in between go out together; the last one is never held back). 0: every step.
+    stream_interval_ms: float = 0.0
     # Speculative decoding: "draft" (a draft model proposes), "ngram" (prompt lookup) or None.
     speculative_method: str | None = None
     num_speculative_tokens: int = 4  # k at small batches

@@ -188,6 +188,25 @@ def test_slow_reader_gets_steps_merged_into_fewer_chunks(checkpoint):
     assert all(len(c.new_logprobs) == len(c.new_token_ids) for c in slow)
 
 
+def test_stream_interval_groups_steps_but_never_delays_the_first_chunk(checkpoint):
+    engine = AsyncLLMEngine(EngineConfig(model=str(checkpoint), num_kv_blocks=64, stream_interval_ms=200))
+    params = SamplingParams(max_tokens=16, temperature=0, ignore_eos=True)
+
+    async def read(request_id):
+        return [out async for out in engine.generate(request_id, prompts(1, seed=4)[0], params)]
+
+    try:
+        chunks = asyncio.run(read("grouped"))
+        reference = LLMEngine(EngineConfig(model=str(checkpoint), num_kv_blocks=64)).generate(
+            [prompts(1, seed=4)[0]], params)[0]
+    finally:
+        engine.shutdown()
+    assert len(chunks[0].new_token_ids) == 1  # the first step's token, not held back
+    assert 2 <= len(chunks) < 16
+    assert [t for c in chunks for t in c.new_token_ids] == reference
+    assert chunks[-1].finished and chunks[-1].num_output_tokens == 16
+
+
 async def aenumerate(stream):
     i = 0
     async for item in stream:

@@ -53,17 +53,30 @@ class AsyncLLMEngine:
             raise EngineOverloaded(f"the server is overloaded: {cap} requests are already waiting "
                                    "for this model replica; retry later")
         stream: asyncio.Queue = asyncio.Queue()
-        self._streams[request_id] = (asyncio.get_running_loop(), stream)
+        loop = asyncio.get_running_loop()
+        self._streams[request_id] = (loop, stream)
         self._commands.put(("add", request_id, prompt_token_ids, params, guide))
+        interval = self.engine.config.stream_interval_ms / 1000
         finished = False
+        next_chunk_at = 0.0  # the first chunk goes at once
         try:
             while not finished:
                 out: RequestOutput = await stream.get()
-                while not stream.empty() and not out.finished and out.error is None:
-                    out = out.followed_by(stream.get_nowait())  # steps the reader fell behind on
+                while not out.finished and out.error is None:  # merge later steps into it
+                    if not stream.empty():  # steps the reader fell behind on
+                        out = out.followed_by(stream.get_nowait())
+                        continue
+                    wait = next_chunk_at - loop.time()
+                    if wait <= 0:
+                        break
+                    try:
+                        out = out.followed_by(await asyncio.wait_for(stream.get(), wait))
+                    except asyncio.TimeoutError:
+                        break
                 if out.error is not None:
                     raise RuntimeError(out.error)
                 finished = out.finished
+                next_chunk_at = loop.time() + interval
                 yield out
         finally:
             self._streams.pop(request_id, None)
