@@ -71,12 +71,15 @@ def build_app(args: dict) -> Application:
     hub = MetricsHub.bind()
     target_config = engine_config(a, model, device, draft_model=None)
     draft = None
-    if a.speculative_method == "draft":
-        # The draft runs on the CPU in its own deployment; on GPU clusters see the README.
+    if a.draft_model is not None or a.speculative_method == "draft":
+        # Deployed whenever a draft checkpoint is configured (Serve deploys what the graph
+        # reaches, hence passed to the target even when unused), so that a config naming the
+        # DraftModel stage stays valid when speculation is switched to ngram or off. It runs
+        # on the CPU in its own deployment; on GPU clusters see the README.
         draft = DraftModel.bind(engine_config(a, resolve_checkpoint(a.draft_model), "cpu",
                                               speculative_method=None, draft_model=None))
     target = TargetModel.options(ray_actor_options={"num_cpus": 1, "num_gpus": num_gpus}).bind(
-        target_config, name, hub, draft)
+        target_config, name, hub, draft)  # used only when speculative_method is "draft"
     constraint = ConstraintService.bind(model, hub, name)
     return Ingress.bind(target, constraint, hub, model, name, api_keys(a), a.max_request_body_bytes)
 

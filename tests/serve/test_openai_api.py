@@ -254,3 +254,21 @@ def test_serve_config_yaml_names_every_stage_and_the_custom_policy():
     assert target.max_ongoing_requests >= 100
     policy = target.autoscaling_config["policy"]["policy_function"]
     assert policy == "deployments.autoscaling:engine_load_policy"
+
+
+@pytest.mark.parametrize("method", ["draft", "ngram", None])
+def test_serve_config_stages_exist_whatever_the_speculation_method(method):
+    """Every stage the config's `deployments:` section names is in the built graph, also when a
+    user switches speculation to ngram or off (Serve refuses a config naming a missing stage)."""
+    from pathlib import Path
+
+    import yaml
+    from ray.serve._private.build_app import build_app as build_graph
+
+    from app.builder import build_app
+
+    path = Path(__file__).resolve().parents[2] / "serve_config.yaml"
+    [app_cfg] = yaml.safe_load(path.read_text())["applications"]
+    args = {**app_cfg["args"], "speculative_method": method, "device": "cpu"}
+    built = build_graph(build_app(args), name="config-check")
+    assert {d["name"] for d in app_cfg["deployments"]} <= {d.name for d in built.deployments}
