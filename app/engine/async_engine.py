@@ -61,18 +61,7 @@ class AsyncLLMEngine:
         next_chunk_at = 0.0  # the first chunk goes at once
         try:
             while not finished:
-                out: RequestOutput = await stream.get()
-                while not out.finished and out.error is None:  # merge later steps into it
-                    if not stream.empty():  # steps the reader fell behind on
-                        out = out.followed_by(stream.get_nowait())
-                        continue
-                    wait = next_chunk_at - loop.time()
-                    if wait <= 0:
-                        break
-                    try:
-                        out = out.followed_by(await asyncio.wait_for(stream.get(), wait))
-                    except asyncio.TimeoutError:
-                        break
+                out = await _next_chunk(stream, loop, next_chunk_at)
                 if out.error is not None:
                     raise RuntimeError(out.error)
                 finished = out.finished
@@ -145,3 +134,23 @@ class AsyncLLMEngine:
         if target is not None:
             loop, stream = target
             loop.call_soon_threadsafe(stream.put_nowait, out)
+
+
+async def _next_chunk(stream: asyncio.Queue, loop: asyncio.AbstractEventLoop, not_before: float
+                      ) -> RequestOutput:
+    """The next output, merged with every later one already queued (steps the reader fell
+    behind on) and, until `not_before` (loop time), with those still to come; a finished or
+    failed output ends the chunk at once."""
+    out: RequestOutput = await stream.get()
+    while not out.finished and out.error is None:
+        if not stream.empty():
+            out = out.followed_by(stream.get_nowait())
+            continue
+        wait = not_before - loop.time()
+        if wait <= 0:
+            break
+        try:
+            out = out.followed_by(await asyncio.wait_for(stream.get(), wait))
+        except asyncio.TimeoutError:
+            break
+    return out
