@@ -9,26 +9,23 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily
 
 from app.guided.compiler import IndexCache
-from deployments.metrics import (PREFIX, REPORT_INTERVAL_S, _call, _fire_and_forget, _replica_id,
-                                 families_to_samples, report_forever)
+from deployments.metrics import PREFIX, REPORT_INTERVAL_S, HubReporter, _replica_id, families_to_samples
 
 COMPILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
                    20.0, 40.0, 80.0)
 ERROR_REASONS = ("invalid", "timeout", "busy")
 
 
-class ConstraintMetrics:
+class ConstraintMetrics(HubReporter):
     def __init__(self, hub_handle, model_name: str, cache: IndexCache,
                  deployment: str = "ConstraintService", interval_s: float = REPORT_INTERVAL_S):
-        self.hub, self.model_name, self.cache, self.interval_s = hub_handle, model_name, cache, interval_s
         self.replica = _replica_id()
-        self.source = {"deployment": deployment, "replica": self.replica}
+        super().__init__(hub_handle, deployment, self.replica, interval_s)
+        self.model_name, self.cache = model_name, cache
         self.registry = r = CollectorRegistry(auto_describe=False)
         labels = ["model_name", "replica"]
         self.compile_seconds = Histogram(PREFIX + "guided_compile_seconds",
@@ -40,7 +37,6 @@ class ConstraintMetrics:
         self.errors = {reason: errors.labels(model_name, self.replica, reason)
                        for reason in ERROR_REASONS}
         self._observed = 0  # compile times of the cache already put in the histogram
-        self._task: asyncio.Task | None = None
 
     def samples(self) -> list[dict]:
         times = self.cache.compile_seconds
@@ -60,21 +56,3 @@ class ConstraintMetrics:
                                  "Compiled indexes held in the cache.", labels=["model_name", "replica"])
         held.add_metric(values, len(self.cache))
         return families_to_samples(list(self.registry.collect()) + [hits, misses, held])
-
-    async def report(self) -> None:
-        if self.hub is not None:
-            await _call(self.hub, "report", self.source, self.samples())
-
-    def start(self) -> None:
-        if self.hub is not None and (self._task is None or self._task.done()):
-            self._task = asyncio.get_running_loop().create_task(self._loop())
-
-    async def _loop(self) -> None:
-        await report_forever(self.report, self.interval_s, "constraint")
-
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
-        if self.hub is not None:
-            _fire_and_forget(self.hub, "remove", self.source)

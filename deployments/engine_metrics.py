@@ -8,13 +8,11 @@ mean accepted length as gauges for dashboards that do not do the division themse
 
 from __future__ import annotations
 
-import asyncio
 from typing import Callable
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from deployments.metrics import (PREFIX, REPORT_INTERVAL_S, _call, _fire_and_forget,
-                                 families_to_samples, report_forever)
+from deployments.metrics import PREFIX, REPORT_INTERVAL_S, HubReporter, families_to_samples
 
 
 def engine_families(stats, model_name: str, replica_id: str) -> list[Metric]:
@@ -82,34 +80,15 @@ def spec_families(spec, labels: list[str], values: list[str]) -> list[Metric]:
     ]
 
 
-class EngineMetricsReporter:
+class EngineMetricsReporter(HubReporter):
     """Reports one target replica's engine figures to the hub about every second."""
 
     def __init__(self, hub_handle, replica_id: str, model_name: str, get_stats: Callable,
                  deployment: str = "TargetModel", interval_s: float = REPORT_INTERVAL_S):
-        self.hub = hub_handle
+        super().__init__(hub_handle, deployment, replica_id, interval_s)
         self.replica_id = replica_id
         self.model_name = model_name
         self.get_stats = get_stats
-        self.interval_s = interval_s
-        self.source = {"deployment": deployment, "replica": replica_id}
-        self._task: asyncio.Task | None = None
 
     def samples(self) -> list[dict]:
         return families_to_samples(engine_families(self.get_stats(), self.model_name, self.replica_id))
-
-    async def report_once(self) -> None:
-        await _call(self.hub, "report", self.source, self.samples())
-
-    def start(self) -> None:
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._loop())
-
-    async def _loop(self) -> None:
-        await report_forever(self.report_once, self.interval_s, "engine")
-
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
-        _fire_and_forget(self.hub, "remove", self.source)

@@ -31,7 +31,7 @@ import uuid
 from typing import Any, Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.metrics_core import (CounterMetricFamily, GaugeMetricFamily, Metric)
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from ray import serve
 
 logger = logging.getLogger(__name__)
@@ -170,17 +170,59 @@ class MetricsHub:
 
 
 # -- the ingress's request metrics ------------------------------------------------------------
-class IngressMetrics:
-    """Per-request latency and token metrics of one ingress replica."""
+class HubReporter:
+    """One replica's figures, reported to the MetricsHub every `interval_s` in the background
+    (subclasses say what: `samples()`); a failed report (the hub restarting) is logged and
+    never takes the replica down. Without a hub (plain use, tests) it does nothing."""
+
+    def __init__(self, hub_handle, deployment: str, replica: str, interval_s: float):
+        self.hub = hub_handle
+        self.interval_s = interval_s
+        self.source = {"deployment": deployment, "replica": replica}
+        self._task: asyncio.Task | None = None
+
+    def samples(self) -> list[dict]:
+        raise NotImplementedError
+
+    async def report(self) -> None:
+        if self.hub is not None:
+            await _call(self.hub, "report", self.source, self.samples())
+
+    def start(self) -> None:
+        if self.hub is None or (self._task is not None and not self._task.done()):
+            return
+        try:
+            self._task = asyncio.get_running_loop().create_task(self._report_forever())
+        except RuntimeError:  # no running loop (plain synchronous use)
+            pass
+
+    async def _report_forever(self) -> None:
+        while True:
+            try:
+                await self.report()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.debug("%s metrics report failed", self.source["deployment"], exc_info=True)
+            await asyncio.sleep(self.interval_s)
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        if self.hub is not None:
+            _fire_and_forget(self.hub, "remove", self.source)
+
+
+class IngressMetrics(HubReporter):
+    """Per-request latency and token metrics of one ingress replica. Reporting starts with the
+    first request, so a scrape served by another ingress replica sees this one."""
 
     def __init__(self, hub_handle, model_name: str, deployment: str = "Ingress",
                  report_interval_s: float = REPORT_INTERVAL_S):
-        self.hub = hub_handle
-        self.model_name = model_name
         self.replica = _replica_id()
-        self.source = {"deployment": deployment, "replica": self.replica}
-        self.report_interval_s = report_interval_s
-        self._task: asyncio.Task | None = None
+        super().__init__(hub_handle, deployment, self.replica, report_interval_s)
+        self.model_name = model_name
         self.registry = r = CollectorRegistry(auto_describe=False)
         labels = ["model_name", "replica"]
 
@@ -214,7 +256,7 @@ class IngressMetrics:
         self._success_family = success
 
     def start_request(self, num_prompt_tokens: int) -> "RequestTimer":
-        self._ensure_reporting()
+        self.start()
         return RequestTimer(self, num_prompt_tokens)
 
     def finished(self, reason: str | None):
@@ -229,10 +271,6 @@ class IngressMetrics:
     def render_local(self) -> str:
         return render_families(merge_families([self.samples()]))
 
-    async def report(self) -> None:
-        if self.hub is not None:
-            await _call(self.hub, "report", self.source, self.samples())
-
     async def render(self) -> str:
         """This replica's figures and the hub's, as one exposition (its own only if the hub is away)."""
         if self.hub is None:
@@ -243,25 +281,6 @@ class IngressMetrics:
         except Exception:
             logger.warning("metrics hub unreachable; rendering this ingress replica only", exc_info=True)
             return self.render_local()
-
-    def _ensure_reporting(self) -> None:
-        """Report in the background so a scrape served by another ingress replica sees this one."""
-        if self.hub is None or (self._task is not None and not self._task.done()):
-            return
-        try:
-            self._task = asyncio.get_running_loop().create_task(self._report_loop())
-        except RuntimeError:  # no running loop (plain synchronous use)
-            pass
-
-    async def _report_loop(self) -> None:
-        await report_forever(self.report, self.report_interval_s, "ingress")
-
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
-        if self.hub is not None:
-            _fire_and_forget(self.hub, "remove", self.source)
 
 
 class RequestTimer:
@@ -308,19 +327,6 @@ class RequestTimer:
         if self.first_token_time is not None and num_generation_tokens > 1:
             m.tpot.observe((now - self.first_token_time) / (num_generation_tokens - 1))
         m.finished(finish_reason).inc()
-
-
-async def report_forever(report: Callable[[], Any], interval_s: float, what: str) -> None:
-    """Call `report` every `interval_s` until cancelled; a failed report (the hub restarting)
-    is logged and never takes the reporting replica down."""
-    while True:
-        try:
-            await report()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            logger.debug("%s metrics report failed", what, exc_info=True)
-        await asyncio.sleep(interval_s)
 
 
 def _fire_and_forget(target: Any, method: str, *args) -> None:

@@ -36,15 +36,8 @@ import torch  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 from transformers import AutoTokenizer, LlamaForCausalLM  # noqa: E402
 
-from train_default_models import (  # noqa: E402
-    EOS,
-    collect_stdlib_sources,
-    encode_stream,
-    evaluate,
-    sample_batch,
-    save_model,
-    train,
-)
+from default_tokenizer import EOS, encode_stream  # noqa: E402
+from train_default_models import collect_stdlib_sources, evaluate, sample_batch, save_model, train  # noqa: E402
 
 COPY_TEMPLATES = [
     "# Original:\n{a}\n\n# Copy of the code above:\n{a}\n",

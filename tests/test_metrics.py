@@ -96,8 +96,8 @@ def test_two_target_replicas_and_ingress_in_one_exposition():
     ingress = m.IngressMetrics(hub, MODEL)
 
     async def go():
-        await r1.report_once()
-        await r2.report_once()
+        await r1.report()
+        await r2.report()
         return await ingress.render()
 
     fams = parse(run(go()))
@@ -118,9 +118,9 @@ def test_stale_and_removed_sources_are_dropped(monkeypatch):
     hub = Hub(stale_after_s=30)
     old = em.EngineMetricsReporter(hub, "old", MODEL, lambda: stats(kv_cache_usage=0.9))
     new = em.EngineMetricsReporter(hub, "new", MODEL, lambda: stats(kv_cache_usage=0.1))
-    run(old.report_once())
+    run(old.report())
     now[0] += 25
-    run(new.report_once())
+    run(new.report())
     now[0] += 10  # old last heard 35 s ago, new 10 s ago
     fams = parse(run(hub.render()))
     assert [s.labels["replica"] for s in fams["specserve:kv_cache_usage_perc"]] == ["new"]
@@ -177,7 +177,7 @@ def test_speculative_decoding_metrics_with_vllm_names():
     spec.record(2, 0)
     hub = Hub()
     reporter = em.EngineMetricsReporter(hub, "r1", MODEL, lambda: stats(spec=spec))
-    run(reporter.report_once())
+    run(reporter.report())
     fams = parse(run(hub.render()))
     assert values(fams, "specserve:spec_decode_num_drafts_total") == [3]
     assert values(fams, "specserve:spec_decode_num_draft_tokens_total") == [10]

@@ -221,9 +221,6 @@ class LLMEngine:
         logprobs = None
         if req.params.logprobs is not None:
             logprobs = compute_logprobs(rows[:count], token_ids[:count], [req] * count)
-        return self._step_output(req, logprobs)
-
-    def _step_output(self, req: Request, logprobs) -> RequestOutput:
         out = self._output(req, logprobs)
         if req.is_finished:
             self._release(req)

@@ -51,9 +51,7 @@ def serve_app(request, checkpoints, ray_serve):  # noqa: F811
     from ray import serve
 
     target, draft = checkpoints
-    args = {"model": str(target), **DEFAULT_ARGS}
-    if draft is not None:
-        args["draft_model"] = str(draft)
+    args = {"model": str(target), "draft_model": str(draft), **DEFAULT_ARGS}
     args.update(getattr(request.module, "SERVE_APP_ARGS", {}))
     name = request.module.__name__.rsplit(".", 1)[-1]
     app = deploy_app(name, args, ray_serve.ensure())

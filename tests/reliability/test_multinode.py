@@ -55,8 +55,6 @@ def test_graph_serves_across_three_nodes(checkpoints, ray_serve):
     from ray.util.state import list_actors
 
     target, draft = checkpoints
-    if draft is None:
-        pytest.skip("needs the draft checkpoint")
     ray_serve.stop()  # this test runs its own cluster
     dashboard_port = free_port()
     cluster = Cluster(initialize_head=True, head_node_args={

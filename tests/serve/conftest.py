@@ -45,11 +45,12 @@ def write_checkpoint_with_tokenizer(path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def checkpoints(tmp_path_factory) -> tuple[Path, Path | None]:
-    """(target, draft) checkpoint directories."""
-    if (DEFAULT_TARGET / "config.json").is_file() and (DEFAULT_TARGET / "tokenizer.json").is_file():
-        draft = DEFAULT_DRAFT if (DEFAULT_DRAFT / "config.json").is_file() else None
-        return DEFAULT_TARGET, draft
+def checkpoints(tmp_path_factory) -> tuple[Path, Path]:
+    """(target, draft) checkpoint directories: the shipped pair, or one random checkpoint as
+    both (a model can draft for itself: same tokenizer)."""
+    if all((d / "config.json").is_file() for d in (DEFAULT_TARGET, DEFAULT_DRAFT)) \
+            and (DEFAULT_TARGET / "tokenizer.json").is_file():
+        return DEFAULT_TARGET, DEFAULT_DRAFT
     path = write_checkpoint_with_tokenizer(tmp_path_factory.mktemp("ckpt") / "random-llama")
     return path, path
 
@@ -130,9 +131,8 @@ def stop_serve_app() -> None:
 def serve_app(request, checkpoints):
     """The module's app; a module may set `SERVE_APP_ARGS` (dict) to add or override args."""
     target, draft = checkpoints
-    args = {"model": str(target), "device": "cpu", "num_kv_blocks": 256, "max_num_seqs": 64}
-    if draft is not None:
-        args["draft_model"] = str(draft)
+    args = {"model": str(target), "draft_model": str(draft), "device": "cpu", "num_kv_blocks": 256,
+            "max_num_seqs": 64}
     args.update(getattr(request.module, "SERVE_APP_ARGS", {}))
     app = start_serve_app(request.module.__name__.rsplit(".", 1)[-1], args)
     try:
