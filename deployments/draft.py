@@ -18,11 +18,12 @@ from ray import serve
 from app.config import EngineConfig
 from app.engine.spec.draft_worker import DraftWorker
 from app.engine.spec.proposal import DraftInput, Proposal
+from deployments.priority import NORMAL_PRIORITY_RUNTIME_ENV
 
 logger = logging.getLogger("ray.serve")
 
 
-@serve.deployment(ray_actor_options={"num_cpus": 0.5})
+@serve.deployment(ray_actor_options={"num_cpus": 0.5, "runtime_env": NORMAL_PRIORITY_RUNTIME_ENV})
 class DraftModel:
     def __init__(self, config: EngineConfig):
         self.worker = DraftWorker(config)

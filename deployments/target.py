@@ -23,14 +23,17 @@ from deployments.autoscaling import target_autoscaling_stats
 from deployments.draft import DraftClient
 from deployments.guided_client import GuidedIndexStore
 from deployments.engine_metrics import EngineMetricsReporter
+from deployments.priority import NORMAL_PRIORITY_RUNTIME_ENV
 
 logger = logging.getLogger("ray.serve")
-# Measured at concurrency 8 on 2 CPU cores (benchmarks/RESULTS.md): Serve overhead 1.39-1.47
-# at the default 5 ms, 1.29-1.32 at 0.5 ms, 1.36 at 0.2 ms.
+# Measured at concurrency 8 on 2 CPU cores (benchmarks/RESULTS.md), while the engine thread
+# still ran at Ray's niceness 15: Serve overhead 1.39-1.47 at the default 5 ms, 1.29-1.32 at
+# 0.5 ms, 1.36 at 0.2 ms. Not re-measured since (deployments/priority.py).
 GIL_SWITCH_INTERVAL_S = 0.0005
 
 
-@serve.deployment(max_ongoing_requests=256, ray_actor_options={"num_cpus": 1})
+@serve.deployment(max_ongoing_requests=256,
+                  ray_actor_options={"num_cpus": 1, "runtime_env": NORMAL_PRIORITY_RUNTIME_ENV})
 class TargetModel:
     async def __init__(self, config: EngineConfig, model_name: str, metrics_hub=None, draft=None):
         # Async so that the metrics reporter starts on this replica's event loop.

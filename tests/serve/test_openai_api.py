@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -234,6 +236,38 @@ def test_metrics_endpoint_counts_requests(serve_app, client):
     assert any(k.startswith("specserve:kv_cache_usage_perc[") for k in after)
 
 
+def replica_thread_niceness(app_name: str) -> dict[str, set[int]]:
+    """Stage name -> the niceness of every thread of its replica processes (Linux /proc)."""
+    from pathlib import Path
+
+    found: dict[str, set[int]] = {}
+    prefix = f"ray::ServeReplica:{app_name}:"
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            title = (proc / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+            if not title.startswith(prefix):
+                continue
+            stage = title[len(prefix):].split()[0]
+            for task in (proc / "task").iterdir():
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                found.setdefault(stage, set()).add(int(fields[16]))  # stat field 19: nice
+        except OSError:  # a process or thread that ended while we looked
+            continue
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_model_stages_run_at_normal_cpu_priority(serve_app):
+    """Ray lowers each worker's start-up thread to niceness 15 but not its gRPC/I-O threads, so
+    an engine thread would lose its core to the chunk traffic it produces; the model stages
+    keep their whole process at the cluster's niceness (deployments/priority.py)."""
+    base = os.getpriority(os.PRIO_PROCESS, 0)  # the raylet (and its workers) start from ours
+    niceness = replica_thread_niceness(serve_app.name)
+    assert {"Ingress", "TargetModel", "DraftModel"} <= set(niceness), niceness
+    assert max(niceness["Ingress"]) > base, niceness  # Ray's lowering is in effect elsewhere
+    assert niceness["TargetModel"] == {base} and niceness["DraftModel"] == {base}, niceness
+
+
 def test_serve_config_yaml_names_every_stage_and_the_custom_policy():
     """What `serve run serve_config.yaml` deploys (without starting it: cheap)."""
     from pathlib import Path
@@ -252,6 +286,12 @@ def test_serve_config_yaml_names_every_stage_and_the_custom_policy():
     assert set(stages) == {"Ingress", "TargetModel", "DraftModel", "ConstraintService", "MetricsHub"}
     target = stages["TargetModel"]
     assert target.max_ongoing_requests >= 100
+    # The builder gives TargetModel its resources and priority; the file sets DraftModel's,
+    # which replace the deployment's own, so they must carry the priority too.
+    assert "ray_actor_options" not in target.model_fields_set
+    from deployments.priority import NORMAL_PRIORITY_RUNTIME_ENV
+
+    assert stages["DraftModel"].ray_actor_options.runtime_env == NORMAL_PRIORITY_RUNTIME_ENV
     policy = target.autoscaling_config["policy"]["policy_function"]
     assert policy == "deployments.autoscaling:engine_load_policy"
 
