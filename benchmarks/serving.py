@@ -232,6 +232,21 @@ async def run_level(send, requests: list[Request], rate: float, concurrency: int
     return list(results), duration
 
 
+async def warm_up(send, requests: list[Request], num: int | None, concurrency: int | None
+                  ) -> list[Result]:
+    """Requests sent before a level is timed, `concurrency` at a time: by default one batch of
+    the level's size, so that neither side meets its first batch of that size while timed (the
+    engine-alone side is built moments before its first level; see RESULTS.md)."""
+    num = num if num is not None else (concurrency or 1)
+    limit = asyncio.Semaphore(concurrency or 1)
+
+    async def one(req: Request) -> Result:
+        async with limit:
+            return await send(req)
+
+    return list(await asyncio.gather(*(one(req) for req in requests[:num])))
+
+
 def summarize(results: list[Result], duration: float, goodput: dict[str, float]) -> dict:
     ok = [r for r in results if r.success]
     ms = lambda xs: [x * 1000 for x in xs]  # noqa: E731
@@ -396,8 +411,7 @@ async def run_all(args, session, url: str, model: str, tokenizer, goodput: dict)
                     "levels": []}
     send = lambda req: send_http(session, url, model, req, args)  # noqa: E731
     for rate, conc in levels:
-        for req in requests[:args.num_warmups]:
-            warm = await send(req)
+        for warm in await warm_up(send, requests, args.num_warmups, conc):
             if not warm.success:
                 raise SystemExit(f"warm-up request failed: {warm.error}")
         results, duration = await run_level(send, requests, rate, conc, args.seed,
@@ -418,8 +432,7 @@ async def run_all(args, session, url: str, model: str, tokenizer, goodput: dict)
             send_engine = lambda req: engine.send(req, args)  # noqa: E731
             for level in report["levels"]:
                 rate, conc = level["request_rate"], level["concurrency"]
-                for req in requests[:args.num_warmups]:
-                    await send_engine(req)
+                await warm_up(send_engine, requests, args.num_warmups, conc)
                 results, duration = await run_level(send_engine, requests, rate, conc, args.seed,
                                                     f"engine c={conc} rate={rate}", show)
                 s = summarize(results, duration, goodput)
@@ -475,7 +488,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="let EOS end a request early (by default every request runs to --output-len)")
     p.add_argument("--goodput", nargs="+", metavar="KEY:MS",
                    help="service-level objectives, e.g. ttft:500 tpot:50 (e2el too)")
-    p.add_argument("--num-warmups", type=int, default=1)
+    p.add_argument("--num-warmups", type=int,
+                   help="untimed requests before each level (default: one batch of its concurrency)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--result-json")
     p.add_argument("--save-detailed", action="store_true", help="per-request figures in the JSON")
