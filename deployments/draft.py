@@ -44,10 +44,16 @@ class DraftClient:
     """The engine's proposer, backed by the DraftModel deployment (called from the engine
     thread, so it may block). A failed or slow call means no speculation for that step, and
     further calls pause for `retry_after_s`, so a lost draft replica costs one timeout, not
-    one per step, while Serve replaces it."""
+    one per step, while Serve replaces it.
 
-    def __init__(self, handle, timeout_s: float = 2.0, retry_after_s: float = 2.0):
+    The call is made on the replica's event loop (`loop`), not from the engine thread: in Ray
+    Serve's throughput mode a handle's router lives on that loop and refuses callers outside
+    it, and a refused call here would silently mean no speculation at all."""
+
+    def __init__(self, handle, loop: asyncio.AbstractEventLoop, timeout_s: float = 2.0,
+                 retry_after_s: float = 2.0):
         self.handle = handle
+        self.loop = loop
         self.timeout_s = timeout_s
         self.retry_after_s = retry_after_s
         self.num_failures = 0
@@ -56,11 +62,16 @@ class DraftClient:
     def propose_batch(self, inputs: list[DraftInput]) -> list[Proposal]:
         if time.monotonic() < self._paused_until:
             return [Proposal([]) for _ in inputs]
+        call = asyncio.run_coroutine_threadsafe(self._propose(inputs), self.loop)
         try:
-            return self.handle.propose.remote(inputs).result(timeout_s=self.timeout_s)
+            return call.result(timeout=self.timeout_s)
         except Exception as exc:  # noqa: BLE001 - any failure: decode without drafts for now
+            call.cancel()
             self.num_failures += 1
             self._paused_until = time.monotonic() + self.retry_after_s
             logger.warning("draft call failed (%s: %s); decoding without speculation for %.0f s",
                            type(exc).__name__, exc, self.retry_after_s)
             return [Proposal([]) for _ in inputs]
+
+    async def _propose(self, inputs: list[DraftInput]) -> list[Proposal]:
+        return await self.handle.propose.remote(inputs)

@@ -8,6 +8,7 @@ before the next step.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import sys
@@ -42,7 +43,9 @@ class TargetModel:
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         self.config = config
         self.model_name = model_name
-        proposer = DraftClient(draft) if config.speculative_method == "draft" and draft is not None else None
+        proposer = None
+        if config.speculative_method == "draft" and draft is not None:
+            proposer = DraftClient(draft, asyncio.get_running_loop())
         self.engine = AsyncLLMEngine(config, proposer)
         self.guided = GuidedIndexStore(config.model)  # compiled formats this replica received
         self.replica_id = serve.get_replica_context().replica_id.unique_id

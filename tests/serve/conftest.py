@@ -79,16 +79,31 @@ class ServeApp:
         return serve.get_deployment_handle("TargetModel", self.name)
 
 
+def serve_config_env_vars() -> dict[str, str]:
+    """The environment `serve_config.yaml` gives the application (Ray Serve's throughput mode,
+    …), so that test apps run in the mode users get: a draft call that only failed there went
+    unnoticed while the tests ran without it."""
+    import yaml
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[2] / "serve_config.yaml").read_text())
+    [app] = config["applications"]
+    return dict(app.get("runtime_env", {}).get("env_vars", {}))
+
+
 def start_ray_serve(num_cpus: int = 4) -> int:
-    """Start a small local Ray and Serve's HTTP proxy on a free port; returns the port."""
+    """Start a small local Ray (every actor in the environment `serve_config.yaml` gives its
+    application) and Serve's HTTP proxy on a free port; returns the port."""
     import ray
     from ray import serve
 
     port = free_port()
+    env_vars = {**serve_config_env_vars(), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+                # throughput mode buffers 1000 access-log lines; tests read the logs at once
+                "RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE": "1"}
     for attempt in range(3):
         try:
             ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
-                     runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
+                     runtime_env={"env_vars": env_vars})
             break
         except Exception:
             # On a heavily loaded machine the raylet can give up waiting 15 s for its agent
