@@ -42,8 +42,9 @@ class DraftModel:
 
 class DraftClient:
     """The engine's proposer, backed by the DraftModel deployment (called from the engine
-    thread, so it may block). A failed or slow call means no speculation for that step, and
-    further calls pause for `retry_after_s`, so a lost draft replica costs one timeout, not
+    thread, so it may block). A failed or slow call raises (the engine counts it in
+    `spec_decode_num_proposer_failures` and decodes that step without drafts), and further
+    calls return no drafts for `retry_after_s`, so a lost draft replica costs one timeout, not
     one per step, while Serve replaces it.
 
     The call is made on the replica's event loop (`loop`), not from the engine thread: in Ray
@@ -56,7 +57,6 @@ class DraftClient:
         self.loop = loop
         self.timeout_s = timeout_s
         self.retry_after_s = retry_after_s
-        self.num_failures = 0
         self._paused_until = 0.0
 
     def propose_batch(self, inputs: list[DraftInput]) -> list[Proposal]:
@@ -65,13 +65,11 @@ class DraftClient:
         call = asyncio.run_coroutine_threadsafe(self._propose(inputs), self.loop)
         try:
             return call.result(timeout=self.timeout_s)
-        except Exception as exc:  # noqa: BLE001 - any failure: decode without drafts for now
+        except Exception:
             call.cancel()
-            self.num_failures += 1
             self._paused_until = time.monotonic() + self.retry_after_s
-            logger.warning("draft call failed (%s: %s); decoding without speculation for %.0f s",
-                           type(exc).__name__, exc, self.retry_after_s)
-            return [Proposal([]) for _ in inputs]
+            logger.warning("draft call failed; decoding without speculation for %.0f s", self.retry_after_s)
+            raise
 
     async def _propose(self, inputs: list[DraftInput]) -> list[Proposal]:
         return await self.handle.propose.remote(inputs)

@@ -77,6 +77,9 @@ def spec_families(spec, labels: list[str], values: list[str]) -> list[Metric]:
         one(GaugeMetricFamily, "spec_decode_mean_accepted_length",
             "Tokens emitted per speculative step (accepted drafts + 1), since start.",
             spec.mean_accepted_length),
+        one(CounterMetricFamily, "spec_decode_num_proposer_failures",
+            "Steps whose draft proposal failed (decoded without drafts).",
+            spec.num_proposer_failures),
     ]
 
 

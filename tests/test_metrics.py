@@ -175,6 +175,7 @@ def test_speculative_decoding_metrics_with_vllm_names():
     spec.record(4, 4)
     spec.record(4, 1)
     spec.record(2, 0)
+    spec.num_proposer_failures = 2
     hub = Hub()
     reporter = em.EngineMetricsReporter(hub, "r1", MODEL, lambda: stats(spec=spec))
     run(reporter.report())
@@ -186,3 +187,4 @@ def test_speculative_decoding_metrics_with_vllm_names():
     assert per_pos == {"0": 2, "1": 1, "2": 1, "3": 1}
     assert values(fams, "specserve:spec_decode_draft_acceptance_rate") == [pytest.approx(0.5)]
     assert values(fams, "specserve:spec_decode_mean_accepted_length") == [pytest.approx(1 + 5 / 3)]
+    assert values(fams, "specserve:spec_decode_num_proposer_failures_total") == [2]

@@ -75,9 +75,11 @@ def test_killed_draft_replica_only_pauses_speculation(serve_app, client, plain_e
     assert replicas, ray.util.list_named_actors(all_namespaces=True)
     ray.kill(ray.get_actor(replicas[0]["name"], namespace=replicas[0]["namespace"]), no_restart=True)
     expected, _ = engine_text(plain_engine, tokenizer, tokenizer.encode(PROMPTS[2]), 40)
+    failures = serve_app.target_handle().stats.remote().result()["spec"]["num_proposer_failures"]
     for _ in range(3):  # served (without drafts) while Serve replaces the replica
         got = client.completions.create(model=serve_app.model, prompt=PROMPTS[2], max_tokens=40, temperature=0)
         assert got.choices[0].text == expected
+    assert serve_app.target_handle().stats.remote().result()["spec"]["num_proposer_failures"] > failures
     deadline = time.monotonic() + 60  # and speculation comes back with the new replica
     before = serve_app.target_handle().stats.remote().result()["spec"]["num_drafts"]
     while serve_app.target_handle().stats.remote().result()["spec"]["num_drafts"] == before:

@@ -130,7 +130,7 @@ def test_failing_proposer_turns_speculation_off_for_the_step(prompts, reference)
     e = LLMEngine(EngineConfig(model=str(DEFAULT_TARGET), num_kv_blocks=256, speculative_method="draft",
                                speculation_schedule={1: 4}), proposer=proposer)
     assert e.generate(prompts, GREEDY) == reference
-    assert proposer.calls > 0 and e.speculator.num_proposer_failures == proposer.calls
+    assert proposer.calls > 0 and e.speculator.stats.num_proposer_failures == proposer.calls
 
 
 def test_schedule_turns_speculation_off_at_large_batches(prompts):

@@ -30,6 +30,7 @@ class SpecStats:
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     accepted_per_position: list[int] = field(default_factory=list)
+    num_proposer_failures: int = 0  # steps whose proposer call failed (decoded without drafts)
 
     def record(self, num_draft_tokens: int, num_accepted: int) -> None:
         self.num_drafts += 1
@@ -67,7 +68,6 @@ class Speculator:
         self.rejection_sampler = RejectionSampler(seed)
         self.generator = torch.Generator().manual_seed(seed + 1)
         self.stats = SpecStats()
-        self.num_proposer_failures = 0
 
     def propose(self, running: list[Request]) -> None:
         k = self.schedule.k_for(len(running))
@@ -89,7 +89,7 @@ class Speculator:
         try:
             proposals = self.proposer.propose_batch(inputs)
         except Exception:  # noqa: BLE001 - a failed proposer means no speculation this step
-            self.num_proposer_failures += 1
+            self.stats.num_proposer_failures += 1
             logger.exception("proposer failed; decoding this step without speculation")
             return
         for req, inp, prop in zip(candidates, inputs, proposals):
