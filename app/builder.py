@@ -25,7 +25,6 @@ from deployments.draft import DraftModel
 from deployments.ingress import Ingress
 from deployments.limits import api_keys_from_env
 from deployments.metrics import MetricsHub
-from deployments.priority import NORMAL_PRIORITY_RUNTIME_ENV
 from deployments.target import TargetModel
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -79,7 +78,7 @@ def build_app(args: dict) -> Application:
         # on the CPU in its own deployment; on GPU clusters see the README.
         draft = DraftModel.bind(engine_config(a, resolve_checkpoint(a.draft_model), "cpu",
                                               speculative_method=None, draft_model=None))
-    target_resources = {"num_cpus": 1, "num_gpus": num_gpus, "runtime_env": NORMAL_PRIORITY_RUNTIME_ENV}
+    target_resources = {**TargetModel.ray_actor_options, "num_gpus": num_gpus}  # CPUs, priority
     target = TargetModel.options(ray_actor_options=target_resources).bind(
         target_config, name, hub, draft)  # used only when speculative_method is "draft"
     constraint = ConstraintService.bind(model, hub, name)

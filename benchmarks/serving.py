@@ -39,63 +39,10 @@ try:
 except ImportError:  # pragma: no cover - tqdm is in the `bench` extra
     tqdm = None
 
-PERCENTILES = (50, 90, 99)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `benchmarks`, and `app` for --compare-engine
 
-
-# -- workload ---------------------------------------------------------------------------------
-@dataclass
-class Request:
-    prompt: str
-    prompt_len: int  # as this client's tokenizer counts it
-    output_len: int
-
-
-def load_tokenizer(path: str | None):
-    if path is None:
-        return None
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(path)
-
-
-def random_requests(tokenizer, num: int, input_len: int, output_len: int, range_ratio: float,
-                    seed: int) -> list[Request]:
-    """Prompts of random tokens from the vocabulary (special tokens left out), as text."""
-    rng = np.random.default_rng(seed)
-    special = set(tokenizer.all_special_ids)
-    vocab = np.array([i for i in range(len(tokenizer)) if i not in special])
-    out = []
-    for _ in range(num):
-        n_in = max(1, int(rng.integers(int(input_len * (1 - range_ratio)), input_len + 1)))
-        n_out = max(1, int(rng.integers(int(output_len * (1 - range_ratio)), output_len + 1)))
-        ids = rng.choice(vocab, size=n_in).tolist()
-        # Decoding then re-encoding can merge tokens: trim until the text is at most n_in long.
-        text = tokenizer.decode(ids)
-        for _ in range(4):
-            re_ids = tokenizer.encode(text, add_special_tokens=False)
-            if len(re_ids) <= n_in:
-                break
-            text = tokenizer.decode(re_ids[:n_in])
-        out.append(Request(text, len(tokenizer.encode(text, add_special_tokens=False)), n_out))
-    return out
-
-
-def file_requests(tokenizer, path: str, num: int, input_len: int, output_len: int,
-                  seed: int) -> list[Request]:
-    """Windows of `input_len` tokens (words, without a tokenizer) from a local text file."""
-    text = Path(path).read_text(encoding="utf-8", errors="replace")
-    rng = np.random.default_rng(seed)
-    if tokenizer is not None:
-        ids = tokenizer.encode(text, add_special_tokens=False)
-        pieces = lambda a, b: tokenizer.decode(ids[a:b])  # noqa: E731
-    else:
-        ids = text.split()
-        pieces = lambda a, b: " ".join(ids[a:b])  # noqa: E731
-    if len(ids) <= input_len:
-        raise SystemExit(f"{path} holds only {len(ids)} tokens; need more than --input-len {input_len}")
-    starts = rng.integers(0, len(ids) - input_len, size=num)
-    return [Request(pieces(s, s + input_len), input_len, output_len) for s in starts]
-
+from benchmarks.serving_report import plot, print_summary, summarize  # noqa: E402
+from benchmarks.serving_workload import Request, file_requests, load_tokenizer, random_requests  # noqa: E402
 
 # -- one streamed request ---------------------------------------------------------------------
 @dataclass
@@ -245,104 +192,6 @@ async def warm_up(send, requests: list[Request], num: int | None, concurrency: i
             return await send(req)
 
     return list(await asyncio.gather(*(one(req) for req in requests[:num])))
-
-
-def summarize(results: list[Result], duration: float, goodput: dict[str, float]) -> dict:
-    ok = [r for r in results if r.success]
-    ms = lambda xs: [x * 1000 for x in xs]  # noqa: E731
-    ttft = ms(r.ttft for r in ok)
-    tpot = ms((r.latency - r.ttft) / (r.output_len - 1) for r in ok if r.output_len > 1)
-    itl = ms(x for r in ok for x in r.itl)
-    e2el = ms(r.latency for r in ok)
-    out = {
-        "completed": len(ok), "failed": len(results) - len(ok), "duration_s": duration,
-        "total_input_tokens": sum(r.prompt_len for r in ok),
-        "total_output_tokens": sum(r.output_len for r in ok),
-        "request_throughput": len(ok) / duration,
-        "output_throughput": sum(r.output_len for r in ok) / duration,
-        "total_token_throughput": sum(r.prompt_len + r.output_len for r in ok) / duration,
-    }
-    for name, xs in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2el", e2el)):
-        arr = np.array(xs) if xs else np.array([float("nan")])
-        out[f"mean_{name}_ms"] = float(np.mean(arr))
-        out[f"std_{name}_ms"] = float(np.std(arr))
-        for p in PERCENTILES:
-            out[f"p{p}_{name}_ms"] = float(np.percentile(arr, p))
-    if goodput:
-        good = 0
-        for r in ok:
-            tpot_ms = (r.latency - r.ttft) / (r.output_len - 1) * 1000 if r.output_len > 1 else 0.0
-            seen = {"ttft": r.ttft * 1000, "tpot": tpot_ms, "e2el": r.latency * 1000}
-            good += all(seen[k] <= v for k, v in goodput.items())
-        out["goodput"] = good / duration
-        out["goodput_fraction"] = good / max(1, len(results))
-    errors = [r.error for r in results if not r.success]
-    if errors:
-        out["first_error"] = errors[0]
-    return out
-
-
-def print_summary(title: str, s: dict) -> None:
-    print(f"{'=' * 18} {title} {'=' * max(0, 30 - len(title))}")
-    rows = [("Successful requests", s["completed"]), ("Failed requests", s["failed"]),
-            ("Benchmark duration (s)", s["duration_s"]),
-            ("Total input tokens", s["total_input_tokens"]),
-            ("Total generated tokens", s["total_output_tokens"]),
-            ("Request throughput (req/s)", s["request_throughput"]),
-            ("Output token throughput (tok/s)", s["output_throughput"]),
-            ("Total token throughput (tok/s)", s["total_token_throughput"])]
-    if "goodput" in s:
-        rows.append(("Request goodput (req/s)", s["goodput"]))
-    for name, label in (("ttft", "Time to First Token"), ("tpot", "Time per Output Token (excl. 1st)"),
-                        ("itl", "Inter-token Latency"), ("e2el", "End-to-end Latency")):
-        rows.append((f"-- {label} --", None))
-        rows.append((f"Mean {name.upper()} (ms)", s[f"mean_{name}_ms"]))
-        rows += [(f"P{p} {name.upper()} (ms)", s[f"p{p}_{name}_ms"]) for p in PERCENTILES]
-    for label, value in rows:
-        if value is None:
-            print(label)
-        elif isinstance(value, float):
-            print(f"{label:<40}{value:>12.2f}")
-        else:
-            print(f"{label:<40}{value:>12}")
-    if "first_error" in s:
-        print(f"first error: {s['first_error']}")
-
-
-def plot(levels: list[dict], x_key: str, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels = [str(lv[x_key]) for lv in levels]
-    xs = list(range(len(levels)))  # one slot per level: concurrency 1, 8, 32 evenly spaced
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for key, label, style in (("p50_ttft_ms", "TTFT p50", "o-"), ("p99_ttft_ms", "TTFT p99", "o--"),
-                              ("p50_tpot_ms", "TPOT p50", "s-"), ("p99_tpot_ms", "TPOT p99", "s--"),
-                              ("p50_e2el_ms", "e2e p50", "^-"), ("p99_e2el_ms", "e2e p99", "^--")):
-        ax1.plot(xs, [lv["http"][key] for lv in levels], style, label=label)
-    if all("engine" in lv for lv in levels):
-        ax1.plot(xs, [lv["engine"]["p50_e2el_ms"] for lv in levels], "k:", label="engine alone e2e p50")
-    ax1.set_xlabel(x_key.replace("_", " "))
-    ax1.set_ylabel("latency (ms)")
-    ax1.set_yscale("log")
-    ax1.legend(fontsize=7, ncol=2, loc="upper left")
-    ax1.grid(True, which="both", alpha=0.3)
-    ax2.plot(xs, [lv["http"]["output_throughput"] for lv in levels], "o-", label="output tok/s (HTTP)")
-    if all("engine" in lv for lv in levels):
-        ax2.plot(xs, [lv["engine"]["output_throughput"] for lv in levels], "k:", label="engine alone")
-    ax2.set_xlabel(x_key.replace("_", " "))
-    ax2.set_ylabel("tokens / s")
-    ax2.legend(fontsize=8)
-    ax2.grid(True, alpha=0.3)
-    for ax in (ax1, ax2):
-        ax.set_xticks(xs, labels)
-    fig.suptitle("specserve serving benchmark: latency and throughput against load")
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    print(f"plot written to {path}")
 
 
 # -- main -------------------------------------------------------------------------------------
@@ -513,5 +362,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `app` for --compare-engine
     main()

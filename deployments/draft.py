@@ -10,7 +10,6 @@ of its own KV, so a sequence it saw last step recomputes only its new tokens.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 
 from ray import serve
@@ -19,8 +18,6 @@ from app.config import EngineConfig
 from app.engine.spec.draft_worker import DraftWorker
 from app.engine.spec.proposal import DraftInput, Proposal
 from deployments.priority import NORMAL_PRIORITY_RUNTIME_ENV
-
-logger = logging.getLogger("ray.serve")
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0.5, "runtime_env": NORMAL_PRIORITY_RUNTIME_ENV})
@@ -68,8 +65,7 @@ class DraftClient:
         except Exception:
             call.cancel()
             self._paused_until = time.monotonic() + self.retry_after_s
-            logger.warning("draft call failed; decoding without speculation for %.0f s", self.retry_after_s)
-            raise
+            raise  # the engine's Speculator logs and counts it
 
     async def _propose(self, inputs: list[DraftInput]) -> list[Proposal]:
         return await self.handle.propose.remote(inputs)

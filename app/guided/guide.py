@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from outlines_core import Guide, Index
 
-from app.guided.vocabulary import (GuidedVocabulary, allocate_token_bitmask, bit_value, fill_token_bitmask,
+from app.guided.vocabulary import (GuidedVocabulary, allocate_token_bitmask, allow_only_token, fill_token_bitmask,
                                    unpack_token_bitmask)
 
 MAX_FORCED_BYTES = 512
@@ -149,9 +149,7 @@ class GuidedDecoder:
             return
         forced = self.forced_token_ids(jump_forward_tokenizer) if jump_forward_tokenizer is not None else []
         if forced:
-            bitmask[row].zero_()
-            word, bit = divmod(forced[0], 32)
-            bitmask[row, word] = bit_value(bit)
+            allow_only_token(bitmask, row, forced[0])
         else:
             fill_token_bitmask(self.guide, bitmask, row, self.vocab)
 

@@ -169,9 +169,11 @@ def allocate_token_bitmask(batch: int, logits_width: int) -> torch.Tensor:
                       pin_memory=torch.cuda.is_available())
 
 
-def bit_value(bit: int) -> int:
-    """The int32 bitmask word with only `bit` (0..31) set."""
-    return (1 << bit) - (1 << 32) if bit == 31 else 1 << bit
+def allow_only_token(bitmask: torch.Tensor, row: int, token_id: int) -> None:
+    """Set `bitmask[row]` to allow `token_id` alone."""
+    bitmask[row].zero_()
+    word, bit = divmod(token_id, 32)
+    bitmask[row, word] = (1 << bit) - (1 << 32) if bit == 31 else 1 << bit  # as int32
 
 
 def fill_token_bitmask(guide: Guide, bitmask: torch.Tensor, row: int,

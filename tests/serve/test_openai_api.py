@@ -256,7 +256,8 @@ def replica_thread_niceness(app_name: str) -> dict[str, set[int]]:
     return found
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.skipif(not sys.platform.startswith("linux"),
+                    reason="reads thread niceness from /proc; Ray sets worker niceness on Linux only")
 def test_model_stages_run_at_normal_cpu_priority(serve_app):
     """Ray lowers each worker's start-up thread to niceness 15 but not its gRPC/I-O threads, so
     an engine thread would lose its core to the chunk traffic it produces; the model stages

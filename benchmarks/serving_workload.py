@@ -1,0 +1,63 @@
+"""The requests `benchmarks/serving.py` sends: random-token prompts of a given length, or
+windows of a local text file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass
+class Request:
+    prompt: str
+    prompt_len: int  # as this client's tokenizer counts it
+    output_len: int
+
+
+def load_tokenizer(path: str | None):
+    if path is None:
+        return None
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+def random_requests(tokenizer, num: int, input_len: int, output_len: int, range_ratio: float,
+                    seed: int) -> list[Request]:
+    """Prompts of random tokens from the vocabulary (special tokens left out), as text."""
+    rng = np.random.default_rng(seed)
+    special = set(tokenizer.all_special_ids)
+    vocab = np.array([i for i in range(len(tokenizer)) if i not in special])
+    out = []
+    for _ in range(num):
+        n_in = max(1, int(rng.integers(int(input_len * (1 - range_ratio)), input_len + 1)))
+        n_out = max(1, int(rng.integers(int(output_len * (1 - range_ratio)), output_len + 1)))
+        ids = rng.choice(vocab, size=n_in).tolist()
+        # Decoding then re-encoding can merge tokens: trim until the text is at most n_in long.
+        text = tokenizer.decode(ids)
+        for _ in range(4):
+            re_ids = tokenizer.encode(text, add_special_tokens=False)
+            if len(re_ids) <= n_in:
+                break
+            text = tokenizer.decode(re_ids[:n_in])
+        out.append(Request(text, len(tokenizer.encode(text, add_special_tokens=False)), n_out))
+    return out
+
+
+def file_requests(tokenizer, path: str, num: int, input_len: int, output_len: int,
+                  seed: int) -> list[Request]:
+    """Windows of `input_len` tokens (words, without a tokenizer) from a local text file."""
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    rng = np.random.default_rng(seed)
+    if tokenizer is not None:
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        pieces = lambda a, b: tokenizer.decode(ids[a:b])  # noqa: E731
+    else:
+        ids = text.split()
+        pieces = lambda a, b: " ".join(ids[a:b])  # noqa: E731
+    if len(ids) <= input_len:
+        raise SystemExit(f"{path} holds only {len(ids)} tokens; need more than --input-len {input_len}")
+    starts = rng.integers(0, len(ids) - input_len, size=num)
+    return [Request(pieces(s, s + input_len), input_len, output_len) for s in starts]
