@@ -47,6 +47,9 @@ class AppArgs(BaseModel):
     # At most one streamed chunk per request per this many ms after the first (0: every step):
     # fewer, larger chunks cost Serve less per token; the first and last are never delayed.
     stream_interval_ms: float = Field(0.0, ge=0)
+    # Run each target replica's engine in a process of its own (false: a thread of the replica,
+    # where it shares the GIL with the replica's streaming; see app/engine/engine_process.py).
+    engine_process: bool = True
 
     @field_validator("*", mode="before")
     @classmethod

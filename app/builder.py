@@ -80,7 +80,7 @@ def build_app(args: dict) -> Application:
                                               speculative_method=None, draft_model=None))
     target_resources = {**TargetModel.ray_actor_options, "num_gpus": num_gpus}  # CPUs, priority
     target = TargetModel.options(ray_actor_options=target_resources).bind(
-        target_config, name, hub, draft)  # used only when speculative_method is "draft"
+        target_config, name, hub, draft, a.engine_process)  # draft used only when speculative_method is "draft"
     constraint = ConstraintService.bind(model, hub, name)
     return Ingress.bind(target, constraint, hub, model, name, api_keys(a), a.max_request_body_bytes)
 

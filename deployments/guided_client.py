@@ -1,5 +1,4 @@
-"""Target side of guided decoding: the compiled formats this replica received, and the
-per-request `GuidedDecoder`s built from them.
+"""Target side of guided decoding: the compiled formats this replica received.
 
 A guided request reaches the target with `params["guided"] = {"vocab_hash", "regex", "key"}`
 (deployments/constraint.py: `guided_spec`). `resolve(spec)` returns the compiled format from this
@@ -7,14 +6,15 @@ replica's LRU, or fetches the `Index` once from the ConstraintService (concurren
 one key share the fetch); the index travels by Ray's object transfer (pickled: ~1 ms and 0.6 MB
 for the json_object index of the default model). The replica builds its own `GuidedVocabulary`
 from its checkpoint (and refuses a spec made for another vocabulary) and keeps the tokenizer
-jump-forward tokenizes with. Per-token work never leaves the replica.
+jump-forward tokenizes with. The engine builds each request's `GuidedDecoder` from the
+compiled format (in the engine process, which receives each index once: app/engine/engine_process.py).
+Per-token work never leaves the replica.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Any
 
 from outlines_core import Index
@@ -23,16 +23,8 @@ from outlines_core import Index
 from transformers import PreTrainedTokenizerFast
 
 from app.guided.compiler import GuidedFormatError
-from app.guided.guide import GuidedDecoder
+from app.guided.guide import CompiledFormat
 from app.guided.vocabulary import GuidedVocabulary, build_guided_vocabulary
-
-
-@dataclass
-class CompiledFormat:
-    key: str
-    index: Index
-    vocab: GuidedVocabulary
-    memo: dict = field(default_factory=dict)  # shared by this format's decoders (guide.py)
 
 
 class GuidedIndexStore:
@@ -97,9 +89,3 @@ class GuidedIndexStore:
         while len(self._items) > self.max_entries:
             self._items.popitem(last=False)
         return item
-
-    def decoder(self, compiled: CompiledFormat, logits_width: int,
-                max_rollback: int = 64) -> GuidedDecoder:
-        """A fresh per-request guide over a resolved format."""
-        return GuidedDecoder(compiled.index, compiled.vocab, logits_width, max_rollback,
-                             compiled.memo)

@@ -1,5 +1,10 @@
 """TargetModel: one engine per replica; many requests in flight, batched by the engine.
 
+The engine runs in a process of its own, started by the replica (app/engine/engine_process.py):
+the replica's event loop streams chunks while the engine steps, without the two taking turns on
+one GIL. Draft proposals are asked for by the engine and made here, through the DraftModel
+handle; the replica fails its health check if the engine process dies.
+
 `generate` streams one item per engine step that produced tokens for the request (one hop per
 chunk to the ingress). Closing or cancelling the stream on the caller's side cancels this
 method, which closes the engine's generator, which aborts the request and frees its KV blocks
@@ -18,6 +23,7 @@ from ray import serve
 
 from app.config import EngineConfig
 from app.engine.async_engine import AsyncLLMEngine
+from app.engine.engine_process import EngineProcess
 from app.outputs import RequestOutput
 from app.sampling_params import SamplingParams
 from deployments.autoscaling import target_autoscaling_stats
@@ -36,17 +42,21 @@ GIL_SWITCH_INTERVAL_S = 0.0005
 @serve.deployment(max_ongoing_requests=256,
                   ray_actor_options={"num_cpus": 1, "runtime_env": NORMAL_PRIORITY_RUNTIME_ENV})
 class TargetModel:
-    async def __init__(self, config: EngineConfig, model_name: str, metrics_hub=None, draft=None):
+    async def __init__(self, config: EngineConfig, model_name: str, metrics_hub=None, draft=None,
+                       engine_process: bool = True):
         # Async so that the metrics reporter starts on this replica's event loop.
-        # The engine thread shares the GIL with this replica's event loop, which pickles and
-        # sends every chunk; at Python's default 5 ms switch interval the engine waits behind it.
-        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         self.config = config
         self.model_name = model_name
         proposer = None
         if config.speculative_method == "draft" and draft is not None:
             proposer = DraftClient(draft, asyncio.get_running_loop())
-        self.engine = AsyncLLMEngine(config, proposer)
+        if engine_process:
+            self.engine = await asyncio.to_thread(EngineProcess, config, proposer)
+        else:
+            # The engine thread shares the GIL with this replica's event loop, which pickles
+            # and sends every chunk; at Python's default 5 ms switch interval it waits behind it.
+            sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+            self.engine = AsyncLLMEngine(config, proposer)
         self.guided = GuidedIndexStore(config.model)  # compiled formats this replica received
         self.replica_id = serve.get_replica_context().replica_id.unique_id
         self.reporter = None
@@ -57,9 +67,8 @@ class TargetModel:
 
     def info(self) -> dict:
         """What the ingress needs to check requests before sending them."""
-        cfg = self.engine.engine.model_config
-        return {"max_model_len": self.engine.max_model_len, "vocab_size": cfg.vocab_size,
-                "eos_token_ids": list(cfg.eos_token_ids)}
+        return {"max_model_len": self.engine.max_model_len, "vocab_size": self.engine.vocab_size,
+                "eos_token_ids": list(self.engine.eos_token_ids)}
 
     async def generate(self, request_id: str, prompt_token_ids: list[int], params: dict
                        ) -> AsyncIterator[RequestOutput]:
@@ -68,12 +77,14 @@ class TargetModel:
         params = dict(params)
         guided = params.pop("guided", None)
         sampling = SamplingParams(**params)
-        guide = None
-        if guided is not None:
-            compiled = await self.guided.resolve(guided)
-            guide = self.guided.decoder(compiled, logits_width=self.engine.engine.model_config.vocab_size)
-        async for out in self.engine.generate(request_id, prompt_token_ids, sampling, guide):
+        compiled = await self.guided.resolve(guided) if guided is not None else None
+        async for out in self.engine.generate(request_id, prompt_token_ids, sampling, compiled):
             yield out
+
+    def check_health(self) -> None:
+        """Serve replaces the replica when its engine process is gone."""
+        if getattr(self.engine, "error", None) is not None:
+            raise RuntimeError(self.engine.error)
 
     def stats(self) -> dict:
         return {**dataclasses.asdict(self.engine.stats()), "replica_id": self.replica_id}

@@ -1,62 +1,73 @@
-"""asyncio front of the engine: the step loop runs in a background thread and each request's
-new tokens stream back to its caller's event loop as they come; outputs of several steps that
-queued up before the caller read them go out as one chunk.
+"""asyncio fronts of the engine: each request's new tokens stream back to its caller's event loop
+as they come; outputs of several steps that queued up before the caller read them go out as one
+chunk. Cancelling a caller (a client that disconnects) aborts its request before the next step.
 
-Cancelling a caller (a client that disconnects) aborts its request before the next step.
+`AsyncEngineFront` is that streaming side; where the step loop (app/engine/core_loop.py) runs is
+the subclass's business: `AsyncLLMEngine` runs it in a thread of this process (offline use,
+tests, the benchmark's engine-alone baseline), `EngineProcess` (app/engine/engine_process.py)
+in a process of its own, which is what a TargetModel replica uses.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import queue
 import threading
+from collections import defaultdict
 from typing import AsyncIterator
 
 from app.config import EngineConfig
+from app.engine.core_loop import CoreLoop
 from app.engine.engine import EngineStats, LLMEngine
+from app.engine.request_limits import RequestLimits
 from app.engine.spec.proposal import Proposer
+from app.guided.guide import CompiledFormat
 from app.outputs import EngineOverloaded, RequestOutput
 from app.sampling_params import SamplingParams
 
-logger = logging.getLogger(__name__)
 
+class AsyncEngineFront:
+    """Subclasses set `limits`, `eos_token_ids` and `_stats`, and implement `_submit` (hand a
+    core-loop command over) and `_guide` (what an "add" command carries for a guided request)."""
 
-class AsyncLLMEngine:
-    def __init__(self, config: EngineConfig, proposer: Proposer | None = None):
-        self.engine = LLMEngine(config, proposer)
-        self._commands: queue.Queue = queue.Queue()
+    limits: RequestLimits
+    eos_token_ids: list[int]
+
+    def __init__(self, config: EngineConfig):
+        self.config = config
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
-        self._stats = self.engine.stats()
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="specserve-engine", daemon=True)
-        self._thread.start()
+        self._stats: EngineStats | None = None
 
     @property
     def max_model_len(self) -> int:
-        return self.engine.max_model_len
+        return self.limits.max_model_len
+
+    @property
+    def vocab_size(self) -> int:
+        return self.limits.vocab_size
 
     def stats(self) -> EngineStats:
         """The figures as of the last step (read without locking the engine)."""
         return self._stats
 
     async def generate(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-                       guide=None) -> AsyncIterator[RequestOutput]:
-        """Stream the request's outputs (following `guide`, a GuidedDecoder, when given); raises
+                       guided: CompiledFormat | None = None) -> AsyncIterator[RequestOutput]:
+        """Stream the request's outputs (following the `guided` format, when given); raises
         RequestRejected at once if it can never fit, EngineOverloaded if
         `max_num_waiting_requests` are already waiting."""
-        self.engine.validate(prompt_token_ids, params)
+        self.limits.check(prompt_token_ids, params)
         if request_id in self._streams:
             raise ValueError(f"request id {request_id!r} is already in use")
-        cap = self.engine.config.max_num_waiting_requests
+        cap = self.config.max_num_waiting_requests
         if cap is not None and self.num_waiting() >= cap:
             raise EngineOverloaded(f"the server is overloaded: {cap} requests are already waiting "
                                    "for this model replica; retry later")
+        guide = self._guide(guided) if guided is not None else None
         stream: asyncio.Queue = asyncio.Queue()
         loop = asyncio.get_running_loop()
         self._streams[request_id] = (loop, stream)
-        self._commands.put(("add", request_id, prompt_token_ids, params, guide))
-        interval = self.engine.config.stream_interval_ms / 1000
+        self._submit(("add", request_id, prompt_token_ids, params, guide))
+        interval = self.config.stream_interval_ms / 1000
         finished = False
         next_chunk_at = 0.0  # the first chunk goes at once
         try:
@@ -70,70 +81,75 @@ class AsyncLLMEngine:
         finally:
             self._streams.pop(request_id, None)
             if not finished:
-                self._commands.put(("abort", request_id))
+                self._submit(("abort", request_id))
 
     def num_waiting(self) -> int:
         """Requests accepted but not running as of the last step (queued commands included)."""
-        return max(0, len(self._streams) - self._stats.num_requests_running)
+        running = self._stats.num_requests_running if self._stats is not None else 0
+        return max(0, len(self._streams) - running)
 
     def abort(self, request_id: str) -> None:
-        self._commands.put(("abort", request_id))
+        self._submit(("abort", request_id))
 
     def shutdown(self) -> None:
-        self._stopped.set()
-        self._commands.put(("wake",))
+        raise NotImplementedError
+
+    def _submit(self, command: tuple) -> None:
+        raise NotImplementedError
+
+    def _guide(self, guided: CompiledFormat):
+        raise NotImplementedError
+
+    def _publish(self, outputs: list[RequestOutput], stats: EngineStats) -> None:
+        """From the core's side (any thread): new figures, and each output to its stream, with
+        one wake-up per event loop however many requests the step served."""
+        self._stats = stats
+        by_loop: dict[asyncio.AbstractEventLoop, list] = defaultdict(list)
+        for out in outputs:
+            target = self._streams.get(out.request_id)
+            if target is not None:
+                by_loop[target[0]].append((target[1], out))
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_put_all, items)
+            except RuntimeError:  # that caller's loop has closed: nobody is reading
+                pass
+
+
+class AsyncLLMEngine(AsyncEngineFront):
+    """The engine and its step loop in a background thread of this process."""
+
+    def __init__(self, config: EngineConfig, proposer: Proposer | None = None):
+        super().__init__(config)
+        self.engine = LLMEngine(config, proposer)
+        self.limits = self.engine.limits
+        self.eos_token_ids = list(self.engine.model_config.eos_token_ids)
+        self._stats = self.engine.stats()
+        self._commands: queue.Queue = queue.Queue()
+        self._loop = CoreLoop(self.engine, self._receive, self._publish)
+        self._thread = threading.Thread(target=self._loop.run, name="specserve-engine", daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        self._submit(("stop",))
         self._thread.join(timeout=10)
 
-    # -- the engine thread -----------------------------------------------------------------
-    def _run(self) -> None:
-        while not self._stopped.is_set():
-            self._apply_commands(block=not self.engine.has_unfinished_requests())
-            if not self.engine.has_unfinished_requests():
-                continue
-            try:
-                outputs = self.engine.step()
-            except Exception as exc:  # a failed step fails its requests, not the replica
-                logger.exception("engine step failed")
-                outputs = self._fail_all(f"engine error: {exc}")
-            self._stats = self.engine.stats()
-            for out in outputs:
-                self._deliver(out)
+    def _submit(self, command: tuple) -> None:
+        self._commands.put(command)
 
-    def _apply_commands(self, block: bool) -> None:
+    def _receive(self, timeout: float) -> tuple | None:
         try:
-            command = self._commands.get(timeout=0.5) if block else self._commands.get_nowait()
+            return self._commands.get(timeout=timeout) if timeout > 0 else self._commands.get_nowait()
         except queue.Empty:
-            return
-        while True:
-            self._apply(command)
-            try:
-                command = self._commands.get_nowait()
-            except queue.Empty:
-                break
-        self._stats = self.engine.stats()
+            return None
 
-    def _apply(self, command: tuple) -> None:
-        if command[0] == "add":
-            _, request_id, prompt, params, guide = command
-            try:
-                self.engine.add_request(request_id, prompt, params, guide)
-            except ValueError as exc:
-                self._deliver(RequestOutput(request_id, [], finished=True, error=str(exc)))
-        elif command[0] == "abort":
-            self.engine.abort_request(command[1])
+    def _guide(self, guided: CompiledFormat):
+        return guided.decoder(self.vocab_size)
 
-    def _fail_all(self, message: str) -> list[RequestOutput]:
-        outputs = []
-        for request_id in list(self.engine.requests):
-            self.engine.abort_request(request_id)
-            outputs.append(RequestOutput(request_id, [], finished=True, finish_reason="abort", error=message))
-        return outputs
 
-    def _deliver(self, out: RequestOutput) -> None:
-        target = self._streams.get(out.request_id)
-        if target is not None:
-            loop, stream = target
-            loop.call_soon_threadsafe(stream.put_nowait, out)
+def _put_all(items: list[tuple[asyncio.Queue, RequestOutput]]) -> None:
+    for stream, out in items:
+        stream.put_nowait(out)
 
 
 async def _next_chunk(stream: asyncio.Queue, loop: asyncio.AbstractEventLoop, not_before: float

@@ -14,6 +14,7 @@ from app.engine.block_manager import BlockManager
 from app.engine.guidance import mask_guided_rows, plan_guided_drafts
 from app.engine.model_runner import ModelRunner
 from app.engine.request import Request
+from app.engine.request_limits import RequestLimits
 from app.engine.sampler import Sampler, compute_logprobs
 from app.engine.scheduler import Scheduler
 from app.engine.spec.proposal import Proposer
@@ -73,6 +74,8 @@ class LLMEngine:
         self.block_manager = BlockManager(self.runner.num_blocks, config.block_size,
                                           config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
+        self.limits = RequestLimits(self.max_model_len, config.block_size, self.block_manager.num_blocks,
+                                    self.model_config.vocab_size)
         self.sampler = Sampler(config.seed)
         self.speculator: Speculator | None = None
         self._tokenizer = None
@@ -103,22 +106,7 @@ class LLMEngine:
     # -- requests --------------------------------------------------------------------------
     def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
         """Refuse, before anything is queued, a request that could never be served."""
-        n = len(prompt_token_ids)
-        if n == 0:
-            raise RequestRejected("the prompt is empty; send at least one token")
-        if n + params.max_tokens > self.max_model_len:
-            raise RequestRejected(
-                f"this model's maximum context length is {self.max_model_len} tokens, but "
-                f"{n} prompt tokens + {params.max_tokens} max_tokens were requested; "
-                "shorten the prompt or lower max_tokens")
-        needed = self.block_manager.blocks_needed(n + params.max_tokens)
-        if needed > self.block_manager.num_blocks:
-            raise RequestRejected(
-                f"the request needs {needed} KV blocks but the whole pool has "
-                f"{self.block_manager.num_blocks}; lower max_tokens or the prompt length")
-        vocab = self.model_config.vocab_size
-        if any(not 0 <= t < vocab for t in prompt_token_ids):
-            raise RequestRejected(f"prompt token ids must be in [0, {vocab})")
+        self.limits.check(prompt_token_ids, params)
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                     guide=None) -> None:

@@ -19,6 +19,7 @@ Jump-forward (`forced_token_ids`): see its docstring.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -273,3 +274,17 @@ class GuidedDecoder:
             if b is not None and len(b) > len(prefix) and b.startswith(prefix):
                 return True
         return False
+
+
+@dataclass
+class CompiledFormat:
+    """A compiled output format as a target replica keeps it: the index, the vocabulary it was
+    built over, and the memo its decoders share."""
+    key: str
+    index: Index
+    vocab: GuidedVocabulary
+    memo: dict = field(default_factory=dict)
+
+    def decoder(self, logits_width: int, max_rollback: int = 64) -> GuidedDecoder:
+        """A fresh per-request guide over this format."""
+        return GuidedDecoder(self.index, self.vocab, logits_width, max_rollback, self.memo)

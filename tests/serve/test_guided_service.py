@@ -148,7 +148,7 @@ def test_spec_and_target_side_store(serve_app, constraint):
 
     store, first, second, third = asyncio.run(resolve_twice())
     assert first is second is third and store.fetches == 1
-    dec = store.decoder(first, logits_width=4096)
+    dec = first.decoder(logits_width=4096)
     forced = dec.forced_token_ids(store.tokenizer)  # compact JSON: '{"ok":' is forced
     assert forced and dec.accept_prefix(forced) == len(forced)
     assert b'{"ok":'.startswith(b"".join(vocab.token_bytes[t] for t in forced))

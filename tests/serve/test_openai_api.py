@@ -237,36 +237,58 @@ def test_metrics_endpoint_counts_requests(serve_app, client):
 
 
 def replica_thread_niceness(app_name: str) -> dict[str, set[int]]:
-    """Stage name -> the niceness of every thread of its replica processes (Linux /proc)."""
+    """Stage name -> the niceness of every thread of its replica processes, and "<stage> engine"
+    -> that of the engine processes they started (Linux /proc)."""
     from pathlib import Path
 
-    found: dict[str, set[int]] = {}
     prefix = f"ray::ServeReplica:{app_name}:"
+    stage_of: dict[int, str] = {}
+    engines: list[Path] = []
     for proc in Path("/proc").glob("[0-9]*"):
         try:
-            title = (proc / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
-            if not title.startswith(prefix):
-                continue
-            stage = title[len(prefix):].split()[0]
-            for task in (proc / "task").iterdir():
-                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-                found.setdefault(stage, set()).add(int(fields[16]))  # stat field 19: nice
-        except OSError:  # a process or thread that ended while we looked
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[0].decode(errors="replace").startswith(prefix):
+            stage_of[int(proc.name)] = argv[0].decode(errors="replace")[len(prefix):].split()[0]
+        elif b"app.engine.engine_process" in argv:
+            engines.append(proc)
+    found: dict[str, set[int]] = {}
+    for pid, stage in stage_of.items():
+        found.setdefault(stage, set()).update(_thread_niceness(Path(f"/proc/{pid}")))
+    for proc in engines:
+        try:
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if parent in stage_of:
+                found.setdefault(f"{stage_of[parent]} engine", set()).update(_thread_niceness(proc))
+        except OSError:
             continue
     return found
+
+
+def _thread_niceness(proc) -> set[int]:
+    values = set()
+    try:
+        for task in (proc / "task").iterdir():
+            values.add(int((task / "stat").read_text().rsplit(")", 1)[1].split()[16]))  # field 19: nice
+    except OSError:  # a process or thread that ended while we looked
+        pass
+    return values
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"),
                     reason="reads thread niceness from /proc; Ray sets worker niceness on Linux only")
 def test_model_stages_run_at_normal_cpu_priority(serve_app):
     """Ray lowers each worker's start-up thread to niceness 15 but not its gRPC/I-O threads, so
-    an engine thread would lose its core to the chunk traffic it produces; the model stages
-    keep their whole process at the cluster's niceness (deployments/priority.py)."""
+    an engine would lose its core to the chunk traffic it produces; the model stages keep their
+    whole process, and the target's engine process, at the cluster's niceness
+    (deployments/priority.py)."""
     base = os.getpriority(os.PRIO_PROCESS, 0)  # the raylet (and its workers) start from ours
     niceness = replica_thread_niceness(serve_app.name)
-    assert {"Ingress", "TargetModel", "DraftModel"} <= set(niceness), niceness
+    assert {"Ingress", "TargetModel", "DraftModel", "TargetModel engine"} <= set(niceness), niceness
     assert max(niceness["Ingress"]) > base, niceness  # Ray's lowering is in effect elsewhere
-    assert niceness["TargetModel"] == {base} and niceness["DraftModel"] == {base}, niceness
+    assert niceness["TargetModel"] == niceness["TargetModel engine"] == {base}, niceness
+    assert niceness["DraftModel"] == {base}, niceness
 
 
 def test_serve_config_yaml_names_every_stage_and_the_custom_policy():

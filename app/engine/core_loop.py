@@ -1,0 +1,83 @@
+"""The engine's step loop: apply the commands that came in (waiting for one when idle), step,
+publish the step's outputs with the engine's figures.
+
+The same loop runs in a thread beside its caller's event loop (`AsyncLLMEngine`) and in a
+process of its own (`EngineProcess`); only where commands come from and where outputs go
+differ. Commands are tuples: ("add", request_id, prompt_token_ids, params, guide),
+("abort", request_id), ("stop",); a subclass may handle more kinds.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from app.engine.engine import EngineStats, LLMEngine
+from app.outputs import RequestOutput
+
+logger = logging.getLogger(__name__)
+
+IDLE_WAIT_S = 0.5  # how long an idle loop waits for a command before checking `stopped` again
+
+
+class CoreLoop:
+    """`receive(timeout)`: the next command, or None if none came within `timeout` seconds (0:
+    do not wait). `publish(outputs, stats)`: called after every step, and after commands that
+    were not followed by a step (so the figures a caller reads are never older than that)."""
+
+    def __init__(self, engine: LLMEngine, receive: Callable[[float], tuple | None],
+                 publish: Callable[[list[RequestOutput], EngineStats], None]):
+        self.engine = engine
+        self.receive = receive
+        self.publish = publish
+        self.stopped = False
+
+    def run(self) -> None:
+        while not self.stopped:
+            applied = self._apply_commands(wait=not self.engine.has_unfinished_requests())
+            if self.stopped:
+                break
+            if not self.engine.has_unfinished_requests():
+                if applied:
+                    self.publish([], self.engine.stats())
+                continue
+            try:
+                outputs = self.engine.step()
+            except Exception as exc:  # a failed step fails its requests, not the replica
+                logger.exception("engine step failed")
+                outputs = self._fail_all(f"engine error: {exc}")
+            self.publish(outputs, self.engine.stats())
+
+    def _apply_commands(self, wait: bool) -> bool:
+        command = self.receive(IDLE_WAIT_S if wait else 0)
+        applied = False
+        while command is not None:
+            self.apply(command)
+            applied = True
+            if self.stopped:
+                break
+            command = self.receive(0)
+        return applied
+
+    def apply(self, command: tuple) -> None:
+        kind = command[0]
+        if kind == "add":
+            _, request_id, prompt, params, guide = command
+            try:
+                self.engine.add_request(request_id, prompt, params, guide)
+            except ValueError as exc:
+                self.publish([RequestOutput(request_id, [], finished=True, error=str(exc))],
+                             self.engine.stats())
+        elif kind == "abort":
+            self.engine.abort_request(command[1])
+        elif kind == "stop":
+            self.stopped = True
+        else:
+            raise ValueError(f"unknown engine command {kind!r}")
+
+    def _fail_all(self, message: str) -> list[RequestOutput]:
+        outputs = []
+        for request_id in list(self.engine.requests):
+            self.engine.abort_request(request_id)
+            outputs.append(RequestOutput(request_id, [], finished=True, finish_reason="abort", error=message))
+        return outputs

@@ -1,0 +1,250 @@
+"""The engine in a process of its own, behind the same streaming front as `AsyncLLMEngine`.
+
+Why: in one process the engine's step thread and the replica's event loop (which pickles and
+sends every streamed chunk) take turns on one GIL, and the engine waits for each turn; on 2
+CPU cores that was about a tenth of its time (benchmarks/RESULTS.md). In its own process the
+step loop never waits for the front's Python. This is how vLLM runs its engine core too.
+
+The child is `python -m app.engine.engine_process <fd>`, talking over one socket pair with
+pickled tuples. Front → child: the core loop's commands (app/engine/core_loop.py), plus
+("format", key, index) before the first request of a compiled output format and
+("drop_format", key) when the front forgets one, so a format's index crosses once, not per
+request. Child → front: ("ready", limits, eos_token_ids, stats) once, then ("outputs", outputs,
+stats) per step, and ("propose", inputs) when the engine wants drafts from the proposer the
+front holds (a Serve handle lives in the front); the front answers ("proposal", ok, result)
+and the child keeps commands that arrive meanwhile for after the step.
+
+If the child dies, every open stream ends with an error and `error` says why (a TargetModel
+then fails its health check and Serve replaces it); if the front dies, the child reads the end
+of the socket and exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import traceback
+from collections import OrderedDict, deque
+from multiprocessing.connection import Connection
+
+from app.config import EngineConfig
+from app.engine.async_engine import AsyncEngineFront
+from app.engine.core_loop import CoreLoop
+from app.engine.engine import EngineStats, LLMEngine
+from app.engine.spec.proposal import DraftInput, Proposal, Proposer
+from app.guided.guide import CompiledFormat
+from app.outputs import RequestOutput
+
+logger = logging.getLogger(__name__)
+
+MAX_FORMATS_IN_CORE = 64  # compiled formats the child keeps; the oldest is dropped beyond
+
+
+class EngineProcess(AsyncEngineFront):
+    """Start the child, wait until its engine is built (the model is loaded), then stream.
+    `proposer`: the engine's draft proposer, called here on the child's behalf."""
+
+    def __init__(self, config: EngineConfig, proposer: Proposer | None = None,
+                 startup_timeout_s: float = 600.0):
+        super().__init__(config)
+        self.proposer = proposer
+        self.error: str | None = None  # why the child is gone, once it is
+        self._closing = False
+        self._send_lock = threading.Lock()
+        self._formats_in_core: OrderedDict[str, None] = OrderedDict()
+        ours, theirs = socket.socketpair()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "app.engine.engine_process", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),), env=env)
+        theirs.close()
+        self._conn = Connection(ours.detach())
+        self._send(("init", config, proposer is not None))
+        _, self.limits, self.eos_token_ids, self._stats = self._await_ready(startup_timeout_s)
+        self._reader = threading.Thread(target=self._read, name="specserve-engine-reader", daemon=True)
+        self._reader.start()
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def shutdown(self) -> None:
+        self._closing = True
+        try:
+            self._send(("stop",))
+            self._process.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            self._process.kill()
+            self._process.wait()
+        self._conn.close()
+
+    # -- the front's side ---------------------------------------------------------------------
+    def _await_ready(self, timeout_s: float) -> tuple:
+        try:
+            if not self._conn.poll(timeout_s):
+                raise TimeoutError(f"the engine process did not start within {timeout_s:.0f} s")
+            message = self._conn.recv()
+        except (EOFError, OSError):
+            code = self._process.wait()
+            raise RuntimeError(f"the engine process exited during start-up (exit code {code})") from None
+        except TimeoutError:
+            self._process.kill()
+            raise
+        if message[0] != "ready":
+            self._process.wait()
+            raise RuntimeError(f"the engine failed to start:\n{message[1]}")
+        return message
+
+    def _send(self, message: tuple) -> None:
+        with self._send_lock:
+            self._conn.send(message)
+
+    def _submit(self, command: tuple) -> None:
+        if self.error is not None:
+            if command[0] == "add":
+                raise RuntimeError(self.error)
+            return  # nothing to abort in a dead engine
+        try:
+            self._send(command)
+        except OSError:
+            if command[0] == "add":
+                raise RuntimeError("the engine process is gone") from None
+
+    def _guide(self, guided: CompiledFormat) -> str:
+        """The format's key; its index goes to the child first if the child lacks it."""
+        if guided.key in self._formats_in_core:
+            self._formats_in_core.move_to_end(guided.key)
+            return guided.key
+        self._submit(("format", guided.key, guided.index))
+        self._formats_in_core[guided.key] = None
+        while len(self._formats_in_core) > MAX_FORMATS_IN_CORE:
+            oldest, _ = self._formats_in_core.popitem(last=False)
+            self._submit(("drop_format", oldest))
+        return guided.key
+
+    def _read(self) -> None:
+        try:
+            while True:
+                message = self._conn.recv()
+                if message[0] == "outputs":
+                    self._publish(message[1], message[2])
+                elif message[0] == "propose":
+                    self._propose(message[1])
+        except (EOFError, OSError):
+            pass
+        if not self._closing:
+            self._core_exited()
+
+    def _propose(self, inputs: list[DraftInput]) -> None:
+        try:
+            answer = ("proposal", True, self.proposer.propose_batch(inputs))
+        except Exception as exc:  # noqa: BLE001 - the engine counts it and decodes without drafts
+            answer = ("proposal", False, f"{type(exc).__name__}: {exc}")
+        try:
+            self._send(answer)
+        except OSError:
+            pass
+
+    def _core_exited(self) -> None:
+        code = self._process.wait()
+        self.error = f"the engine process exited unexpectedly (exit code {code})"
+        logger.error(self.error)
+        failed = [RequestOutput(rid, [], finished=True, finish_reason="abort", error=self.error)
+                  for rid in list(self._streams)]
+        self._publish(failed, self._stats)
+
+
+# -- the child's side -------------------------------------------------------------------------
+class _ProposerInFront:
+    """The child engine's proposer: asks the front and waits for its answer."""
+
+    def __init__(self, conn: Connection, pending: deque):
+        self.conn = conn
+        self.pending = pending  # commands that arrive while waiting, for the core loop
+
+    def propose_batch(self, inputs: list[DraftInput]) -> list[Proposal]:
+        self.conn.send(("propose", inputs))
+        while True:
+            message = self.conn.recv()
+            if message[0] == "proposal":
+                _, ok, result = message
+                if not ok:
+                    raise RuntimeError(f"draft proposal failed in the front: {result}")
+                return result
+            self.pending.append(message)
+
+
+class _ChildLoop(CoreLoop):
+    def __init__(self, engine: LLMEngine, conn: Connection, pending: deque):
+        super().__init__(engine, self._receive, self._publish)
+        self.conn = conn
+        self.pending = pending
+        self.formats: dict[str, CompiledFormat] = {}
+        self._vocab = None
+
+    def _receive(self, timeout: float) -> tuple | None:
+        if self.pending:
+            return self.pending.popleft()
+        try:
+            if not self.conn.poll(timeout):
+                return None
+            return self.conn.recv()
+        except (EOFError, OSError):  # the front is gone
+            return ("stop",)
+
+    def _publish(self, outputs: list[RequestOutput], stats: EngineStats) -> None:
+        try:
+            self.conn.send(("outputs", outputs, stats))
+        except OSError:
+            self.stopped = True
+
+    def apply(self, command: tuple) -> None:
+        kind = command[0]
+        if kind == "format":
+            _, key, index = command
+            self.formats[key] = CompiledFormat(key, index, self._vocabulary())
+        elif kind == "drop_format":
+            self.formats.pop(command[1], None)
+        elif kind == "add" and command[4] is not None:
+            compiled = self.formats.get(command[4])
+            if compiled is None:  # the front sends a format before its first request: a bug
+                self.publish([RequestOutput(command[1], [], finished=True, error="the request's output "
+                                            "format never reached the engine process")], self.engine.stats())
+                return
+            super().apply(command[:4] + (compiled.decoder(self.engine.model_config.vocab_size),))
+        else:
+            super().apply(command)
+
+    def _vocabulary(self):
+        if self._vocab is None:
+            from transformers import PreTrainedTokenizerFast
+
+            from app.guided.vocabulary import build_guided_vocabulary
+            tokenizer = PreTrainedTokenizerFast.from_pretrained(self.engine.config.model, local_files_only=True)
+            self._vocab = build_guided_vocabulary(tokenizer)
+        return self._vocab
+
+
+def _child_main(fd: int) -> int:
+    conn = Connection(fd)
+    try:
+        _, config, proposer_in_front = conn.recv()
+        pending: deque = deque()
+        engine = LLMEngine(config, _ProposerInFront(conn, pending) if proposer_in_front else None)
+    except (EOFError, OSError):
+        return 1
+    except Exception:  # noqa: BLE001 - reported to the front, which raises it
+        conn.send(("failed", traceback.format_exc()))
+        return 1
+    conn.send(("ready", engine.limits, list(engine.model_config.eos_token_ids), engine.stats()))
+    _ChildLoop(engine, conn, pending).run()
+    return 0
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s engine-process %(levelname)s %(message)s")
+    sys.exit(_child_main(int(sys.argv[1])))

@@ -1,0 +1,38 @@
+"""What a request is checked against before it is queued.
+
+A plain record of four numbers, so that a front running the engine in another process
+refuses an impossible request itself, at once, with the same message the engine would give.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.outputs import RequestRejected
+from app.sampling_params import SamplingParams
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    max_model_len: int
+    block_size: int
+    num_blocks: int  # the whole KV pool
+    vocab_size: int
+
+    def check(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        """Raise RequestRejected for a request that could never be served."""
+        n = len(prompt_token_ids)
+        if n == 0:
+            raise RequestRejected("the prompt is empty; send at least one token")
+        if n + params.max_tokens > self.max_model_len:
+            raise RequestRejected(
+                f"this model's maximum context length is {self.max_model_len} tokens, but "
+                f"{n} prompt tokens + {params.max_tokens} max_tokens were requested; "
+                "shorten the prompt or lower max_tokens")
+        needed = -(-(n + params.max_tokens) // self.block_size)
+        if needed > self.num_blocks:
+            raise RequestRejected(
+                f"the request needs {needed} KV blocks but the whole pool has "
+                f"{self.num_blocks}; lower max_tokens or the prompt length")
+        if any(not 0 <= t < self.vocab_size for t in prompt_token_ids):
+            raise RequestRejected(f"prompt token ids must be in [0, {self.vocab_size})")

@@ -1,0 +1,194 @@
+"""The engine in a process of its own (what a TargetModel replica runs): the same tokens as the
+engine in-process, cancellation that frees KV, formats and drafts that cross the process
+boundary, and no orphan on either side when one of the two processes dies."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from transformers import AutoTokenizer
+
+from app.config import EngineConfig
+from app.engine.engine import LLMEngine
+from app.engine.engine_process import EngineProcess
+from app.engine.spec.draft_worker import DraftWorker
+from app.guided.compiler import compile_regex
+from app.guided.guide import CompiledFormat
+from app.guided.vocabulary import load_guided_vocabulary
+from app.outputs import RequestRejected
+from app.sampling_params import SamplingParams
+from tests.checkpoints import DEFAULT_DRAFT, DEFAULT_TARGET
+
+GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+DATE = r"\d{4}-\d{2}-\d{2}"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(DEFAULT_TARGET)
+
+
+def config(**overrides) -> EngineConfig:
+    return EngineConfig(model=str(DEFAULT_TARGET), num_kv_blocks=128, **overrides)
+
+
+async def collect(engine, request_id, prompt, params, guided=None) -> list[int]:
+    return [t async for out in engine.generate(request_id, prompt, params, guided) for t in out.new_token_ids]
+
+
+def wait_until(predicate, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_same_tokens_as_the_engine_in_process_and_a_cancelled_stream_frees_its_blocks(tokenizer):
+    texts = ["def add(a, b):", "The capital of France", "import numpy as np\n", "1, 2, 3,"]
+    prompts = [tokenizer.encode(t) for t in texts]
+    reference = LLMEngine(config()).generate(prompts, GREEDY)
+    engine = EngineProcess(config())
+
+    async def main():
+        async def cancel_after_two_chunks():
+            stream = engine.generate("x", prompts[0], SamplingParams(max_tokens=500, temperature=0, ignore_eos=True))
+            for _ in range(2):
+                await stream.__anext__()
+            await stream.aclose()
+
+        outputs = await asyncio.gather(*(collect(engine, f"r{i}", p, GREEDY) for i, p in enumerate(prompts)),
+                                       cancel_after_two_chunks())
+        for _ in range(100):  # the abort reaches the child before its next step
+            if engine.stats().num_blocks_used == 0 and engine.stats().num_requests_running == 0:
+                break
+            await asyncio.sleep(0.05)
+        return outputs[:4]
+
+    try:
+        assert asyncio.run(main()) == reference
+        assert engine.stats().num_blocks_used == 0
+        with pytest.raises(RequestRejected, match="maximum context length"):  # refused by the front
+            asyncio.run(collect(engine, "too-long", [3] * 3000, GREEDY))
+        assert engine.limits.max_model_len == LLMEngine(config()).max_model_len
+    finally:
+        engine.shutdown()
+
+
+def test_a_guided_request_follows_its_format_in_the_child_and_the_index_crosses_once(tokenizer):
+    vocab = load_guided_vocabulary(DEFAULT_TARGET)
+    date = CompiledFormat("date", compile_regex(DATE, vocab), vocab)
+    prompt = tokenizer.encode("today = ")
+    params = SamplingParams(max_tokens=20, temperature=0)
+    in_process = LLMEngine(config())
+    in_process.add_request("ref", prompt, params, date.decoder(in_process.model_config.vocab_size))
+    reference = _run_to_end(in_process)["ref"]
+    engine = EngineProcess(config())
+    sent = []
+    submit = engine._submit
+    engine._submit = lambda command: (sent.append(command[0]), submit(command))
+    try:
+        first = asyncio.run(collect(engine, "a", prompt, params, date))
+        second = asyncio.run(collect(engine, "b", prompt, params, date))
+    finally:
+        engine.shutdown()
+    assert first == second == reference
+    assert re.fullmatch(DATE, tokenizer.decode(first, skip_special_tokens=True))
+    assert sent.count("format") == 1 and sent.count("add") == 2
+
+
+def _run_to_end(engine: LLMEngine) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    while engine.has_unfinished_requests():
+        for o in engine.step():
+            out.setdefault(o.request_id, []).extend(o.new_token_ids)
+    return out
+
+
+class CountingProposer:
+    """The draft model in the front, as the TargetModel's DraftClient would be, counting calls."""
+
+    def __init__(self, fail: bool = False):
+        self.worker = DraftWorker(dataclasses.replace(config(), model=str(DEFAULT_DRAFT)))
+        self.fail = fail
+        self.calls = 0
+
+    def propose_batch(self, inputs):
+        self.calls += 1
+        if self.fail:
+            raise ConnectionError("draft replica unreachable")
+        return self.worker.propose_batch(inputs)
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["drafts", "failing-proposer"])
+def test_drafts_come_from_the_front_s_proposer_and_never_change_greedy_output(tokenizer, fail):
+    prompt = tokenizer.encode("def fibonacci(n):\n    ")
+    reference = LLMEngine(config()).generate([prompt], GREEDY)[0]
+    proposer = CountingProposer(fail=fail)
+    engine = EngineProcess(config(speculative_method="draft", speculation_schedule={1: 4}), proposer)
+    try:
+        tokens = asyncio.run(collect(engine, "spec", prompt, GREEDY))
+        spec = engine.stats().spec
+    finally:
+        engine.shutdown()
+    assert tokens == reference
+    assert proposer.calls > 0
+    if fail:
+        assert spec.num_proposer_failures > 0 and spec.num_drafts == 0
+    else:
+        assert spec.num_drafts > 0 and spec.num_proposer_failures == 0
+
+
+def test_a_dead_engine_process_ends_open_streams_with_an_error_and_refuses_new_requests(tokenizer):
+    engine = EngineProcess(config())
+    prompt = tokenizer.encode("Once upon a time")
+
+    async def killed_mid_stream():
+        stream = engine.generate("long", prompt, SamplingParams(max_tokens=1000, temperature=0, ignore_eos=True))
+        await stream.__anext__()
+        os.kill(engine.pid, signal.SIGKILL)
+        async for _ in stream:
+            pass
+
+    try:
+        with pytest.raises(RuntimeError, match="engine process exited"):
+            asyncio.run(asyncio.wait_for(killed_mid_stream(), 30))
+        assert engine.error is not None
+        with pytest.raises(RuntimeError, match="engine process exited"):
+            asyncio.run(collect(engine, "after", prompt, GREEDY))
+    finally:
+        engine.shutdown()
+
+
+def test_the_engine_process_exits_when_its_front_is_killed():
+    """A replica killed outright leaves no engine (and no KV pool) behind."""
+    script = ("import time; from app.config import EngineConfig; from app.engine.engine_process import "
+              f"EngineProcess; e = EngineProcess(EngineConfig(model={str(DEFAULT_TARGET)!r}, num_kv_blocks=64)); "
+              "print(e.pid, flush=True); time.sleep(600)")
+    front = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(front.stdout.readline())
+        assert is_running(child)
+        front.kill()
+        front.wait()
+        assert wait_until(lambda: not is_running(child))
+    finally:
+        front.kill()
+
+
+def is_running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's zombie may wait for a reaper in a container)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
