@@ -8,6 +8,8 @@ and e2e latency (mean, p50, p90, p99), request and token throughput, and goodput
 the other as load levels; `--plot` draws latency against load. `--compare-engine CKPT` runs
 the same requests through the engine alone, in this process, at each level and prints the
 ratio of HTTP e2e latency to engine-alone e2e latency: the cost of Serve, HTTP and SSE.
+`--rounds N` runs each level N times, HTTP and engine alone alternating, and pools them (on a
+shared machine a single pair of runs gives ratios ±0.1 apart: benchmarks/RESULTS.md).
 
     serve run serve_config.yaml &
     python benchmarks/serving.py --model checkpoints/tiny-target --num-prompts 64 \\
@@ -241,6 +243,45 @@ async def main_async(args) -> dict:
                              load_tokenizer(tokenizer_path), goodput)
 
 
+async def run_sides(sides: dict, requests: list[Request], rate: float, conc: int | None, args,
+                    goodput: dict, show: bool) -> dict:
+    """One load level on every side ("http", and "engine" with --compare-engine), `--rounds`
+    times, the sides alternating (ABBA) so that a noisy machine's slow minutes fall on both;
+    each side's figures pool its rounds, and the Serve overhead is their ratio."""
+    level: dict = {"concurrency": conc, "request_rate": rate}
+    pooled: dict[str, tuple[list[Result], float]] = {name: ([], 0.0) for name in sides}
+    per_round = []
+    for r in range(args.rounds):
+        means = {}
+        for name in (list(sides) if r % 2 == 0 else list(sides)[::-1]):
+            if r == 0:
+                for warm in await warm_up(sides[name], requests, args.num_warmups, conc):
+                    if not warm.success:
+                        raise SystemExit(f"{name} warm-up request failed: {warm.error}")
+            results, duration = await run_level(sides[name], requests, rate, conc, args.seed,
+                                                f"{name} c={conc} rate={rate} round {r + 1}", show)
+            pooled[name] = (pooled[name][0] + results, pooled[name][1] + duration)
+            means[name] = float(np.mean([x.latency for x in results if x.success] or [math.nan]))
+        if "engine" in means:
+            per_round.append(means["http"] / means["engine"])
+    for name, (results, duration) in pooled.items():
+        level[name] = summarize(results, duration, goodput)
+        print_summary(f"{'HTTP' if name == 'http' else 'engine alone'} concurrency={conc} rate={rate}"
+                      f" ({args.rounds} round{'s' if args.rounds > 1 else ''})", level[name])
+        if args.save_detailed:
+            level[f"{name}_requests"] = [asdict(x) for x in results]
+    if "engine" in level:
+        http, eng = level["http"], level["engine"]
+        level["serve_overhead_e2e_mean"] = http["mean_e2el_ms"] / eng["mean_e2el_ms"]
+        level["serve_overhead_e2e_p50"] = http["p50_e2el_ms"] / eng["p50_e2el_ms"]
+        level["serve_overhead_ttft_mean"] = http["mean_ttft_ms"] / eng["mean_ttft_ms"]
+        level["serve_overhead_e2e_mean_per_round"] = per_round
+        if http["total_input_tokens"] != eng["total_input_tokens"]:
+            print(f"note: the server counted {http['total_input_tokens']} prompt tokens, the engine-alone "
+                  f"run {eng['total_input_tokens']}: the ingress tokenizes differently (special tokens?)")
+    return level
+
+
 async def run_all(args, session, url: str, model: str, tokenizer, goodput: dict) -> dict:
     if args.dataset == "random":
         if tokenizer is None:
@@ -258,50 +299,28 @@ async def run_all(args, session, url: str, model: str, tokenizer, goodput: dict)
     show = not args.disable_tqdm
     report: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "args": vars(args), "model": model,
                     "levels": []}
-    send = lambda req: send_http(session, url, model, req, args)  # noqa: E731
-    for rate, conc in levels:
-        for warm in await warm_up(send, requests, args.num_warmups, conc):
-            if not warm.success:
-                raise SystemExit(f"warm-up request failed: {warm.error}")
-        results, duration = await run_level(send, requests, rate, conc, args.seed,
-                                            f"HTTP c={conc} rate={rate}", show)
-        s = summarize(results, duration, goodput)
-        title = f"HTTP concurrency={conc} rate={rate}"
-        print_summary(title, s)
-        level = {"concurrency": conc, "request_rate": rate, "http": s}
-        if args.save_detailed:
-            level["http_requests"] = [asdict(r) for r in results]
-        report["levels"].append(level)
-
+    sides = {"http": lambda req: send_http(session, url, model, req, args)}
+    engine = None
     if args.compare_engine:
         engine = EngineAlone(args.compare_engine, tokenizer or load_tokenizer(args.compare_engine),
                              parse_engine_args(args.engine_arg), args.engine_torch_threads)
         report["engine_torch_threads"] = engine.threads
-        try:
-            send_engine = lambda req: engine.send(req, args)  # noqa: E731
-            for level in report["levels"]:
-                rate, conc = level["request_rate"], level["concurrency"]
-                await warm_up(send_engine, requests, args.num_warmups, conc)
-                results, duration = await run_level(send_engine, requests, rate, conc, args.seed,
-                                                    f"engine c={conc} rate={rate}", show)
-                s = summarize(results, duration, goodput)
-                print_summary(f"engine alone concurrency={conc} rate={rate}", s)
-                level["engine"] = s
-                level["serve_overhead_e2e_mean"] = level["http"]["mean_e2el_ms"] / s["mean_e2el_ms"]
-                level["serve_overhead_e2e_p50"] = level["http"]["p50_e2el_ms"] / s["p50_e2el_ms"]
-                level["serve_overhead_ttft_mean"] = level["http"]["mean_ttft_ms"] / s["mean_ttft_ms"]
-                http_in, engine_in = level["http"]["total_input_tokens"], s["total_input_tokens"]
-                if http_in != engine_in:
-                    print(f"note: the server counted {http_in} prompt tokens, the engine-alone run "
-                          f"{engine_in}: the ingress tokenizes differently (special tokens?)")
-        finally:
+        sides["engine"] = lambda req: engine.send(req, args)
+    try:
+        for rate, conc in levels:
+            report["levels"].append(await run_sides(sides, requests, rate, conc, args, goodput, show))
+    finally:
+        if engine is not None:
             engine.shutdown()
+    if engine is not None:
         print("=" * 18 + " Serve overhead (HTTP / engine alone) " + "=" * 10)
-        print(f"{'concurrency':>12}{'rate':>8}{'e2e mean':>12}{'e2e p50':>12}{'TTFT mean':>12}")
+        print(f"{'concurrency':>12}{'rate':>8}{'e2e mean':>12}{'e2e p50':>12}{'TTFT mean':>12}"
+              f"  per round (e2e mean)")
         for lv in report["levels"]:
             print(f"{str(lv['concurrency']):>12}{lv['request_rate']:>8}"
                   f"{lv['serve_overhead_e2e_mean']:>12.3f}{lv['serve_overhead_e2e_p50']:>12.3f}"
-                  f"{lv['serve_overhead_ttft_mean']:>12.3f}")
+                  f"{lv['serve_overhead_ttft_mean']:>12.3f}  "
+                  + " ".join(f"{r:.3f}" for r in lv["serve_overhead_e2e_mean_per_round"]))
 
     if args.result_json:
         Path(args.result_json).parent.mkdir(parents=True, exist_ok=True)
@@ -341,6 +360,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="untimed requests before each level (default: one batch of its concurrency)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--result-json")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run each level this many times, alternating HTTP and --compare-engine (ABBA), "
+                        "and pool the rounds: on a noisy machine the ratio is then less at the mercy of "
+                        "when each side ran")
     p.add_argument("--save-detailed", action="store_true", help="per-request figures in the JSON")
     p.add_argument("--plot", help="PNG of latency and throughput against load")
     p.add_argument("--compare-engine", metavar="CHECKPOINT",

@@ -150,7 +150,11 @@ class EngineProcess(AsyncEngineFront):
             pass
 
     def _core_exited(self) -> None:
-        code = self._process.wait()
+        try:
+            code = self._process.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # it closed its end but hangs: it is of no use now
+            self._process.kill()
+            code = self._process.wait()
         self.error = f"the engine process exited unexpectedly (exit code {code})"
         logger.error(self.error)
         failed = [RequestOutput(rid, [], finished=True, finish_reason="abort", error=self.error)
