@@ -42,3 +42,8 @@ class RequestRejected(ValueError):
 class EngineOverloaded(RuntimeError):
     """The engine's waiting queue is full (`max_num_waiting_requests`); the client should retry
     later. Not the request's fault, so not a ValueError: the ingress answers 429."""
+
+
+class EngineDied(RuntimeError):
+    """The engine process of a target replica exited; the replica fails its health check and
+    Serve replaces it, so the client should retry (the ingress answers 503)."""

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from ray.exceptions import ActorUnavailableError, RayActorError
 
+from app.outputs import EngineDied
+
 REPLICA_LOST = ("the model replica serving this request stopped before it finished (Serve is "
                 "replacing it); retry the request")
 
 
 def replica_lost(exc: BaseException) -> bool:
-    """True when a replica this request depended on died or became unreachable."""
-    return isinstance(exc, (RayActorError, ActorUnavailableError))
+    """True when a replica this request depended on died or became unreachable, or its engine
+    process did (a Ray task error also subclasses the error it carries)."""
+    return isinstance(exc, (RayActorError, ActorUnavailableError, EngineDied))

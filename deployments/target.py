@@ -33,6 +33,7 @@ from deployments.engine_metrics import EngineMetricsReporter
 from deployments.priority import NORMAL_PRIORITY_RUNTIME_ENV
 
 logger = logging.getLogger("ray.serve")
+# With `engine_process: false` only (the engine as a thread of the replica).
 # Measured at concurrency 8 on 2 CPU cores (benchmarks/RESULTS.md), while the engine thread
 # still ran at Ray's niceness 15: Serve overhead 1.39-1.47 at the default 5 ms, 1.29-1.32 at
 # 0.5 ms, 1.36 at 0.2 ms. Not re-measured since (deployments/priority.py).
@@ -83,7 +84,7 @@ class TargetModel:
 
     def check_health(self) -> None:
         """Serve replaces the replica when its engine process is gone."""
-        if getattr(self.engine, "error", None) is not None:
+        if self.engine.error is not None:
             raise RuntimeError(self.engine.error)
 
     def stats(self) -> dict:

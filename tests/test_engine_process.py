@@ -23,7 +23,7 @@ from app.engine.spec.draft_worker import DraftWorker
 from app.guided.compiler import compile_regex
 from app.guided.guide import CompiledFormat
 from app.guided.vocabulary import load_guided_vocabulary
-from app.outputs import RequestRejected
+from app.outputs import EngineDied, RequestRejected
 from app.sampling_params import SamplingParams
 from tests.checkpoints import DEFAULT_DRAFT, DEFAULT_TARGET
 
@@ -160,10 +160,10 @@ def test_a_dead_engine_process_ends_open_streams_with_an_error_and_refuses_new_r
             pass
 
     try:
-        with pytest.raises(RuntimeError, match="engine process exited"):
+        with pytest.raises(EngineDied, match="engine process exited"):
             asyncio.run(asyncio.wait_for(killed_mid_stream(), 30))
         assert engine.error is not None
-        with pytest.raises(RuntimeError, match="engine process exited"):
+        with pytest.raises(EngineDied, match="engine process exited"):
             asyncio.run(collect(engine, "after", prompt, GREEDY))
     finally:
         engine.shutdown()

@@ -22,7 +22,7 @@ from app.engine.engine import EngineStats, LLMEngine
 from app.engine.request_limits import RequestLimits
 from app.engine.spec.proposal import Proposer
 from app.guided.guide import CompiledFormat
-from app.outputs import EngineOverloaded, RequestOutput
+from app.outputs import EngineDied, EngineOverloaded, RequestOutput
 from app.sampling_params import SamplingParams
 
 
@@ -32,6 +32,7 @@ class AsyncEngineFront:
 
     limits: RequestLimits
     eos_token_ids: list[int]
+    error: str | None = None  # set when the engine is gone for good (then every call raises EngineDied)
 
     def __init__(self, config: EngineConfig):
         self.config = config
@@ -74,7 +75,7 @@ class AsyncEngineFront:
             while not finished:
                 out = await _next_chunk(stream, loop, next_chunk_at)
                 if out.error is not None:
-                    raise RuntimeError(out.error)
+                    raise (EngineDied if self.error is not None else RuntimeError)(out.error)
                 finished = out.finished
                 next_chunk_at = loop.time() + interval
                 yield out

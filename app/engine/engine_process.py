@@ -37,7 +37,7 @@ from app.engine.core_loop import CoreLoop
 from app.engine.engine import EngineStats, LLMEngine
 from app.engine.spec.proposal import DraftInput, Proposal, Proposer
 from app.guided.guide import CompiledFormat
-from app.outputs import RequestOutput
+from app.outputs import EngineDied, RequestOutput
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,6 @@ class EngineProcess(AsyncEngineFront):
                  startup_timeout_s: float = 600.0):
         super().__init__(config)
         self.proposer = proposer
-        self.error: str | None = None  # why the child is gone, once it is
         self._closing = False
         self._send_lock = threading.Lock()
         self._formats_in_core: OrderedDict[str, None] = OrderedDict()
@@ -106,13 +105,13 @@ class EngineProcess(AsyncEngineFront):
     def _submit(self, command: tuple) -> None:
         if self.error is not None:
             if command[0] == "add":
-                raise RuntimeError(self.error)
+                raise EngineDied(self.error)
             return  # nothing to abort in a dead engine
         try:
             self._send(command)
         except OSError:
             if command[0] == "add":
-                raise RuntimeError("the engine process is gone") from None
+                raise EngineDied("the engine process is gone") from None
 
     def _guide(self, guided: CompiledFormat) -> str:
         """The format's key; its index goes to the child first if the child lacks it."""

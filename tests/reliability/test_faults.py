@@ -85,3 +85,66 @@ def test_killed_target_replica_fails_its_requests_and_is_replaced(serve_app):
     assert r.json()["usage"]["completion_tokens"] == 5
     stats = wait_for_idle_kv(serve_app)
     assert stats["replica_id"] != old_replica
+
+
+def engine_process_of_target() -> int:
+    """The pid of the engine process a TargetModel replica of this machine started."""
+    from pathlib import Path
+
+    targets = {int(p.name) for p in Path("/proc").glob("[0-9]*")
+               if _argv(p)[:1] and _argv(p)[0].startswith(b"ray::ServeReplica:") and b":TargetModel" in _argv(p)[0]}
+    engines = [int(p.name) for p in Path("/proc").glob("[0-9]*")
+               if b"app.engine.engine_process" in _argv(p) and _parent(p) in targets]
+    assert len(engines) == 1, (targets, engines)
+    return engines[0]
+
+
+def _argv(proc) -> list[bytes]:
+    try:
+        return (proc / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
+def _parent(proc) -> int | None:
+    try:
+        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return None
+
+
+def test_killed_engine_process_fails_its_requests_and_the_replica_is_replaced(serve_app):
+    """The engine runs in a child process of the replica: if it dies (OOM killer, a crash in a
+    kernel), the requests on it end as if the replica had been lost, and the replica fails its
+    health check so that Serve replaces it."""
+    import os
+    import signal
+
+    wait_for_idle_kv(serve_app)
+    old_replica = target_stats(serve_app)["replica_id"]
+    kinds = [True, False]  # streaming, non-streaming
+    with ThreadPoolExecutor(len(kinds)) as pool:
+        futures = [pool.submit(in_flight, serve_app.url, serve_app.model, s) for s in kinds]
+        wait_for_running(serve_app, len(kinds))
+        os.kill(engine_process_of_target(), signal.SIGKILL)
+        streamed, whole = [f.result() for f in futures]
+
+    assert "hung" not in streamed and "hung" not in whole, (streamed, whole)
+    events = streamed["events"]
+    assert streamed["status"] == 200 and events[-1] == "[DONE]", events[-3:]
+    errors = [e for e in events[:-1] if isinstance(e, dict) and "error" in e]
+    assert len(errors) == 1 and errors[0]["error"]["message"] == REPLICA_LOST, events[-3:]
+    assert whole["status"] == 503, whole
+    assert whole["json"]["error"]["message"] == REPLICA_LOST, whole
+
+    def replaced():
+        try:
+            stats = target_stats(serve_app)
+        except Exception:  # noqa: BLE001 - the old replica is going away
+            return None
+        return stats if stats["replica_id"] != old_replica else None
+
+    wait_for(replaced, 180, "a new target replica after the engine process was killed", interval_s=1)
+    r = requests.post(serve_app.url + "/v1/completions", timeout=CLIENT_TIMEOUT_S,
+                      json={"prompt": "Back again", "max_tokens": 5, "ignore_eos": True})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 5, r.text
