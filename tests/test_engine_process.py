@@ -26,6 +26,7 @@ from app.guided.vocabulary import load_guided_vocabulary
 from app.outputs import EngineDied, RequestRejected
 from app.sampling_params import SamplingParams
 from tests.checkpoints import DEFAULT_DRAFT, DEFAULT_TARGET
+from tests.procfs import is_running
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
 DATE = r"\d{4}-\d{2}-\d{2}"
@@ -183,12 +184,3 @@ def test_the_engine_process_exits_when_its_front_is_killed():
         assert wait_until(lambda: not is_running(child))
     finally:
         front.kill()
-
-
-def is_running(pid: int) -> bool:
-    """Alive and not a zombie (an orphan's zombie may wait for a reaper in a container)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False

@@ -89,9 +89,6 @@ class AsyncEngineFront:
         running = self._stats.num_requests_running if self._stats is not None else 0
         return max(0, len(self._streams) - running)
 
-    def abort(self, request_id: str) -> None:
-        self._submit(("abort", request_id))
-
     def shutdown(self) -> None:
         raise NotImplementedError
 

@@ -37,6 +37,7 @@ from app.engine.core_loop import CoreLoop
 from app.engine.engine import EngineStats, LLMEngine
 from app.engine.spec.proposal import DraftInput, Proposal, Proposer
 from app.guided.guide import CompiledFormat
+from app.guided.vocabulary import load_guided_vocabulary
 from app.outputs import EngineDied, RequestOutput
 
 logger = logging.getLogger(__name__)
@@ -224,11 +225,7 @@ class _ChildLoop(CoreLoop):
 
     def _vocabulary(self):
         if self._vocab is None:
-            from transformers import PreTrainedTokenizerFast
-
-            from app.guided.vocabulary import build_guided_vocabulary
-            tokenizer = PreTrainedTokenizerFast.from_pretrained(self.engine.config.model, local_files_only=True)
-            self._vocab = build_guided_vocabulary(tokenizer)
+            self._vocab = load_guided_vocabulary(self.engine.config.model)
         return self._vocab
 
 

@@ -12,6 +12,8 @@ import requests
 
 from deployments.errors import REPLICA_LOST
 
+from tests.procfs import engine_processes, replica_stages
+
 from .helpers import sse_events, target_stats, wait_for, wait_for_idle_kv, wait_for_running
 
 pytestmark = pytest.mark.slow
@@ -87,30 +89,12 @@ def test_killed_target_replica_fails_its_requests_and_is_replaced(serve_app):
     assert stats["replica_id"] != old_replica
 
 
-def engine_process_of_target() -> int:
-    """The pid of the engine process a TargetModel replica of this machine started."""
-    from pathlib import Path
-
-    targets = {int(p.name) for p in Path("/proc").glob("[0-9]*")
-               if _argv(p)[:1] and _argv(p)[0].startswith(b"ray::ServeReplica:") and b":TargetModel" in _argv(p)[0]}
-    engines = [int(p.name) for p in Path("/proc").glob("[0-9]*")
-               if b"app.engine.engine_process" in _argv(p) and _parent(p) in targets]
+def engine_process_of_target(app_name: str) -> int:
+    """The pid of the engine process this app's TargetModel replica started."""
+    targets = {pid for pid, stage in replica_stages(app_name).items() if stage == "TargetModel"}
+    engines = [pid for pid, parent in engine_processes().items() if parent in targets]
     assert len(engines) == 1, (targets, engines)
     return engines[0]
-
-
-def _argv(proc) -> list[bytes]:
-    try:
-        return (proc / "cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return []
-
-
-def _parent(proc) -> int | None:
-    try:
-        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-    except OSError:
-        return None
 
 
 def test_killed_engine_process_fails_its_requests_and_the_replica_is_replaced(serve_app):
@@ -126,7 +110,7 @@ def test_killed_engine_process_fails_its_requests_and_the_replica_is_replaced(se
     with ThreadPoolExecutor(len(kinds)) as pool:
         futures = [pool.submit(in_flight, serve_app.url, serve_app.model, s) for s in kinds]
         wait_for_running(serve_app, len(kinds))
-        os.kill(engine_process_of_target(), signal.SIGKILL)
+        os.kill(engine_process_of_target(serve_app.name), signal.SIGKILL)
         streamed, whole = [f.result() for f in futures]
 
     assert "hung" not in streamed and "hung" not in whole, (streamed, whole)

@@ -12,6 +12,8 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.procfs import engine_processes, replica_stages, thread_niceness
+
 pytestmark = pytest.mark.slow
 
 PROMPTS = ["The quick brown fox", "def main():\n    return", "héllo wörld 日本"]
@@ -238,42 +240,15 @@ def test_metrics_endpoint_counts_requests(serve_app, client):
 
 def replica_thread_niceness(app_name: str) -> dict[str, set[int]]:
     """Stage name -> the niceness of every thread of its replica processes, and "<stage> engine"
-    -> that of the engine processes they started (Linux /proc)."""
-    from pathlib import Path
-
-    prefix = f"ray::ServeReplica:{app_name}:"
-    stage_of: dict[int, str] = {}
-    engines: list[Path] = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv[0].decode(errors="replace").startswith(prefix):
-            stage_of[int(proc.name)] = argv[0].decode(errors="replace")[len(prefix):].split()[0]
-        elif b"app.engine.engine_process" in argv:
-            engines.append(proc)
+    -> that of the engine processes they started."""
+    stages = replica_stages(app_name)
     found: dict[str, set[int]] = {}
-    for pid, stage in stage_of.items():
-        found.setdefault(stage, set()).update(_thread_niceness(Path(f"/proc/{pid}")))
-    for proc in engines:
-        try:
-            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            if parent in stage_of:
-                found.setdefault(f"{stage_of[parent]} engine", set()).update(_thread_niceness(proc))
-        except OSError:
-            continue
+    for pid, stage in stages.items():
+        found.setdefault(stage, set()).update(thread_niceness(pid))
+    for pid, parent in engine_processes().items():
+        if parent in stages:
+            found.setdefault(f"{stages[parent]} engine", set()).update(thread_niceness(pid))
     return found
-
-
-def _thread_niceness(proc) -> set[int]:
-    values = set()
-    try:
-        for task in (proc / "task").iterdir():
-            values.add(int((task / "stat").read_text().rsplit(")", 1)[1].split()[16]))  # field 19: nice
-    except OSError:  # a process or thread that ended while we looked
-        pass
-    return values
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"),
