@@ -47,13 +47,15 @@ def test_prefix_cached_extend(dtype):
     check(run_prefill(case, block_n=16, target_rows=16), case)
 
 
-def test_rows_do_not_depend_on_query_tile():
-    """A verify step's rows are bitwise the same whatever the query tile height, so a
-    sequence gives the same numbers in any batch."""
+def test_rows_agree_across_query_tiles():
+    """A verify step's rows are the same numbers whatever the query tile height (the extra
+    key tiles a taller tile walks are fully masked). Under the interpreter `tl.dot` is numpy's
+    matmul, whose summation order follows the BLAS build and the tile's shape, so this asserts
+    agreement to fp32 rounding; the bitwise form is a GPU test (test_gpu.py)."""
     case = make_paged_case([5, 40], [18, 3], 4, 1, 16, 16, torch.float32, seed=9)
     small = run_prefill(case, block_n=16, target_rows=16)
     big = run_prefill(case, block_n=16, target_rows=64)
-    assert torch.equal(small, big)
+    torch.testing.assert_close(small, big, atol=1e-6, rtol=1e-6)
     check(small, case)
 
 
