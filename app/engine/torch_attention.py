@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from app.engine.attention_metadata import AttentionMetadata
 
 DECODE_GROUP_SIZE = 16
-SHORT_QUERY_MAX = 16  # decode and speculative verification (1 + k tokens)
+SHORT_QUERY_MAX = 16  # one sequence's speculative verification (1 + k tokens)
 
 
 def write_kv_cache(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor,
@@ -91,15 +91,20 @@ def _decode_attention(query, kv_cache, meta, scale, rows: list[int], token_rows:
     # gives exactly zero weight.
     mask = torch.arange(k.shape[2], device=query.device)[None, :] < lens[:, None]  # [B, L]
     q = query[token_rows][:, :, None, :]  # [B, h, 1, d]
-    out[token_rows] = short_query_attention(q, k, v, mask[:, None, None, :], scale)[:, :, 0, :]
+    # SDPA's fused CPU kernel, not short_query_attention: on a padded batch it takes a third
+    # of the time (benchmarks/RESULTS.md, "The offline regression").
+    o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :], scale=scale,
+                                       enable_gqa=q.shape[1] != k.shape[1])
+    out[token_rows] = o[:, :, 0, :]
 
 
 def short_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                           mask: torch.Tensor | None, scale: float) -> torch.Tensor:
     """softmax(q kᵀ · scale) v for a few query tokens: q [..., heads, q, d], k and v
     [..., kv_heads, s, d], mask broadcastable to [..., heads, q, s]. The query heads that share
-    a KV head become rows of one matmul; at decode sizes on a CPU these two batched matmuls take
-    about half the time of scaled_dot_product_attention."""
+    a KV head become rows of one matmul; for one sequence's 1 + k verify rows on a CPU these two
+    matmuls take a third to a half of scaled_dot_product_attention's time. A padded decode
+    batch is the opposite (there SDPA's fused kernel wins 2-3x), so it is not used there."""
     *lead, heads, q_len, dim = q.shape
     kv_heads, keys = k.shape[-3], k.shape[-2]
     group = heads // kv_heads
