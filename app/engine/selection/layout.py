@@ -23,14 +23,15 @@ class RowLayout:
     first_rows: list[int]  # each one's first row
     num_rows: int
     verify: VerifyRows
-    # Per row, on the device: sampling settings and the random key/position of its draws.
-    temperature: torch.Tensor
-    top_k: torch.Tensor
-    top_p: torch.Tensor
-    min_p: torch.Tensor
-    key: torch.Tensor  # int64: the request's seed, or 0 for unseeded rows
-    position: torch.Tensor  # int64: the token's position (seeded), or the row (unseeded)
-    seeded: torch.Tensor  # bool
+    # Per row, on the device: sampling settings and the random key/position of its draws
+    # (None when every request is greedy).
+    temperature: torch.Tensor | None
+    top_k: torch.Tensor | None
+    top_p: torch.Tensor | None
+    min_p: torch.Tensor | None
+    key: torch.Tensor | None  # int64: the request's seed, or 0 for unseeded rows
+    position: torch.Tensor | None  # int64: the token's position (seeded), or the row (unseeded)
+    seeded: torch.Tensor | None  # bool
     all_greedy: bool
     needs_sort: bool  # some sampled row has top-k or top-p
     draft_q: torch.Tensor | None  # [D, V] the proposed drafts' distributions, on the device
@@ -99,13 +100,16 @@ class RowLayout:
             draft_q_row=(torch.tensor(pad(q_rows, -1), dtype=torch.long, device=dev).view(len(ks), max_k)
                          if q_parts else None))
         all_greedy = all(greedy)
+        sampling = None if all_greedy else (  # an all-greedy step draws nothing
+            torch.tensor(temperature, device=dev), torch.tensor(top_k, device=dev),
+            torch.tensor(top_p, device=dev), torch.tensor(min_p, device=dev),
+            torch.tensor(key, dtype=torch.long, device=dev),
+            torch.tensor(position, dtype=torch.long, device=dev), torch.tensor(seeded, device=dev))
+        temperature, top_k, top_p, min_p, key, position, seeded = sampling or (None,) * 7
         return cls(
             requests=requests, first_rows=firsts, num_rows=row, verify=verify,
-            temperature=torch.tensor(temperature, device=dev), top_k=torch.tensor(top_k, device=dev),
-            top_p=torch.tensor(top_p, device=dev), min_p=torch.tensor(min_p, device=dev),
-            key=torch.tensor(key, dtype=torch.long, device=dev),
-            position=torch.tensor(position, dtype=torch.long, device=dev),
-            seeded=torch.tensor(seeded, device=dev), all_greedy=all_greedy,
+            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, key=key,
+            position=position, seeded=seeded, all_greedy=all_greedy,
             needs_sort=any(not g and (r.params.top_k > 0 or r.params.top_p < 1)
                            for r, g in zip(requests, greedy)),
             draft_q=draft_q, logprob_rows=logprob_rows,

@@ -32,13 +32,14 @@ def choose(logits: torch.Tensor, layout: RowLayout, unseeded_key: int
            ) -> tuple[torch.Tensor, torch.Tensor]:
     """(num_accepted [n], final token [n]) on the device; `logits` already masked."""
     argmax = logits.argmax(-1)
-    probs = None
-    if not layout.all_greedy:
-        probs = row_probs(logits, layout.temperature, layout.top_k, layout.top_p, layout.min_p,
-                          layout.needs_sort)
+    if layout.all_greedy:  # no draws needed
+        return verify(layout.verify, None, argmax, None, None)
+    probs = row_probs(logits, layout.temperature, layout.top_k, layout.top_p, layout.min_p,
+                      layout.needs_sort)
     key = torch.where(layout.seeded, layout.key, unseeded_key)
-    return verify(layout.verify, probs, argmax, uniforms(key, layout.position, ACCEPT),
-                  uniforms(key, layout.position, SAMPLE), layout.draft_q)
+    u_accept = uniforms(key, layout.position, ACCEPT) if layout.verify.drafts.shape[1] else None
+    return verify(layout.verify, probs, argmax, u_accept, uniforms(key, layout.position, SAMPLE),
+                  layout.draft_q)
 
 
 def logprob_payload(logits: torch.Tensor, layout: RowLayout, num_accepted: torch.Tensor,

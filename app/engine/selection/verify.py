@@ -42,15 +42,22 @@ def sample_inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 
 def verify(rows: VerifyRows, probs: torch.Tensor | None, argmax: torch.Tensor,
-           u_accept: torch.Tensor, u_sample: torch.Tensor, draft_q: torch.Tensor | None = None
+           u_accept: torch.Tensor | None, u_sample: torch.Tensor | None, draft_q: torch.Tensor | None = None
            ) -> tuple[torch.Tensor, torch.Tensor]:
     """(num_accepted [n], final token [n]) for every request.
 
     probs: [R, V] each sampled row's distribution (None when every request is greedy);
-    argmax: [R] each row's greedy token; u_accept, u_sample: [R] uniforms per row;
+    argmax: [R] each row's greedy token; u_accept, u_sample: [R] uniforms per row (None when
+    there are no drafts / every request is greedy);
     draft_q: [D, V] the draft's distributions that `rows.draft_q_row` points into."""
     n, max_k = rows.drafts.shape
     num_rows = argmax.shape[0]
+    if max_k == 0 and num_rows == n:  # plain decoding: one row per request, nothing to verify
+        num_accepted = torch.zeros(n, dtype=torch.long, device=argmax.device)
+        if probs is None:
+            return num_accepted, argmax
+        sampled = sample_inverse_cdf(probs, u_sample)
+        return num_accepted, torch.where(rows.greedy, argmax, sampled)
     j = torch.arange(max_k, device=argmax.device)[None, :]
     t_rows = (rows.first[:, None] + j).clamp(max=num_rows - 1)
     valid = j < rows.num_drafts[:, None]
