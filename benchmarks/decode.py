@@ -3,7 +3,9 @@ engine beside transformers `generate` on the same weights, in the same run.
 
 Reports tokens/s and model bandwidth utilisation, MBU = (weight bytes + KV bytes read per
 step) x steps/s / the card's measured device-to-device copy bandwidth: at batch 1 (goal
->= 75%, CUDA graphs on) a decode step can go no faster than reading the weights once.
+>= 75%, CUDA graphs on) a decode step can go no faster than reading the weights once. Each
+batch size runs greedy and sampled (temperature 0.8, top_p 0.95) decoding side by side, and
+the CUDA kernels one decode step launches are counted with torch.profiler, per decoder layer.
 
     python benchmarks/decode.py [--batch-sizes 1 64 256] [--prompt-len 128] [--gen-len 128]
                                 [--model-dir DIR (reuse a checkpoint)] [--layers 32]
@@ -58,9 +60,17 @@ def step_bytes(hf, batch: int, context: float) -> float:
     return weights + batch * context * kv_per_token
 
 
-def run_engine(engine, batch: int, prompt_len: int, gen_len: int, tag: str) -> dict:
+SAMPLED = dict(temperature=0.8, top_p=0.95)
+
+
+def kv_bytes_per_token(hf) -> float:
+    return step_bytes(hf, 1, 1) - step_bytes(hf, 1, 0)
+
+
+def run_engine(engine, batch: int, prompt_len: int, gen_len: int, tag: str, sampled: bool = False) -> dict:
     from app.sampling_params import SamplingParams
-    params = SamplingParams(max_tokens=gen_len, temperature=0.0, ignore_eos=True)
+    settings = SAMPLED if sampled else dict(temperature=0.0)
+    params = SamplingParams(max_tokens=gen_len, ignore_eos=True, **settings)
     vocab = engine.model_config.vocab_size
     for i in range(batch):
         engine.add_request(f"{tag}-{i}", torch.randint(10, vocab, (prompt_len,)).tolist(), params)
@@ -82,6 +92,38 @@ def run_engine(engine, batch: int, prompt_len: int, gen_len: int, tag: str) -> d
     total = sum(produced.values())
     return dict(e2e_tok_s=total / (t1 - t0), decode_tok_s=(total - first) / (t1 - t_decode),
                 steps_s=steps / (t1 - t_decode))
+
+
+def kernels_per_step(engine, batch: int, prompt_len: int, tag: str, sampled: bool) -> tuple[int, int]:
+    """(CUDA kernels, memory copies/sets) in one decode step at this batch size, by torch.profiler."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    from app.sampling_params import SamplingParams
+    settings = SAMPLED if sampled else dict(temperature=0.0)
+    params = SamplingParams(max_tokens=16, ignore_eos=True, **settings)
+    vocab = engine.model_config.vocab_size
+    for i in range(batch):
+        engine.add_request(f"{tag}-{i}", torch.randint(10, vocab, (prompt_len,)).tolist(), params)
+    started: set[str] = set()
+    while len(started) < batch:  # prefill until every request decodes
+        started.update(o.request_id for o in engine.step())
+    engine.step()  # one decode step unprofiled (graph capture, caches)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        engine.step()
+        torch.cuda.synchronize()
+    kernels = copies = 0
+    for event in prof.key_averages():
+        if event.device_type != DeviceType.CUDA:
+            continue
+        if event.key.startswith(("Memcpy", "Memset")):
+            copies += event.count
+        else:
+            kernels += event.count
+    while engine.has_unfinished_requests():
+        engine.step()
+    return kernels, copies
 
 
 @torch.inference_mode()
@@ -120,26 +162,35 @@ def main() -> int:
     print(f"device-to-device copy: {copy_bw / 1e9:.0f} GB/s")
     hf, model_dir = build_model(args.layers, args.model_dir)
     max_len = args.prompt_len + args.gen_len + 16
-    kv_gib = max(args.batch_sizes) * max_len * step_bytes(hf, 0, 1) / 2**30 * 1.2 + 1
+    kv_gib = max(args.batch_sizes) * max_len * kv_bytes_per_token(hf) / 2**30 * 1.2 + 1
     engine = LLMEngine(EngineConfig(model=str(model_dir), dtype="bfloat16", device="cuda",
                                     kv_cache_memory_gib=kv_gib, max_num_seqs=max(args.batch_sizes),
                                     max_num_batched_tokens=8192, max_model_len=max_len))
     graphs = any(isinstance(v, CudaGraphDecodeRunner) for v in vars(engine.runner).values())
     print(f"engine: attention {engine.runner.backend.name}, CUDA graphs {'on' if graphs else 'OFF'}")
     run_engine(engine, 2, 16, 8, "warmup")
+    layers = hf.config.num_hidden_layers
     rows = []
     for batch in args.batch_sizes:
-        r = run_engine(engine, batch, args.prompt_len, args.gen_len, f"b{batch}")
         context = args.prompt_len + args.gen_len / 2
-        mbu = step_bytes(hf, batch, context) * r["steps_s"] / copy_bw
         hf_tok_s = float("nan") if args.skip_hf else run_hf(hf, batch, args.prompt_len, args.gen_len)
-        rows.append((batch, r["decode_tok_s"], mbu, r["e2e_tok_s"], hf_tok_s))
-        print(f"batch {batch:4d}: decode {r['decode_tok_s']:9.1f} tok/s  MBU {100 * mbu:5.1f}%  "
-              f"e2e {r['e2e_tok_s']:9.1f} tok/s  transformers generate {hf_tok_s:9.1f} tok/s  "
-              f"(x{r['e2e_tok_s'] / hf_tok_s:.1f})")
-    print("\n| batch | decode tok/s | MBU | e2e tok/s | transformers tok/s |\n|---|---|---|---|---|")
-    for batch, dec, mbu, e2e, hf_s in rows:
-        print(f"| {batch} | {dec:.0f} | {100 * mbu:.0f}% | {e2e:.0f} | {hf_s:.0f} |")
+        for sampled in (False, True):
+            mode = "sampled" if sampled else "greedy"
+            r = run_engine(engine, batch, args.prompt_len, args.gen_len, f"b{batch}-{mode}", sampled)
+            mbu = step_bytes(hf, batch, context) * r["steps_s"] / copy_bw
+            kernels, copies = kernels_per_step(engine, batch, 16, f"k{batch}-{mode}", sampled)
+            rows.append((batch, mode, r["decode_tok_s"], mbu, r["e2e_tok_s"], hf_tok_s,
+                         kernels / layers, copies))
+            print(f"batch {batch:4d} {mode:7s}: decode {r['decode_tok_s']:9.1f} tok/s  MBU {100 * mbu:5.1f}%  "
+                  f"e2e {r['e2e_tok_s']:9.1f} tok/s  transformers greedy {hf_tok_s:9.1f} tok/s  "
+                  f"(x{r['e2e_tok_s'] / hf_tok_s:.1f})  {kernels / layers:.1f} kernels/layer/step "
+                  f"({kernels} kernels, {copies} copies)")
+        greedy, sampled_row = rows[-2], rows[-1]
+        print(f"batch {batch:4d}: sampled / greedy decode tok/s = {sampled_row[2] / greedy[2]:.2f}")
+    print("\n| batch | mode | decode tok/s | MBU | e2e tok/s | transformers greedy tok/s | kernels/layer/step |"
+          "\n|---|---|---|---|---|---|---|")
+    for batch, mode, dec, mbu, e2e, hf_s, per_layer, _ in rows:
+        print(f"| {batch} | {mode} | {dec:.0f} | {100 * mbu:.0f}% | {e2e:.0f} | {hf_s:.0f} | {per_layer:.1f} |")
     return 0
 
 

@@ -11,12 +11,13 @@ from transformers import AutoTokenizer
 
 from app.config import EngineConfig
 from app.engine.block_manager import BlockManager
-from app.engine.guidance import mask_guided_rows, plan_guided_drafts
+from app.engine.guidance import plan_guided_drafts
 from app.engine.model_runner import ModelRunner
 from app.engine.request import Request
 from app.engine.request_limits import RequestLimits
-from app.engine.sampler import Sampler, compute_logprobs
 from app.engine.scheduler import Scheduler
+from app.engine.selection.layout import RowLayout
+from app.engine.selection.selector import Chosen, Selector
 from app.engine.spec.proposal import Proposer
 from app.engine.spec.schedule import SpeculationSchedule
 from app.engine.spec.speculator import SpecStats, Speculator
@@ -76,7 +77,7 @@ class LLMEngine:
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
         self.limits = RequestLimits(self.max_model_len, config.block_size, self.block_manager.num_blocks,
                                     self.model_config.vocab_size)
-        self.sampler = Sampler(config.seed)
+        self.selector = Selector(config.seed)
         self.speculator: Speculator | None = None
         self._tokenizer = None
         proposer = proposer or build_proposer(config)
@@ -130,53 +131,52 @@ class LLMEngine:
 
     # -- the step --------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
+        """schedule -> execute -> select -> update."""
+        scheduled = self._schedule()
+        if not scheduled:
+            return []
+        batch = scheduled.num_scheduled_tokens
+        logits, layout = self.runner.execute_with_layout(batch, self._block_ids(batch))
+        chosen = self._select(logits, layout)
+        return self._update(batch, layout, chosen)
+
+    def _schedule(self):
+        """Drafts (proposed, then kept inside any grammar, or forced by it), then the batch."""
         if self.speculator is not None:
             self.speculator.propose(self.scheduler.running)
         if any(r.guide is not None for r in self.scheduler.running):
             plan_guided_drafts(self.scheduler.running, self.tokenizer, self.max_model_len,
                                self.config.enable_jump_forward)
         scheduled = self.scheduler.schedule()
-        if not scheduled:
+        if scheduled:
+            self.num_steps += 1
+        return scheduled
+
+    def _block_ids(self, batch: dict[Request, int]) -> dict[str, list[int]]:
+        return {r.request_id: self.block_manager.block_ids(r.request_id) for r in batch}
+
+    def _select(self, logits: torch.Tensor, layout: RowLayout | None) -> list[Chosen]:
+        if layout is None:
             return []
-        self.num_steps += 1
-        batch = scheduled.num_scheduled_tokens
-        block_ids = {r.request_id: self.block_manager.block_ids(r.request_id) for r in batch}
-        logits = self.runner.execute(batch, block_ids)
-        plain, plain_rows, spec, spec_rows = [], [], [], []
-        first_rows: list[tuple[Request, int]] = []  # every sampled request and its first row
-        row = 0
+        jump_forward = self.config.enable_jump_forward and bool(layout.guided)
+        return self.selector(logits, layout, self.num_steps, self.tokenizer if jump_forward else None)
+
+    def _update(self, batch: dict[Request, int], layout: RowLayout | None,
+                chosen: list[Chosen]) -> list[RequestOutput]:
+        """Move every request's computed count on; keep what each sampled request chose."""
         for req, num_new in batch.items():
             self.prompt_tokens += max(0, min(req.num_computed_tokens + num_new, req.num_prompt_tokens)
                                       - req.num_computed_tokens)
             req.num_computed_tokens += num_new
-            if req.num_computed_tokens < req.num_tokens:  # a prompt chunk: nothing to sample
+            if req.num_computed_tokens < req.num_tokens:  # a prompt chunk: nothing sampled
                 self.block_manager.cache_full_blocks(req)
-            else:
-                first_rows.append((req, row))
-                num_rows = 1 + len(req.spec_token_ids)
-                if req.spec_token_ids and not req.spec_forced:
-                    spec.append(req)
-                    spec_rows += range(row, row + num_rows)
-                else:  # sampled at the last row, after any forced tokens
-                    plain.append(req)
-                    plain_rows.append(row + num_rows - 1)
-                row += num_rows
-        jump_forward = self.config.enable_jump_forward and any(r.guide is not None for r, _ in first_rows)
-        sample_logits = mask_guided_rows(logits, first_rows, self.tokenizer if jump_forward else None)
+        if layout is None:
+            return []
         outputs = []
-        if plain:
-            token_ids, _ = self.sampler(sample_logits[plain_rows], plain)
-            for req, row, token_id in zip(plain, plain_rows, token_ids):
-                forced = req.spec_token_ids
-                rows = logits[row - len(forced):row + 1]
-                outputs.append(self._apply_verified(req, forced + [token_id], len(forced), rows))
-        if spec:
-            verified = self.speculator.verify(sample_logits[spec_rows], spec)
-            offset = 0
-            for req, (token_ids, num_accepted) in zip(spec, verified):
-                rows = logits[spec_rows[offset:offset + len(token_ids)]]
-                offset += 1 + len(req.spec_token_ids)
-                outputs.append(self._apply_verified(req, token_ids, num_accepted, rows))
+        for req, c in zip(layout.requests, chosen):
+            if req.spec_token_ids and not req.spec_forced and self.speculator is not None:
+                self.speculator.stats.record(len(req.spec_token_ids), c.num_accepted)
+            outputs.append(self._apply_verified(req, c))
         return outputs
 
     @property
@@ -197,19 +197,15 @@ class LLMEngine:
         self.generation_tokens += count
         return count
 
-    def _apply_verified(self, req: Request, token_ids: list[int], num_accepted: int,
-                        rows: torch.Tensor) -> RequestOutput:
+    def _apply_verified(self, req: Request, chosen: Chosen) -> RequestOutput:
         """Keep the verified tokens. The KV of the known tokens and the accepted drafts is
         valid; rejected drafts' slots are overwritten by later steps (the blocks stay)."""
         num_known = req.num_tokens
         req.set_spec([])
-        count = self._append(req, token_ids)
-        req.num_computed_tokens = min(num_known + num_accepted, req.num_tokens)
+        count = self._append(req, chosen.token_ids)
+        req.num_computed_tokens = min(num_known + chosen.num_accepted, req.num_tokens)
         self.block_manager.cache_full_blocks(req)
-        logprobs = None
-        if req.params.logprobs is not None:
-            logprobs = compute_logprobs(rows[:count], token_ids[:count], [req] * count)
-        out = self._output(req, logprobs)
+        out = self._output(req, chosen.logprobs[:count] if chosen.logprobs is not None else None)
         if req.is_finished:
             self._release(req)
         return out

@@ -7,6 +7,7 @@ import torch
 from app.config import EngineConfig
 from app.engine.attention_metadata import AttentionMetadata
 from app.engine.request import Request
+from app.engine.selection.layout import RowLayout
 from app.engine.torch_attention import TorchAttentionBackend
 from app.models.config import ModelConfig
 from app.models.loader import load_model
@@ -100,3 +101,10 @@ class ModelRunner:
         else:
             hidden = self.model(input_ids, positions, self.kv_caches, meta, self.backend)
         return self.model.compute_logits(hidden[sample_rows])
+
+    def execute_with_layout(self, scheduled: dict[Request, int], block_ids: dict[str, list[int]]
+                            ) -> tuple[torch.Tensor, RowLayout | None]:
+        """`execute`, and the layout of its logits rows that selection and the update read
+        (None when the step only runs prompt chunks)."""
+        layout = RowLayout.build(scheduled, self.device)  # before the step moves num_computed_tokens
+        return self.execute(scheduled, block_ids), layout

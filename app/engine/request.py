@@ -35,11 +35,6 @@ class Request:
         self.num_preemptions = 0
         self.arrival_time = time.monotonic()
         self.first_scheduled_time: float | None = None
-        # A seeded request draws from its own generator, so its tokens do not depend on what
-        # else is in the batch; the generator lives here so that preemption keeps its state.
-        self.generator: torch.Generator | None = None
-        if params.seed is not None:
-            self.generator = torch.Generator().manual_seed(params.seed)
         self.num_emitted_tokens = 0  # output tokens already handed to the caller
         # Speculation: draft tokens proposed for this step, scheduled after the known tokens
         # and verified by the target; never part of `all_token_ids` until accepted.

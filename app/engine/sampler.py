@@ -1,73 +1,42 @@
-"""Token sampling for a batch of rows, each with its own settings.
+"""`Sampler`: one token per row of logits, through the engine's selection step
+(app/engine/selection/), for callers that hold logits and requests rather than a step's layout.
 
-Greedy rows take the argmax; the rest go through temperature, top-k, top-p and min-p, then
-draw from their own generator when seeded (so their tokens do not depend on the batch)."""
+Each seeded request draws at (its seed, how many rows this sampler drew for it), so its tokens
+do not depend on the batch; unseeded rows draw keys from the sampler's generator."""
 
 from __future__ import annotations
 
 import torch
 
 from app.engine.request import Request
+from app.engine.selection.distribution import filter_logits, sampling_probs  # noqa: F401 (re-exported)
+from app.engine.selection.draws import request_key
+from app.engine.selection.layout import RowLayout
+from app.engine.selection.selector import Selector
 from app.outputs import TokenLogprob
-from app.sampling_params import SamplingParams
-
-
-def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-                  min_p: torch.Tensor) -> torch.Tensor:
-    """Set to -inf every logit outside a row's top-k, then outside its top-p nucleus (of the
-    top-k distribution), then below min_p x its most likely token's probability.
-    top_k = 0 means no cut; rows are [N, V], settings [N]."""
-    sorted_logits, order = logits.sort(dim=-1, descending=True)
-    rank = torch.arange(logits.shape[-1], device=logits.device)[None, :]
-    k = torch.where(top_k > 0, top_k, logits.shape[-1])[:, None]
-    sorted_logits = sorted_logits.masked_fill(rank >= k, float("-inf"))
-    probs = sorted_logits.softmax(dim=-1)
-    mass_before = probs.cumsum(dim=-1) - probs
-    sorted_logits = sorted_logits.masked_fill((mass_before >= top_p[:, None]) & (rank > 0), float("-inf"))
-    probs = sorted_logits.softmax(dim=-1)
-    sorted_logits = sorted_logits.masked_fill(probs < min_p[:, None] * probs[:, :1], float("-inf"))
-    return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
-
-
-def sampling_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
-    """The distribution each (non-greedy) row samples from: temperature, then the filters."""
-    rows = logits.float() / torch.tensor([p.temperature for p in params])[:, None]
-    rows = filter_logits(rows, torch.tensor([p.top_k for p in params]),
-                         torch.tensor([p.top_p for p in params]),
-                         torch.tensor([p.min_p for p in params]))
-    return rows.softmax(dim=-1)
-
-
-def compute_logprobs(logits: torch.Tensor, token_ids: list[int], requests: list[Request]
-                     ) -> list[TokenLogprob | None]:
-    """Logprobs of the model's own distribution (before temperature and filters), as vLLM."""
-    wanted = [i for i, r in enumerate(requests) if r.params.logprobs is not None]
-    result: list[TokenLogprob | None] = [None] * len(requests)
-    if not wanted:
-        return result
-    logprobs = logits[wanted].log_softmax(dim=-1)
-    max_n = max(requests[i].params.logprobs for i in wanted)
-    top_vals, top_ids = logprobs.topk(max(max_n, 1), dim=-1)
-    for row, i in enumerate(wanted):
-        n = requests[i].params.logprobs
-        top = dict(zip(top_ids[row, :n].tolist(), top_vals[row, :n].tolist()))
-        result[i] = TokenLogprob(token_ids[i], float(logprobs[row, token_ids[i]]), top)
-    return result
 
 
 class Sampler:
     def __init__(self, seed: int = 0):
         self.generator = torch.Generator().manual_seed(seed)
+        self.selector = Selector(seed)
+        self.draws: dict[str, int] = {}  # seeded request id -> rows drawn for it so far
 
     def __call__(self, logits: torch.Tensor, requests: list[Request]
                  ) -> tuple[list[int], list[TokenLogprob | None]]:
-        logits = logits.float()
-        tokens = logits.argmax(dim=-1).cpu()
-        sampled = [i for i, r in enumerate(requests) if not r.params.greedy]
-        if sampled:
-            probs = sampling_probs(logits[sampled].cpu(), [requests[i].params for i in sampled])
-            for row, i in enumerate(sampled):
-                generator = requests[i].generator or self.generator
-                tokens[i] = torch.multinomial(probs[row], 1, generator=generator).item()
-        token_ids = tokens.tolist()
-        return token_ids, compute_logprobs(logits, token_ids, requests)
+        layout = RowLayout.build({r: r.num_tokens - r.num_computed_tokens for r in requests}, logits.device)
+        keys = torch.randint(2**62, (len(requests),), generator=self.generator).tolist()
+        positions = []
+        for i, req in enumerate(requests):
+            if req.params.seed is not None:
+                keys[i] = request_key(req.params.seed)
+                positions.append(self.draws.get(req.request_id, 0))
+                self.draws[req.request_id] = positions[-1] + 1
+            else:
+                positions.append(0)
+        layout.key = torch.tensor(keys, device=logits.device)
+        layout.position = torch.tensor(positions, device=logits.device)
+        layout.seeded = torch.ones(len(requests), dtype=torch.bool, device=logits.device)
+        chosen = self.selector(logits.float(), layout, step=0)
+        return ([c.token_ids[0] for c in chosen],
+                [c.logprobs[0] if c.logprobs is not None else None for c in chosen])

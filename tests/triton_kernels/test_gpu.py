@@ -1,7 +1,7 @@
 """GPU checks (`pytest -m gpu`; skipped without CUDA): bf16 kernels against the fp32
 reference at real shapes, CUDA-graph decode against eager, and the engine's greedy tokens
-against transformers on the same checkpoint (fp32: equal; bf16: equal on most prompts, each
-divergence starting at a near-tie)."""
+against transformers on the same checkpoint (fp32: equal; bf16: as close to fp32 as
+transformers' own bf16 model on random weights, equal on the trained checkpoint)."""
 
 import pytest
 import torch
@@ -127,37 +127,59 @@ def test_engine_fp32_equals_transformers(checkpoint):
     assert ours == [_hf_greedy(hf, p, 24) for p in prompts]
 
 
-def near_tie(logits: torch.Tensor, a: int, b: int, ulps: float = 2.0) -> bool:
-    """Whether tokens a and b are the top two of fp32 `logits` and their gap is within `ulps`
-    bf16 rounding steps at the top logit's magnitude (bf16 keeps 8 significant bits)."""
-    top2 = set(logits.topk(2).indices.tolist())
-    if {a, b} != top2:
-        return False
-    top = logits.max().abs().clamp(min=1.0)
-    ulp = 2.0 ** (torch.floor(torch.log2(top)) - 7)
-    return bool((logits[a] - logits[b]).abs() <= ulps * ulp)
+@torch.no_grad()
+def _divergence(hf32, prompt: list[int], want: list[int], got: list[int]):
+    """Where `got` first leaves fp32's greedy `want`: (fp32 rank of got's token, fp32 gap
+    want - got, largest |fp32 logit|), or None when they agree."""
+    if got == want:
+        return None
+    j = next(i for i, (x, y) in enumerate(zip(got, want)) if x != y)
+    logits = hf32(torch.tensor([prompt + want[:j]], device="cuda")).logits[0, -1].float()
+    return (int((logits > logits[got[j]]).sum()), float(logits[want[j]] - logits[got[j]]),
+            float(logits.abs().max()))
 
 
-def test_engine_bf16_diverges_only_at_near_ties(checkpoint):
+def _bf16_ulp(magnitude: float) -> float:
+    """One bf16 rounding step (8 significant bits) at this magnitude."""
+    return 2.0 ** (torch.floor(torch.log2(torch.tensor(max(magnitude, 1.0)))).item() - 7)
+
+
+def test_engine_bf16_diverges_from_fp32_no_more_than_transformers_bf16(checkpoint):
+    """On random weights greedy decoding meets near ties often, and bf16 rounding flips some of
+    them: transformers' own bf16 model leaves fp32's tokens on about half the prompts, at fp32
+    ranks 1-2 with gaps up to ~0.13. So the engine in bf16 is held to transformers-bf16: it
+    agrees with fp32 on at least as many prompts, less one, and each of its divergences starts
+    at a near tie (its token in fp32's top 3, the gap no wider than 8 bf16 steps or than the
+    widest at which transformers-bf16 itself diverged)."""
     from transformers import AutoModelForCausalLM
     torch.backends.cuda.matmul.allow_tf32 = False
-    hf = AutoModelForCausalLM.from_pretrained(checkpoint, torch_dtype=torch.float32).cuda().eval()
+    hf32 = AutoModelForCausalLM.from_pretrained(checkpoint, torch_dtype=torch.float32).cuda().eval()
+    hf16 = AutoModelForCausalLM.from_pretrained(checkpoint, torch_dtype=torch.bfloat16).cuda().eval()
     prompts = _prompts()
     n = 24
-    ours = _engine_greedy(checkpoint, "bfloat16", prompts, n)
-    equal = 0
-    for prompt, got in zip(prompts, ours):
-        want = _hf_greedy(hf, prompt, n)
-        if got == want:
-            equal += 1
-            continue
-        j = next(i for i, (x, y) in enumerate(zip(got, want)) if x != y)
-        with torch.no_grad():
-            logits = hf(torch.tensor([prompt + want[:j]], device="cuda")).logits[0, -1].float()
-        assert near_tie(logits, want[j], got[j]), (
-            f"divergence at token {j} is not a near-tie: fp32 logits {logits[want[j]].item():.4f} "
-            f"(transformers) vs {logits[got[j]].item():.4f} (ours)")
-    assert equal > len(prompts) // 2, f"only {equal}/{len(prompts)} prompts equal in bf16"
+    fp32 = [_hf_greedy(hf32, p, n) for p in prompts]
+    theirs = [_divergence(hf32, p, w, _hf_greedy(hf16, p, n)) for p, w in zip(prompts, fp32)]
+    ours = [_divergence(hf32, p, w, g)
+            for p, w, g in zip(prompts, fp32, _engine_greedy(checkpoint, "bfloat16", prompts, n))]
+    their_widest = max((d[1] for d in theirs if d is not None), default=0.0)
+    summary = f"engine-bf16 {ours}, transformers-bf16 {theirs} (rank, gap, |top|; None: equal)"
+    assert ours.count(None) >= theirs.count(None) - 1, summary
+    for d in ours:
+        if d is not None:
+            rank, gap, top = d
+            assert rank <= 2 and gap <= max(8 * _bf16_ulp(top), their_widest), summary
+
+
+def test_engine_bf16_equals_fp32_on_the_trained_checkpoint():
+    """A trained model has few near ties: bf16 greedy tokens are fp32's on every prompt."""
+    from transformers import AutoModelForCausalLM
+
+    from tests.checkpoints import DEFAULT_TARGET
+    torch.backends.cuda.matmul.allow_tf32 = False
+    hf32 = AutoModelForCausalLM.from_pretrained(DEFAULT_TARGET, torch_dtype=torch.float32).cuda().eval()
+    prompts = _prompts(vocab=4000)
+    ours = _engine_greedy(DEFAULT_TARGET, "bfloat16", prompts, 24)
+    assert ours == [_hf_greedy(hf32, p, 24) for p in prompts]
 
 
 def test_cuda_graph_decode_matches_eager(checkpoint):

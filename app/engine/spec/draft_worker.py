@@ -19,7 +19,7 @@ from app.config import EngineConfig
 from app.engine.block_manager import BlockManager
 from app.engine.model_runner import ModelRunner
 from app.engine.request import Request
-from app.engine.sampler import sampling_probs
+from app.engine.selection.distribution import sampling_probs
 from app.engine.spec.proposal import CompactProbs, DraftInput, Proposal
 from app.models.config import ModelConfig
 from app.sampling_params import SamplingParams

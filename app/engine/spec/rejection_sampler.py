@@ -1,4 +1,5 @@
-"""Rejection sampling for speculative decoding, batched over a flattened layout.
+"""Rejection sampling for speculative decoding, batched over a flattened layout: a front on the
+engine's selection step (app/engine/selection/verify.py) for callers holding distributions.
 
 Request i has k_i draft tokens and 1 + k_i target rows (its k_i verified positions plus the
 bonus position). Greedy requests keep drafts while they equal the target argmax, so output is
@@ -7,8 +8,9 @@ and resample a rejection from norm(max(0, p - q)); the emitted tokens then follo
 (Leviathan et al. 2023). Proposers without a distribution (n-gram, greedy draft) give a point
 mass q: accept with p(x), resample from p with x zeroed.
 
-Randomness: each sampled request uses k_i + 1 uniforms drawn up front in a fixed order, from
-its own generator when it has one, so a seeded request's tokens do not depend on the batch.
+Randomness: each sampled request draws one key per call, from its own generator when it has
+one, and its uniforms are keyed by (key, row), so a seeded request's tokens do not depend on
+the batch.
 """
 
 from __future__ import annotations
@@ -18,22 +20,14 @@ from typing import Sequence
 
 import torch
 
+from app.engine.selection.draws import ACCEPT, SAMPLE, uniforms
+from app.engine.selection.verify import VerifyRows, verify
+
 
 @dataclass
 class RejectionResult:
     token_ids: list[list[int]]  # per request: accepted drafts + one corrected/bonus token
     num_accepted: list[int]  # per request: how many drafts were accepted (0..k_i)
-
-
-def _sample_inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """One token per row of (unnormalised) probs from uniforms u in [0, 1); vectorised and
-    deterministic given u, which is what makes per-request seeding batch-independent."""
-    cdf = probs.double().cumsum(-1)
-    idx = torch.searchsorted(cdf, (u.double() * cdf[:, -1])[:, None], right=True)[:, 0]
-    # Rounding at the top end may land past the last non-zero token: clamp onto it.
-    vocab = torch.arange(probs.shape[-1], device=probs.device)
-    last_nonzero = torch.where(probs > 0, vocab, 0).amax(-1)
-    return torch.minimum(idx, last_nonzero)
 
 
 def _apply_mask(probs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -90,77 +84,41 @@ def rejection_sample(
         if per_request is not None and len(per_request) != n:
             raise ValueError(f"{name} must have one entry per request")
 
-    greedy = torch.tensor(list(is_greedy), dtype=torch.bool, device=device)
-    has_q = torch.zeros(n, dtype=torch.bool, device=device)
-    if draft_probs is not None:
-        has_q = (torch.ones_like(has_q) if has_draft_probs is None
-                 else torch.tensor(list(has_draft_probs), dtype=torch.bool, device=device))
-    has_q &= ~greedy
-
-    # Padded [n, K] view: request i, position j -> target row t_start[i] + j, draft d_start[i] + j.
+    greedy = [bool(g) for g in is_greedy]
+    has_q = [draft_probs is not None and (has_draft_probs is None or bool(h)) and not g
+             for h, g in zip(has_draft_probs or [True] * n, greedy)]
     max_k = int(k.max())
-    t_start = torch.cumsum(k + 1, 0) - (k + 1)
-    d_start = t_start - torch.arange(n, device=device)
-    pos = torch.arange(max_k, device=device)[None, :]
-    valid = pos < k[:, None]
-    t_rows = t_start[:, None] + pos
-    d_rows = (d_start[:, None] + pos).clamp(max=max(total_drafts - 1, 0))
-    t_rows = t_rows.clamp(max=target_probs.shape[0] - 1)
-    x = drafts[d_rows] if max_k else torch.zeros_like(t_rows)
+    starts = (torch.cumsum(k + 1, 0) - (k + 1)).tolist()
+    drafts_list = drafts.tolist()
+    padded, q_rows, d = [], [], 0
+    for ki, dense in zip(num_draft_tokens, has_q):
+        padded.append(drafts_list[d:d + ki] + [0] * (max_k - ki))
+        q_rows.append(list(range(d, d + ki)) + [-1] * (max_k - ki) if dense else [-1] * max_k)
+        d += ki
+    rows = VerifyRows(
+        first=torch.tensor(starts, device=device), num_drafts=k,
+        greedy=torch.tensor(greedy, device=device), forced=torch.zeros(n, dtype=torch.bool, device=device),
+        drafts=torch.tensor(padded, dtype=torch.long, device=device).view(n, max_k),
+        draft_q_row=torch.tensor(q_rows, dtype=torch.long, device=device).view(n, max_k))
 
     # Greedy argmax over all rows (mask with -inf so logits or probs both work).
-    rows = target_probs.float()
-    argmax_input = rows if allowed_mask is None else rows.masked_fill(~allowed_mask, float("-inf"))
+    target = target_probs.float()
+    argmax_input = target if allowed_mask is None else target.masked_fill(~allowed_mask, float("-inf"))
     argmax = argmax_input.argmax(-1)
-    p = rows if allowed_mask is None else _apply_mask(rows.clamp(min=0), allowed_mask)
+    p = target if allowed_mask is None else _apply_mask(target.clamp(min=0), allowed_mask)
 
-    # Uniforms: K acceptance draws + 1 for the final token, per request; seeded requests
-    # consume exactly k_i + 1 from their own generator.
-    u = torch.rand(n, max_k + 1, dtype=torch.float64, generator=default_generator).to(device)
+    # One key per request: its own generator's next draw when seeded, else the default's.
+    keys = torch.randint(2**62, (n,), generator=default_generator).tolist()
     for i, gen in enumerate(generators or ()):
-        if gen is not None and not is_greedy[i]:
-            ki = num_draft_tokens[i]
-            own = torch.rand(ki + 1, dtype=torch.float64, generator=gen).to(device)
-            u[i, :ki] = own[:ki]
-            u[i, max_k] = own[ki]
-
-    if max_k:
-        p_x = p[t_rows, x].double()
-        q_x = torch.ones_like(p_x)
-        if draft_probs is not None:
-            q_x = torch.where(has_q[:, None], draft_probs[d_rows, x].double(), q_x)
-        sampled_ok = u[:, :max_k] * q_x < p_x  # u < p/q: probability min(1, p/q)
-        greedy_ok = x == argmax[t_rows]
-        accept = torch.where(greedy[:, None], greedy_ok, sampled_ok) & valid
-        num_accepted = accept.long().cumprod(-1).sum(-1)
-    else:
-        num_accepted = torch.zeros(n, dtype=torch.long, device=device)
-
-    # Final token at position j* = num_accepted: the bonus if all drafts passed, else the
-    # resample from the residual distribution.
-    final_rows = t_start + num_accepted
-    final = p[final_rows].masked_fill(greedy[:, None], 1.0)  # greedy rows may hold logits
-    rejected = (num_accepted < k) & ~greedy
-    if rejected.any():
-        rej = rejected.nonzero()[:, 0]
-        rej_d = d_start[rej] + num_accepted[rej]
-        residual = final[rej]
-        dense = has_q[rej]
-        if dense.any():
-            residual[dense] = (residual[dense] - draft_probs[rej_d[dense]].float()).clamp(min=0)
-        point = ~dense
-        if point.any():
-            residual[point] = residual[point].scatter(-1, drafts[rej_d[point]][:, None], 0.0)
-        # p == q up to rounding leaves no residual mass; p itself is then the right answer.
-        empty = residual.sum(-1) <= 0
-        residual[empty] = final[rej][empty]
-        final[rej] = residual
-    final_tokens = torch.where(greedy, argmax[final_rows], _sample_inverse_cdf(final, u[:, max_k]))
-
-    accepted_list = num_accepted.tolist()
-    drafts_list, finals = drafts.tolist(), final_tokens.tolist()
-    starts = d_start.tolist()
-    token_ids = [drafts_list[s:s + a] + [f] for s, a, f in zip(starts, accepted_list, finals)]
+        if gen is not None and not greedy[i]:
+            keys[i] = int(torch.randint(2**62, (1,), generator=gen))
+    row_key = torch.tensor(keys, device=device).repeat_interleave(k + 1)
+    position = torch.arange(row_key.shape[0], device=device) - torch.tensor(starts, device=device).repeat_interleave(k + 1)
+    num_accepted, final = verify(rows, p, argmax, uniforms(row_key, position, ACCEPT),
+                                 uniforms(row_key, position, SAMPLE),
+                                 draft_probs if any(has_q) else None)
+    accepted_list, finals = num_accepted.tolist(), final.tolist()
+    token_ids = [padded[i][:a] + [f] for i, (a, f) in enumerate(zip(accepted_list, finals))]
     return RejectionResult(token_ids, accepted_list)
 
 

@@ -2,9 +2,9 @@
 
 `propose` gives each decoding request up to k draft tokens (k from the batch-size schedule,
 cut so a request never passes max_tokens or the context limit); the scheduler then runs the
-last known token and the drafts as one 1 + k query. `verify` turns the 1 + k logits rows into
-the tokens to keep: the accepted drafts plus one token sampled by the target (corrected or
-bonus), so every step emits at least one token and greedy output equals plain decoding.
+last known token and the drafts as one 1 + k query, and selection (app/engine/selection/)
+verifies them: the accepted drafts plus one token sampled by the target (corrected or bonus),
+so every step emits at least one token and greedy output equals plain decoding.
 """
 
 from __future__ import annotations
@@ -15,9 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from app.engine.request import Request
-from app.engine.sampler import sampling_probs
 from app.engine.spec.proposal import DraftInput, Proposer
-from app.engine.spec.rejection_sampler import RejectionSampler
 from app.engine.spec.schedule import SpeculationSchedule
 
 logger = logging.getLogger(__name__)
@@ -65,7 +63,6 @@ class Speculator:
         self.schedule = schedule
         self.max_model_len = max_model_len
         self.vocab_width = vocab_width
-        self.rejection_sampler = RejectionSampler(seed)
         self.generator = torch.Generator().manual_seed(seed + 1)
         self.stats = SpecStats()
 
@@ -98,37 +95,6 @@ class Speculator:
             if prop.probs is not None and not inp.greedy and token_ids:
                 probs = prop.probs.decode(self.vocab_width)[:len(token_ids)]
             req.set_spec(token_ids, probs)
-
-    def verify(self, logits: torch.Tensor, requests: list[Request]) -> list[tuple[list[int], int]]:
-        """logits: [sum(1 + k_i), V] rows of the requests in order. Returns, per request, the
-        tokens to append and how many of them were accepted drafts."""
-        ks = [len(r.spec_token_ids) for r in requests]
-        target = logits.float().cpu()
-        params, rows = [], []
-        start = 0
-        for req, k in zip(requests, ks):
-            if not req.params.greedy:
-                params += [req.params] * (k + 1)
-                rows += range(start, start + k + 1)
-            start += k + 1
-        if rows:
-            target[rows] = sampling_probs(target[rows], params)
-        total_drafts = sum(ks)
-        has_probs = [r.draft_probs is not None for r in requests]
-        draft_probs = None
-        if any(has_probs):
-            draft_probs = torch.zeros(total_drafts, target.shape[1])
-            offset = 0
-            for req, k in zip(requests, ks):
-                if req.draft_probs is not None:
-                    draft_probs[offset:offset + k] = req.draft_probs
-                offset += k
-        result = self.rejection_sampler(
-            target, [t for r in requests for t in r.spec_token_ids], ks, [r.params.greedy for r in requests],
-            draft_probs, has_probs, generators=[r.generator for r in requests])
-        for k, accepted in zip(ks, result.num_accepted):
-            self.stats.record(k, accepted)
-        return list(zip(result.token_ids, result.num_accepted))
 
     def forget(self, request_id: str) -> None:
         forget = getattr(self.proposer, "forget", None)

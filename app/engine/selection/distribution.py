@@ -1,0 +1,55 @@
+"""The distribution a sampled row draws from: temperature, then top-k, top-p and min-p.
+
+Batched over rows on the logits' device. Only top-k and top-p need an order, so rows are
+sorted (once, all together) only when some row asks for one; min-p is a threshold against
+the row's maximum, which no cut changes."""
+
+from __future__ import annotations
+
+import torch
+
+from app.sampling_params import SamplingParams
+
+
+def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                  min_p: torch.Tensor) -> torch.Tensor:
+    """Set to -inf every logit outside a row's top-k, then outside its top-p nucleus (of the
+    top-k distribution), then below min_p x its most likely token's probability.
+    top_k = 0 means no cut; rows are [N, V], settings [N]."""
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    rank = torch.arange(logits.shape[-1], device=logits.device)[None, :]
+    k = torch.where(top_k > 0, top_k, logits.shape[-1])[:, None]
+    sorted_logits = sorted_logits.masked_fill(rank >= k, float("-inf"))
+    probs = sorted_logits.softmax(dim=-1)
+    mass_before = probs.cumsum(dim=-1) - probs
+    sorted_logits = sorted_logits.masked_fill((mass_before >= top_p[:, None]) & (rank > 0), float("-inf"))
+    sorted_logits = _cut_below_min_p(sorted_logits, min_p)
+    return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+
+
+def _cut_below_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    """-inf where p < min_p x p_max, i.e. where logit < max + log(min_p) (min_p 0 cuts nothing)."""
+    floor = logits.amax(dim=-1, keepdim=True) + min_p[:, None].log()
+    return logits.masked_fill(logits < floor, float("-inf"))
+
+
+def row_probs(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+              top_p: torch.Tensor, min_p: torch.Tensor, needs_sort: bool) -> torch.Tensor:
+    """fp32 probabilities per row. `needs_sort`: some row has top-k or top-p (known on the host,
+    so a batch without them never sorts)."""
+    rows = logits.float() / temperature[:, None]
+    if needs_sort:
+        rows = filter_logits(rows, top_k, top_p, min_p)
+    else:
+        rows = _cut_below_min_p(rows, min_p)
+    return rows.softmax(dim=-1)
+
+
+def sampling_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+    """The distribution each (non-greedy) row samples from, settings given per row."""
+    dev = logits.device
+    return row_probs(logits, torch.tensor([p.temperature for p in params], device=dev),
+                     torch.tensor([p.top_k for p in params], device=dev),
+                     torch.tensor([p.top_p for p in params], device=dev),
+                     torch.tensor([p.min_p for p in params], device=dev),
+                     any(p.top_k > 0 or p.top_p < 1 for p in params))

@@ -1,0 +1,59 @@
+"""Random draws keyed by (key, position, stream), computed with tensor ops where the logits are.
+
+A counter-based hash (splitmix64's finaliser) turns each key into its uniform: no generator
+state, no host round trip, the same number on the CPU and on CUDA, and nothing that could not
+be replayed inside a CUDA graph. A seeded request keys its draws by (seed, position of the
+token being chosen), so its tokens are the same alone or in any batch, and after preemption.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# 64-bit odd constants as signed int64 (torch has no uint64 arithmetic; products wrap).
+_GOLDEN = -7046029254386353131  # 0x9e3779b97f4a7c15
+_MIX1 = -4658895280553007687  # 0xbf58476d1ce4e5b9
+_MIX2 = -7723592293110705685  # 0x94d049bb133111eb
+_STREAM = -3335678366873096957  # 0xd1b54a32d192ed03
+
+ACCEPT, SAMPLE = 0, 1  # the two draws a row may use: accept its draft, sample its token
+
+
+def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical (unsigned) right shift of int64."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def mix64(x: torch.Tensor) -> torch.Tensor:
+    """splitmix64's finaliser: a bijection on 64 bits that scatters every input bit."""
+    x = x ^ _shift_right(x, 30)
+    x = x * _MIX1
+    x = x ^ _shift_right(x, 27)
+    x = x * _MIX2
+    return x ^ _shift_right(x, 31)
+
+
+def uniforms(key: torch.Tensor, position: torch.Tensor, stream: int) -> torch.Tensor:
+    """float64 uniforms in [0, 1), one per element of the int64 tensors `key` and `position`."""
+    h = mix64(mix64(key + _GOLDEN) + position * _STREAM + stream * _GOLDEN)
+    return _shift_right(h, 11).double() * 2.0**-53
+
+
+def _mix64_host(x: int) -> int:
+    m = 2**64 - 1
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & m
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & m
+    return x ^ (x >> 31)
+
+
+def request_key(seed: int) -> int:
+    """A user's seed as an int64 key."""
+    return seed & (2**63 - 1)
+
+
+def step_key(seed: int, step: int) -> int:
+    """The key of unseeded requests' draws in one engine step (their rows differ by position).
+    Negative, so it never equals a seeded request's key."""
+    return (_mix64_host((seed * 0x9E3779B97F4A7C15 + step) & (2**64 - 1)) >> 1) - 2**63

@@ -1,0 +1,99 @@
+"""Logits to tokens for every sampled row of a step, where the logits are, with one copy back.
+
+Grammar masks, temperature and filters, draft verification (plain decoding verifies zero
+drafts) and logprobs all run as batched tensor ops on the logits' device; the chosen tokens,
+accepted counts and the logprobs requests asked for then cross to the host in one tensor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from app.engine.guidance import mask_guided_rows
+from app.engine.selection import transfer
+from app.engine.selection.distribution import row_probs
+from app.engine.selection.draws import ACCEPT, SAMPLE, step_key, uniforms
+from app.engine.selection.layout import RowLayout
+from app.engine.selection.verify import verify
+from app.outputs import TokenLogprob
+
+
+@dataclass
+class Chosen:
+    """What one request keeps from the step."""
+    token_ids: list[int]  # its accepted drafts, then its own token
+    num_accepted: int
+    logprobs: list[TokenLogprob] | None  # one per token in token_ids, when the request asked
+
+
+def choose(logits: torch.Tensor, layout: RowLayout, unseeded_key: int
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(num_accepted [n], final token [n]) on the device; `logits` already masked."""
+    argmax = logits.argmax(-1)
+    if layout.all_greedy:  # no draws needed
+        return verify(layout.verify, None, argmax, None, None)
+    probs = row_probs(logits, layout.temperature, layout.top_k, layout.top_p, layout.min_p,
+                      layout.needs_sort)
+    key = torch.where(layout.seeded, layout.key, unseeded_key)
+    u_accept = uniforms(key, layout.position, ACCEPT) if layout.verify.drafts.shape[1] else None
+    return verify(layout.verify, probs, argmax, u_accept, uniforms(key, layout.position, SAMPLE),
+                  layout.draft_q)
+
+
+def logprob_payload(logits: torch.Tensor, layout: RowLayout, num_accepted: torch.Tensor,
+                    final: torch.Tensor) -> list[torch.Tensor]:
+    """Per asked-for row: the emitted token's logprob and the top-n alternatives, of the model's
+    own distribution (raw logits: before masks, temperature and filters, as vLLM)."""
+    if layout.logprob_index is None:
+        return []
+    rows, req, offset = layout.logprob_index
+    logprobs = logits[rows].float().log_softmax(-1)
+    token = final[req]
+    drafts = layout.verify.drafts
+    if drafts.shape[1]:
+        draft = drafts[req, offset.clamp(max=drafts.shape[1] - 1)]
+        token = torch.where(offset < num_accepted[req], draft, token)
+    chosen = logprobs.gather(1, token[:, None])[:, 0]
+    top_values, top_ids = logprobs.topk(max(layout.num_top_logprobs, 1), dim=-1)
+    return [chosen, top_ids.flatten(), top_values.flatten()]
+
+
+class Selector:
+    def __init__(self, seed: int = 0):
+        self.seed = seed
+
+    def __call__(self, logits: torch.Tensor, layout: RowLayout, step: int,
+                 jump_forward_tokenizer=None) -> list[Chosen]:
+        """One Chosen per sampled request, in layout order. `step` keys unseeded draws."""
+        masked = mask_guided_rows(logits, layout.guided, jump_forward_tokenizer)
+        num_accepted, final = choose(masked, layout, step_key(self.seed, step))
+        parts = [num_accepted, final] + logprob_payload(logits, layout, num_accepted, final)
+        host = transfer.to_host(torch.cat([p.double() for p in parts])).tolist()
+        return unpack(host, layout)
+
+
+def unpack(values: list[float], layout: RowLayout) -> list[Chosen]:
+    n = len(layout.requests)
+    accepted = [int(a) for a in values[:n]]
+    finals = [int(t) for t in values[n:2 * n]]
+    num_rows = len(layout.logprob_rows)
+    m = max(layout.num_top_logprobs, 1)
+    chosen_lp = values[2 * n:2 * n + num_rows]
+    top_ids = values[2 * n + num_rows:2 * n + num_rows * (1 + m)]
+    top_values = values[2 * n + num_rows * (1 + m):]
+    out, lp_row = [], 0
+    for req, a, final in zip(layout.requests, accepted, finals):
+        tokens = req.spec_token_ids[:a] + [final]
+        logprobs = None
+        if req.params.logprobs is not None:
+            top_n = req.params.logprobs
+            logprobs = []
+            for j, token in enumerate(tokens):
+                r = lp_row + j
+                top = {int(t): v for t, v in zip(top_ids[r * m:r * m + top_n], top_values[r * m:r * m + top_n])}
+                logprobs.append(TokenLogprob(token, chosen_lp[r], top))
+            lp_row += len(req.spec_token_ids) + 1
+        out.append(Chosen(tokens, a, logprobs))
+    return out

@@ -1,0 +1,109 @@
+"""Selection's seeded draws: uniform, following the filtered distribution (chi-square), and the
+same for a seeded request alone or in any batch, with or without drafts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from app.engine.request import Request
+from app.engine.selection.distribution import filter_logits
+from app.engine.selection.draws import ACCEPT, SAMPLE, uniforms
+from app.engine.selection.layout import RowLayout
+from app.engine.selection.selector import Selector
+from app.sampling_params import SamplingParams
+
+LOGITS = torch.tensor([2.0, 1.5, 1.0, 0.5, 0.0, -0.5, -1.0, -3.0])
+V = len(LOGITS)
+P_THRESHOLD = 1e-3
+
+
+def chi2_pvalue(observed: torch.Tensor, expected: torch.Tensor) -> float:
+    support = expected > 0
+    assert observed[~support].sum() == 0, "a token outside the filtered set was drawn"
+    stat = ((observed[support] - expected[support]) ** 2 / expected[support]).sum()
+    df = int(support.sum()) - 1
+    return float(torch.special.gammaincc(torch.tensor(df / 2), stat.double() / 2))
+
+
+def select(requests: list[Request], logits: torch.Tensor, step: int = 0, seed: int = 0) -> list[list[int]]:
+    """Each request's chosen tokens (accepted drafts + its own) from rows laid out in order."""
+    layout = RowLayout.build({r: r.num_tokens - r.num_computed_tokens for r in requests}, logits.device)
+    return [c.token_ids for c in Selector(seed)(logits, layout, step)]
+
+
+def decoding(request_id: str, params: SamplingParams, prompt_len: int = 3) -> Request:
+    req = Request(request_id, list(range(prompt_len)), params)
+    req.num_computed_tokens = prompt_len - 1
+    return req
+
+
+@pytest.mark.parametrize("key_varies", [True, False], ids=["across-seeds", "across-positions"])
+def test_uniforms_are_uniform(key_varies):
+    n, bins = 50000, 20
+    index = torch.arange(n)
+    key = index if key_varies else torch.full((n,), 7)
+    position = torch.full((n,), 3) if key_varies else index
+    for stream in (ACCEPT, SAMPLE):
+        u = uniforms(key, position, stream)
+        assert ((u >= 0) & (u < 1)).all()
+        observed = torch.bincount((u * bins).long(), minlength=bins).double()
+        assert chi2_pvalue(observed, torch.full((bins,), n / bins, dtype=torch.float64)) > P_THRESHOLD
+    # The two streams of one row are not the same numbers.
+    assert (uniforms(key, position, ACCEPT) != uniforms(key, position, SAMPLE)).float().mean() > 0.99
+
+
+@pytest.mark.parametrize("params", [
+    dict(temperature=0.8, top_p=0.9),
+    dict(temperature=1.3, top_k=5, min_p=0.05),
+    dict(temperature=1.0),
+])
+def test_seeded_draws_follow_the_filtered_distribution(params):
+    n = 12000
+    requests = [decoding(f"r{i}", SamplingParams(seed=i, **params)) for i in range(n)]
+    tokens = torch.tensor([t[0] for t in select(requests, LOGITS.repeat(n, 1))])
+    sp = SamplingParams(**params)
+    filtered = filter_logits(LOGITS[None] / sp.temperature, torch.tensor([sp.top_k]),
+                             torch.tensor([sp.top_p]), torch.tensor([sp.min_p]))[0]
+    expected = filtered.softmax(-1).double() * n
+    assert chi2_pvalue(torch.bincount(tokens, minlength=V).double(), expected) > P_THRESHOLD
+
+
+def with_drafts(req: Request, drafts: list[int], probs: torch.Tensor | None = None) -> Request:
+    req.set_spec(drafts, probs)
+    return req
+
+
+def test_seeded_request_same_alone_and_in_any_batch():
+    g = torch.Generator().manual_seed(0)
+    seeded = SamplingParams(temperature=1.0, top_p=0.95, seed=1234)
+    alone = []
+    for step in range(40):
+        q = torch.rand(3, V, generator=g).softmax(-1)
+        drafts = torch.randint(0, V, (3,), generator=g).tolist()
+        rows = torch.randn(4, V, generator=g) * 2
+        target = with_drafts(decoding("seeded", seeded, prompt_len=5 + step), drafts, q)
+        alone.append(select([target], rows)[0])
+        others = [  # greedy, n-gram drafts, unseeded, another seed with drafts
+            decoding("greedy", SamplingParams(temperature=0)),
+            with_drafts(decoding("ngram", SamplingParams(temperature=0.7)), [1, 2]),
+            decoding("unseeded", SamplingParams(temperature=1.0, top_k=4), prompt_len=9),
+            with_drafts(decoding("other-seed", SamplingParams(temperature=0.9, seed=5)), [3]),
+        ]
+        for order in ([0, 1], [3, 2, 1, 0], [2]):
+            reqs = [others[order[0]], target] + [others[i] for i in order[1:]]
+            logits = torch.cat([rows if r is target else torch.randn(1 + len(r.spec_token_ids), V, generator=g)
+                                for r in reqs])
+            assert select(reqs, logits, step=step, seed=99)[1] == alone[-1]
+    assert len({tuple(t) for t in alone}) > 10  # really sampled
+    assert {len(t) for t in alone} >= {1, 4}  # drafts rejected at once, and all accepted
+
+
+def test_unseeded_draws_change_with_the_step_and_the_engine_seed():
+    n = 64
+    requests = [decoding(f"u{i}", SamplingParams(temperature=1.0)) for i in range(n)]
+    logits = torch.zeros(n, V)
+    first = select(requests, logits, step=1)
+    assert select(requests, logits, step=1) == first
+    assert select(requests, logits, step=2) != first
+    assert select(requests, logits, step=1, seed=3) != first
