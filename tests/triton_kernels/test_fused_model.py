@@ -107,3 +107,31 @@ def test_ops_selection():
     assert select_layer_ops(cuda, TorchAttentionBackend()) is TORCH_OPS
     assert isinstance(select_layer_ops(cuda, TritonAttentionBackend()), TritonLayerOps)
     assert isinstance(LlamaForCausalLM(ModelConfig.from_dict(CONFIGS["qwen2"])).ops, TorchLayerOps)
+
+
+def test_launch_counter_plumbing(monkeypatch):
+    """benchmarks/kernel_launches.py on the CPU, with top-level aten ops standing in for CUDA
+    kernels: one layer's count is the same whichever layer count the model has, and the model
+    gets its layers back."""
+    import collections
+
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    import benchmarks.kernel_launches as kl
+
+    def top_level_ops(fn):
+        fn()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            fn()
+        return collections.Counter(e.name for e in prof.events()
+                                   if e.device_type == DeviceType.CPU and e.cpu_parent is None)
+
+    monkeypatch.setattr(kl, "_device_activities", top_level_ops)
+    counts = []
+    for layers in (2, 3):
+        model = LlamaForCausalLM(ModelConfig.from_dict({**CONFIGS["llama3"], "num_hidden_layers": layers}))
+        before = list(model.model.layers)
+        counts.append(kl.launches_per_layer(model, batch_size=2, context_len=20))
+        assert list(model.model.layers) == before
+    assert counts[0] == counts[1] > 0
