@@ -40,14 +40,22 @@ DOTS = ("fp32", "qk16", "16")
 
 
 @triton.jit
-def load_kv_tile(cache_ptr, table_ptr, tok, n_mask, kv_head, offs_d, d_mask,
-                 stride_cb, stride_cs, stride_ch, BLOCK_SIZE: tl.constexpr):
+def load_kv_tile_raw(cache_ptr, table_ptr, tok, n_mask, kv_head, offs_d, d_mask,
+                     stride_cb, stride_cs, stride_ch, BLOCK_SIZE: tl.constexpr):
     """K or V of tokens `tok` [BLOCK_N] of one KV head, through the block table, in the
     cache's dtype."""
     block = tl.load(table_ptr + tok // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)
     row = block * stride_cb + (tok % BLOCK_SIZE).to(tl.int64) * stride_cs + kv_head * stride_ch
     ptrs = cache_ptr + row[:, None] + offs_d[None, :]
     return tl.load(ptrs, mask=n_mask[:, None] & d_mask[None, :], other=0.0)
+
+
+@triton.jit
+def load_kv_tile(cache_ptr, table_ptr, tok, n_mask, kv_head, offs_d, d_mask,
+                 stride_cb, stride_cs, stride_ch, BLOCK_SIZE: tl.constexpr):
+    """The same tile as fp32 (what the prefill kernel reads)."""
+    return load_kv_tile_raw(cache_ptr, table_ptr, tok, n_mask, kv_head, offs_d, d_mask,
+                            stride_cb, stride_cs, stride_ch, BLOCK_SIZE).to(tl.float32)
 
 
 @triton.jit
@@ -93,10 +101,10 @@ def _decode_split_kernel(
         for tile in range(start, end, BLOCK_N):
             tok = tile + offs_n
             n_mask = tok < end
-            k = load_kv_tile(k_cache_ptr, table_ptr, tok, n_mask, kv_head, offs_d, d_mask,
-                             stride_cb, stride_cs, stride_ch, BLOCK_SIZE)
-            v = load_kv_tile(v_cache_ptr, table_ptr, tok, n_mask, kv_head, offs_d, d_mask,
-                             stride_cb, stride_cs, stride_ch, BLOCK_SIZE)
+            k = load_kv_tile_raw(k_cache_ptr, table_ptr, tok, n_mask, kv_head, offs_d, d_mask,
+                                 stride_cb, stride_cs, stride_ch, BLOCK_SIZE)
+            v = load_kv_tile_raw(v_cache_ptr, table_ptr, tok, n_mask, kv_head, offs_d, d_mask,
+                                 stride_cb, stride_cs, stride_ch, BLOCK_SIZE)
             # scaled after the dot: a 16-bit q stays exact in tf32; log2 units for exp2
             if QK16:
                 s = tl.dot(q16, tl.trans(k)) * scale_log2
