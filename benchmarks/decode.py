@@ -24,6 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.kernel_launches import format_kernels, kernels_per_layer  # noqa: E402
 from benchmarks.kernels import copy_bandwidth  # noqa: E402
 
 LLAMA3_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336,
@@ -167,7 +168,11 @@ def main() -> int:
                                     kv_cache_memory_gib=kv_gib, max_num_seqs=max(args.batch_sizes),
                                     max_num_batched_tokens=8192, max_model_len=max_len))
     graphs = any(isinstance(v, CudaGraphDecodeRunner) for v in vars(engine.runner).values())
-    print(f"engine: attention {engine.runner.backend.name}, CUDA graphs {'on' if graphs else 'OFF'}")
+    print(f"engine: attention {engine.runner.backend.name}, layer ops {engine.runner.model.ops.name}, "
+          f"CUDA graphs {'on' if graphs else 'OFF'}")
+    launches = kernels_per_layer(engine, batch_size=1)
+    print(f"kernel launches per decoder layer, batch-1 decode step: {sum(launches.values())} "
+          f"(goal <= 12)\n{format_kernels(launches)}")
     run_engine(engine, 2, 16, 8, "warmup")
     layers = hf.config.num_hidden_layers
     rows = []

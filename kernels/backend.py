@@ -36,9 +36,13 @@ class TritonAttentionBackend:
     name = "triton"
 
     def __init__(self, partition_size: int = DEFAULT_PARTITION_SIZE, decode_block_n: int | None = None,
-                 prefill_block_n: int | None = None, prefill_rows: int = 64):
+                 prefill_block_n: int | None = None, prefill_rows: int = 64,
+                 decode_options: dict | None = None):
+        """decode_options: num_warps, num_stages, head_major, dots of `decode_attention`
+        (what benchmarks/kernels.py sweeps); None keeps that function's defaults."""
         self.partition_size = partition_size
         self.decode_block_n = decode_block_n
+        self.decode_options = dict(decode_options or {})
         self.prefill_block_n = prefill_block_n
         self.prefill_rows = prefill_rows
         self.static_max_seq_len: int | None = None
@@ -66,7 +70,8 @@ class TritonAttentionBackend:
         if query.shape[0] == meta.num_seqs and all(n == 1 for n in meta.query_lens_cpu):
             max_seq_len = self.static_max_seq_len or meta.max_seq_len
             return decode_attention(query, k_cache, v_cache, meta.block_tables, meta.seq_lens,
-                                    scale, max_seq_len, self.partition_size, self.decode_block_n)
+                                    scale, max_seq_len, self.partition_size, self.decode_block_n,
+                                    **self.decode_options)
         return prefill_attention(query, k_cache, v_cache, meta.block_tables, meta.query_start_loc,
                                  meta.context_lens, scale, meta.max_query_len,
                                  self.prefill_block_n, self.prefill_rows)

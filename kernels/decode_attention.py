@@ -10,7 +10,17 @@ in. Each split writes its normalised partial output and log-sum-exp; a merge ker
 the splits that exist (empty ones are never read). With one split for every sequence the
 split kernel writes the output directly (bitwise the same as a one-split merge).
 
-Numerics: tiles are cast to fp32 and accumulated in fp32; an all-masked row keeps a running
+Tuning knobs (benchmarks/kernels.py sweeps them on a GPU; the defaults are the code's
+original choices): `num_warps`/`num_stages`; `head_major`, a grid whose fastest axis is the
+KV head, so programs that run side by side read neighbouring 256-byte rows of the same cache
+pages instead of pages of different sequences; and `dots`:
+  "fp32": K and V tiles cast to fp32, tf32 dots (exact QK^T for 16-bit inputs, P kept at tf32);
+  "qk16": QK^T on the 16-bit K tile as loaded (q rounded to the cache dtype: the same products
+          when q already has it, as in the engine), P.V as "fp32": half the K registers;
+  "16":   both dots on 16-bit tiles, P rounded to the cache dtype (FlashAttention's numerics).
+For fp32 caches the three are the same.
+
+Numerics: tiles are accumulated in fp32; an all-masked row keeps a running
 max of -inf, which is replaced by 0 before `exp2` so -inf - -inf never makes a NaN; a sequence
 of length 0 (a CUDA-graph padding row) gives zeros. Block index x stride is computed in int64.
 """
@@ -26,16 +36,26 @@ import triton.language as tl
 DEFAULT_PARTITION_SIZE = 256  # tokens per split; a constant so results ignore the batch
 MERGE_CHUNK = 16  # splits the merge reduces at once (fixed for the same reason)
 LOG2E = 1.4426950408889634
+DOTS = ("fp32", "qk16", "16")
+
+
+@triton.jit
+def load_kv_tile_raw(cache_ptr, table_ptr, tok, n_mask, kv_head, offs_d, d_mask,
+                     stride_cb, stride_cs, stride_ch, BLOCK_SIZE: tl.constexpr):
+    """K or V of tokens `tok` [BLOCK_N] of one KV head, through the block table, in the
+    cache's dtype."""
+    block = tl.load(table_ptr + tok // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)
+    row = block * stride_cb + (tok % BLOCK_SIZE).to(tl.int64) * stride_cs + kv_head * stride_ch
+    ptrs = cache_ptr + row[:, None] + offs_d[None, :]
+    return tl.load(ptrs, mask=n_mask[:, None] & d_mask[None, :], other=0.0)
 
 
 @triton.jit
 def load_kv_tile(cache_ptr, table_ptr, tok, n_mask, kv_head, offs_d, d_mask,
                  stride_cb, stride_cs, stride_ch, BLOCK_SIZE: tl.constexpr):
-    """K or V of tokens `tok` [BLOCK_N] of one KV head, through the block table, as fp32."""
-    block = tl.load(table_ptr + tok // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)
-    row = block * stride_cb + (tok % BLOCK_SIZE).to(tl.int64) * stride_cs + kv_head * stride_ch
-    ptrs = cache_ptr + row[:, None] + offs_d[None, :]
-    return tl.load(ptrs, mask=n_mask[:, None] & d_mask[None, :], other=0.0).to(tl.float32)
+    """The same tile as fp32 (what the prefill kernel reads)."""
+    return load_kv_tile_raw(cache_ptr, table_ptr, tok, n_mask, kv_head, offs_d, d_mask,
+                            stride_cb, stride_cs, stride_ch, BLOCK_SIZE).to(tl.float32)
 
 
 @triton.jit
@@ -49,11 +69,17 @@ def _decode_split_kernel(
     group_size, head_dim,
     BLOCK_SIZE: tl.constexpr, PARTITION: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, DIRECT: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, HEAD_MAJOR: tl.constexpr, QK16: tl.constexpr,
+    PV16: tl.constexpr,
 ):
-    b = tl.program_id(0).to(tl.int64)
-    kv_head = tl.program_id(1).to(tl.int64)
-    split = tl.program_id(2)
+    if HEAD_MAJOR:  # grid (kv_heads, splits, batch)
+        kv_head = tl.program_id(0).to(tl.int64)
+        split = tl.program_id(1)
+        b = tl.program_id(2).to(tl.int64)
+    else:  # grid (batch, kv_heads, splits)
+        b = tl.program_id(0).to(tl.int64)
+        kv_head = tl.program_id(1).to(tl.int64)
+        split = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + b)
     start = split * PARTITION
     if start < seq_len:  # splits past the end do nothing; the merge never reads them
@@ -64,8 +90,10 @@ def _decode_split_kernel(
         g_mask = offs_g < group_size
         d_mask = offs_d < head_dim
         heads = kv_head * group_size + offs_g
-        q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
-                    mask=g_mask[:, None] & d_mask[None, :], other=0.0).to(tl.float32)
+        q_raw = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
+                        mask=g_mask[:, None] & d_mask[None, :], other=0.0)
+        q = q_raw.to(tl.float32)
+        q16 = q_raw.to(k_cache_ptr.dtype.element_ty)
         m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_G], tl.float32)
         acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
@@ -73,19 +101,26 @@ def _decode_split_kernel(
         for tile in range(start, end, BLOCK_N):
             tok = tile + offs_n
             n_mask = tok < end
-            k = load_kv_tile(k_cache_ptr, table_ptr, tok, n_mask, kv_head, offs_d, d_mask,
-                             stride_cb, stride_cs, stride_ch, BLOCK_SIZE)
-            v = load_kv_tile(v_cache_ptr, table_ptr, tok, n_mask, kv_head, offs_d, d_mask,
-                             stride_cb, stride_cs, stride_ch, BLOCK_SIZE)
+            k = load_kv_tile_raw(k_cache_ptr, table_ptr, tok, n_mask, kv_head, offs_d, d_mask,
+                                 stride_cb, stride_cs, stride_ch, BLOCK_SIZE)
+            v = load_kv_tile_raw(v_cache_ptr, table_ptr, tok, n_mask, kv_head, offs_d, d_mask,
+                                 stride_cb, stride_cs, stride_ch, BLOCK_SIZE)
             # scaled after the dot: a 16-bit q stays exact in tf32; log2 units for exp2
-            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2
+            if QK16:
+                s = tl.dot(q16, tl.trans(k)) * scale_log2
+            else:
+                s = tl.dot(q, tl.trans(k.to(tl.float32)), input_precision=DOT_PRECISION) * scale_log2
             s = tl.where(n_mask[None, :], s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
             alpha = tl.exp2(m_i - m_safe)
             p = tl.exp2(s - m_safe[:, None])
             l_i = l_i * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=DOT_PRECISION)
+            if PV16:
+                pv = tl.dot(p.to(v.dtype), v)
+            else:
+                pv = tl.dot(p, v.to(tl.float32), input_precision=DOT_PRECISION)
+            acc = acc * alpha[:, None] + pv
             m_i = m_new
         o = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
         mask = g_mask[:, None] & d_mask[None, :]
@@ -160,13 +195,17 @@ def dot_precision(dtype: torch.dtype) -> str:
 def decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                      block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float,
                      max_seq_len: int, partition_size: int = DEFAULT_PARTITION_SIZE,
-                     block_n: int | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+                     block_n: int | None = None, out: torch.Tensor | None = None,
+                     num_warps: int = 4, num_stages: int | None = None, head_major: bool = False,
+                     dots: str = "fp32") -> torch.Tensor:
     """query [B, heads, head_dim] -> [B, heads, head_dim].
 
     k_cache/v_cache [num_blocks, block_size, kv_heads, head_dim]; block_tables [B, W] int32;
     seq_lens [B] int32 (the new token included). `max_seq_len` is only an upper bound that
     sizes the grid (CUDA graphs pass the model's max length; unused splits exit at once).
+    num_warps, num_stages, head_major and dots: see the module's docstring.
     """
+    assert dots in DOTS, f"dots must be one of {DOTS}"
     batch, num_heads, head_dim = query.shape
     num_kv_heads, block_size = k_cache.shape[2], k_cache.shape[1]
     assert num_heads % num_kv_heads == 0 and k_cache.stride() == v_cache.stride()
@@ -187,7 +226,11 @@ def decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
                                device=query.device)
         part_lse = torch.empty(batch, num_heads, splits, dtype=torch.float32, device=query.device)
         p_strides, l_strides = part_out.stride()[:3], part_lse.stride()[:2]
-    _decode_split_kernel[(batch, num_kv_heads, splits)](
+    sixteen = k_cache.dtype in (torch.float16, torch.bfloat16)
+    grid = (num_kv_heads, splits, batch) if head_major else (batch, num_kv_heads, splits)
+    launch = dict(num_warps=num_warps) if num_stages is None else dict(num_warps=num_warps,
+                                                                      num_stages=num_stages)
+    _decode_split_kernel[grid](
         query, k_cache, v_cache, block_tables, seq_lens, out, part_out, part_lse,
         scale * LOG2E,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
@@ -195,7 +238,8 @@ def decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
         *p_strides, *l_strides, group, head_dim,
         BLOCK_SIZE=block_size, PARTITION=partition_size, BLOCK_N=block_n,
         BLOCK_G=max(16, triton.next_power_of_2(group)), BLOCK_D=block_d, DIRECT=direct,
-        DOT_PRECISION=dot_precision(k_cache.dtype), num_warps=4,
+        DOT_PRECISION=dot_precision(k_cache.dtype), HEAD_MAJOR=head_major,
+        QK16=sixteen and dots in ("qk16", "16"), PV16=sixteen and dots == "16", **launch,
     )
     if not direct:
         _decode_merge_kernel[(batch, num_heads)](

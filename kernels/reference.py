@@ -2,7 +2,8 @@
 
 Attention's reference is `app.engine.torch_attention` (the engine's CPU path); RMSNorm's is
 `app.models.llama.RMSNorm` and rotary's `app.models.rope.apply_rotary`, restated here only
-to add the residual the fused kernel takes.
+to add the residual the fused kernel takes; the fused rotary + KV write's is rotary followed
+by the engine's `write_kv_cache`; SiLU-and-multiply's is `app.models.llama.MLP`'s.
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from app.engine.attention_metadata import AttentionMetadata
-from app.engine.torch_attention import paged_attention
+from app.engine.torch_attention import paged_attention, write_kv_cache
 from app.models.rope import apply_rotary
 
 
@@ -27,6 +29,20 @@ def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float,
 
 def rotary_ref(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
     return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+
+
+def rotary_write_kv_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,
+                        sin: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor
+                        ) -> torch.Tensor:
+    """Rotated q; rotated k and v written into kv_cache [2, blocks, block_size, kvh, d]."""
+    q, k = rotary_ref(q, k, cos, sin)
+    write_kv_cache(k, v, kv_cache, slot_mapping)
+    return q
+
+
+def silu_and_mul_ref(x: torch.Tensor) -> torch.Tensor:
+    gate, up = x.chunk(2, dim=-1)
+    return F.silu(gate) * up
 
 
 @dataclass

@@ -10,6 +10,7 @@ from app.engine.request import Request
 from app.engine.selection.layout import RowLayout
 from app.engine.torch_attention import TorchAttentionBackend
 from app.models.config import ModelConfig
+from app.models.layer_ops import select_layer_ops
 from app.models.loader import load_model
 
 
@@ -37,6 +38,7 @@ class ModelRunner:
         self.block_size = config.block_size
         self.model = load_model(config.model, self.dtype, self.device)
         self.backend = select_attention_backend(config.attention_backend, self.device)
+        self.model.ops = select_layer_ops(self.device, self.backend)
         self.num_blocks = config.num_kv_blocks or int(
             config.kv_cache_memory_gib * 2**30 // kv_block_bytes(model_config, self.block_size, self.dtype))
         shape = (2, self.num_blocks, self.block_size, model_config.num_key_value_heads, model_config.head_dim)

@@ -3,17 +3,22 @@
 Module names follow transformers', except that q/k/v and gate/up projections are fused into
 `qkv_proj` and `gate_up_proj` (one matmul instead of three or two: at small batches a step is
 mostly per-op overhead); `app.models.loader.fuse_projections` maps a checkpoint onto them.
+
+Layers take and return (hidden, residual), the residual stream kept apart so that its add is
+fused with the next RMSNorm, and do their elementwise work through `self.ops`
+(`app.models.layer_ops`): eager PyTorch by default, fused Triton kernels on CUDA with the
+Triton backend (the model runner sets it once, with `select_layer_ops`).
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
-import torch.nn.functional as F
 
 from app.engine.attention_metadata import AttentionMetadata
 from app.models.config import ModelConfig
-from app.models.rope import RotaryEmbedding, apply_rotary
+from app.models.layer_ops import TORCH_OPS
+from app.models.rope import RotaryEmbedding
 
 
 class RMSNorm(nn.Module):
@@ -40,14 +45,13 @@ class Attention(nn.Module):
         self.qkv_proj = nn.Linear(cfg.hidden_size, q_size + 2 * kv_size, bias=cfg.attention_bias)
         self.o_proj = nn.Linear(q_size, cfg.hidden_size, bias=cfg.attention_bias and cfg.model_type != "qwen2")
 
-    def forward(self, x, cos, sin, kv_cache, meta: AttentionMetadata, backend) -> torch.Tensor:
+    def forward(self, x, cos, sin, kv_cache, meta: AttentionMetadata, backend, ops) -> torch.Tensor:
         t = x.shape[0]
         q, k, v = self.qkv_proj(x).split(self.split_sizes, dim=-1)
         q = q.view(t, self.num_heads, self.head_dim)
         k = k.view(t, self.num_kv_heads, self.head_dim)
         v = v.reshape(t, self.num_kv_heads, self.head_dim)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        backend.write_kv(k, v, kv_cache, meta)
+        q = ops.rotary_write_kv(q, k, v, cos, sin, kv_cache, meta, backend)
         out = backend.attend(q, kv_cache, meta, self.scale)
         return self.o_proj(out.reshape(t, self.num_heads * self.head_dim))
 
@@ -58,9 +62,8 @@ class MLP(nn.Module):
         self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=cfg.mlp_bias)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.mlp_bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+    def forward(self, x: torch.Tensor, ops) -> torch.Tensor:
+        return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x)))
 
 
 class DecoderLayer(nn.Module):
@@ -71,9 +74,14 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x, cos, sin, kv_cache, meta, backend) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, kv_cache, meta, backend)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, hidden, residual, cos, sin, kv_cache, meta, backend, ops
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(hidden, residual) -> (this layer's MLP output, the residual stream before it);
+        residual is None in the first layer. Their sum is the layer's output."""
+        hidden, residual = ops.add_rms_norm(hidden, residual, self.input_layernorm)
+        hidden = self.self_attn(hidden, cos, sin, kv_cache, meta, backend, ops)
+        hidden, residual = ops.add_rms_norm(hidden, residual, self.post_attention_layernorm)
+        return self.mlp(hidden, ops), residual
 
 
 class DecoderModel(nn.Module):
@@ -92,6 +100,7 @@ class LlamaForCausalLM(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.config = cfg
+        self.ops = TORCH_OPS  # `app.models.layer_ops.select_layer_ops` picks the fused kernels
         self.model = DecoderModel(cfg)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
@@ -99,11 +108,13 @@ class LlamaForCausalLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 kv_caches: list[torch.Tensor], meta: AttentionMetadata, backend) -> torch.Tensor:
-        x = self.model.embed_tokens(input_ids)
-        cos, sin = self.model.rotary_emb.cos_sin(positions, x.dtype)
+        ops = self.ops
+        hidden = self.model.embed_tokens(input_ids)
+        cos, sin = self.model.rotary_emb.cos_sin(positions, hidden.dtype)
+        residual = None
         for layer, kv_cache in zip(self.model.layers, kv_caches):
-            x = layer(x, cos, sin, kv_cache, meta, backend)
-        return self.model.norm(x)
+            hidden, residual = layer(hidden, residual, cos, sin, kv_cache, meta, backend, ops)
+        return ops.add_rms_norm(hidden, residual, self.model.norm)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden).float()

@@ -75,3 +75,24 @@ def test_empty_sequence_gives_zeros():
     out = run_decode(case, partition_size=16, block_n=16, max_seq_len=64)
     assert torch.equal(out[1], torch.zeros_like(out[1]))
     torch.testing.assert_close(out[0], ref[0], atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("dots", ["fp32", "qk16", "16"])
+@pytest.mark.parametrize("head_major", [False, True], ids=["seq_major", "head_major"])
+def test_tuning_knobs(dtype, dots, head_major):
+    """The sweep's knobs (benchmarks/kernels.py) keep the output: 16-bit dots, the KV-head-major
+    grid, other warps/stages; block boundaries, splits and NaN-filled unused slots as above."""
+    lens = [1, 16, 17, 70]
+    case = make_paged_case([1] * len(lens), [n - 1 for n in lens], 10, 2, 24, 16, dtype, seed=7)
+    kw = dict(partition_size=32, block_n=16, dots=dots, head_major=head_major, num_warps=8,
+              num_stages=2)
+    check(run_decode(case, **kw), case)
+    check(run_decode(case, max_seq_len=4096, **kw), case)  # static grid, as under a CUDA graph
+
+
+def test_head_major_grid_is_bitwise_the_same():
+    case = make_paged_case([1, 1, 1], [3, 40, 100], 8, 2, 16, 16, torch.float32, seed=8)
+    a = run_decode(case, partition_size=32, block_n=16)
+    b = run_decode(case, partition_size=32, block_n=16, head_major=True)
+    assert torch.equal(a, b)

@@ -1,0 +1,78 @@
+"""The elementwise work of a decoder layer, chosen once per model: plain PyTorch (the CPU
+path, and the reference), or fused Triton kernels where they run (CUDA with the Triton
+attention backend), which turn about 55 kernel launches per layer per decode step into about
+ten. Either way a layer reads as the same few calls:
+
+    hidden, residual = ops.add_rms_norm(hidden, residual, norm)   # residual None: first layer
+    q = ops.rotary_write_kv(q, k, v, cos, sin, kv_cache, meta, backend)
+    act = ops.silu_and_mul(gate_up)
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from app.engine.attention_metadata import AttentionMetadata
+from app.models.rope import apply_rotary
+
+
+class TorchLayerOps:
+    """The model's arithmetic in eager PyTorch, op for op what it was before fusion."""
+
+    name = "torch"
+
+    @staticmethod
+    def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, norm
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """h = x + residual (h = x in the first layer) -> (norm(h), h), h the new residual."""
+        if residual is not None:
+            x = x + residual
+        return norm(x), x
+
+    @staticmethod
+    def rotary_write_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,
+                        sin: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata,
+                        backend) -> torch.Tensor:
+        """Rotate q and k, store k and v in the layer's cache; return the rotated q."""
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        backend.write_kv(k, v, kv_cache, meta)
+        return q
+
+    @staticmethod
+    def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+        gate, up = x.chunk(2, dim=-1)
+        return F.silu(gate) * up
+
+
+class TritonLayerOps:
+    """One Triton kernel each (kernels/): RMSNorm with the residual add, rotary with the KV
+    write (in the Triton backend's cache layout, which is the PyTorch backend's too), and
+    SiLU with the multiply."""
+
+    name = "triton"
+
+    def __init__(self):
+        from kernels.rmsnorm import rms_norm
+        from kernels.rotary_kv_write import rotary_write_kv
+        from kernels.silu_mul import silu_and_mul
+        self._rms_norm, self._rotary_write_kv = rms_norm, rotary_write_kv
+        self.silu_and_mul = silu_and_mul
+
+    def add_rms_norm(self, x, residual, norm):
+        if residual is None:
+            return self._rms_norm(x, norm.weight, norm.eps), x
+        return self._rms_norm(x, norm.weight, norm.eps, residual=residual)
+
+    def rotary_write_kv(self, q, k, v, cos, sin, kv_cache, meta, backend):
+        return self._rotary_write_kv(q, k, v, cos, sin, kv_cache[0], kv_cache[1], meta.slot_mapping)
+
+
+TORCH_OPS = TorchLayerOps()
+
+
+def select_layer_ops(device: torch.device, backend) -> TorchLayerOps | TritonLayerOps:
+    """Fused kernels on CUDA with the Triton attention backend; PyTorch everywhere else."""
+    if device.type == "cuda" and backend.name == "triton":
+        return TritonLayerOps()
+    return TORCH_OPS
