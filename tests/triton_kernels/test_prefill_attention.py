@@ -51,7 +51,8 @@ def test_rows_agree_across_query_tiles():
     """A verify step's rows are the same numbers whatever the query tile height (the extra
     key tiles a taller tile walks are fully masked). Under the interpreter `tl.dot` is numpy's
     matmul, whose summation order follows the BLAS build and the tile's shape, so this asserts
-    agreement to fp32 rounding; the bitwise form is a GPU test (test_gpu.py)."""
+    agreement to fp32 rounding. (Bitwise equality does not hold on an H100 either: 16- and
+    64-row tiles gave different bf16 outputs there, 2026-11-23.)"""
     case = make_paged_case([5, 40], [18, 3], 4, 1, 16, 16, torch.float32, seed=9)
     small = run_prefill(case, block_n=16, target_rows=16)
     big = run_prefill(case, block_n=16, target_rows=64)
