@@ -14,14 +14,14 @@ from app.models.layer_ops import select_layer_ops
 from app.models.loader import load_model
 
 
-def select_attention_backend(name: str, device: torch.device):
+def select_attention_backend(name: str, device: torch.device, dtype: torch.dtype = torch.float32):
     if name == "auto":
         name = "triton" if device.type == "cuda" else "torch"
     if name == "torch":
         return TorchAttentionBackend()
     if name == "triton":
         from kernels.backend import TritonAttentionBackend
-        return TritonAttentionBackend()
+        return TritonAttentionBackend.for_dtype(dtype)
     raise ValueError(f"unknown attention backend {name!r} (auto, torch, triton)")
 
 
@@ -37,7 +37,7 @@ class ModelRunner:
         self.dtype = config.torch_dtype
         self.block_size = config.block_size
         self.model = load_model(config.model, self.dtype, self.device)
-        self.backend = select_attention_backend(config.attention_backend, self.device)
+        self.backend = select_attention_backend(config.attention_backend, self.device, self.dtype)
         self.model.ops = select_layer_ops(self.device, self.backend)
         self.num_blocks = config.num_kv_blocks or int(
             config.kv_cache_memory_gib * 2**30 // kv_block_bytes(model_config, self.block_size, self.dtype))
