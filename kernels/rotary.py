@@ -13,7 +13,19 @@ import triton.language as tl
 
 
 @triton.jit
-def _rotate(x_ptr, stride_t, stride_h, t, num_heads, c1, c2, s1, s2, half,
+def load_cos_sin(cos_ptr, sin_ptr, t, stride_ct, stride_st, half, BLOCK_HALF: tl.constexpr):
+    """Token t's cos and sin halves, in fp32."""
+    offs_d = tl.arange(0, BLOCK_HALF)
+    d_mask = offs_d < half
+    c1 = tl.load(cos_ptr + t * stride_ct + offs_d, mask=d_mask, other=0.0).to(tl.float32)
+    c2 = tl.load(cos_ptr + t * stride_ct + half + offs_d, mask=d_mask, other=0.0).to(tl.float32)
+    s1 = tl.load(sin_ptr + t * stride_st + offs_d, mask=d_mask, other=0.0).to(tl.float32)
+    s2 = tl.load(sin_ptr + t * stride_st + half + offs_d, mask=d_mask, other=0.0).to(tl.float32)
+    return c1, c2, s1, s2
+
+
+@triton.jit
+def rotate_in_place(x_ptr, stride_t, stride_h, t, num_heads, c1, c2, s1, s2, half,
             BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
     offs_h = tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, BLOCK_HALF)
@@ -31,14 +43,9 @@ def _rotary_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, stride_qt, stride_qh, stride_
                    stride_ct, stride_st, num_q_heads, num_k_heads, half,
                    BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
-    offs_d = tl.arange(0, BLOCK_HALF)
-    d_mask = offs_d < half
-    c1 = tl.load(cos_ptr + t * stride_ct + offs_d, mask=d_mask, other=0.0).to(tl.float32)
-    c2 = tl.load(cos_ptr + t * stride_ct + half + offs_d, mask=d_mask, other=0.0).to(tl.float32)
-    s1 = tl.load(sin_ptr + t * stride_st + offs_d, mask=d_mask, other=0.0).to(tl.float32)
-    s2 = tl.load(sin_ptr + t * stride_st + half + offs_d, mask=d_mask, other=0.0).to(tl.float32)
-    _rotate(q_ptr, stride_qt, stride_qh, t, num_q_heads, c1, c2, s1, s2, half, BLOCK_HQ, BLOCK_HALF)
-    _rotate(k_ptr, stride_kt, stride_kh, t, num_k_heads, c1, c2, s1, s2, half, BLOCK_HK, BLOCK_HALF)
+    c1, c2, s1, s2 = load_cos_sin(cos_ptr, sin_ptr, t, stride_ct, stride_st, half, BLOCK_HALF)
+    rotate_in_place(q_ptr, stride_qt, stride_qh, t, num_q_heads, c1, c2, s1, s2, half, BLOCK_HQ, BLOCK_HALF)
+    rotate_in_place(k_ptr, stride_kt, stride_kh, t, num_k_heads, c1, c2, s1, s2, half, BLOCK_HK, BLOCK_HALF)
 
 
 def apply_rotary_(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:

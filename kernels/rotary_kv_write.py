@@ -19,6 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.rotary import load_cos_sin, rotate_in_place
+
 
 @triton.jit
 def _rotary_kv_write_kernel(
@@ -32,20 +34,9 @@ def _rotary_kv_write_kernel(
     t = tl.program_id(0).to(tl.int64)
     offs_d = tl.arange(0, BLOCK_HALF)
     d_mask = offs_d < half
-    c1 = tl.load(cos_ptr + t * stride_ct + offs_d, mask=d_mask, other=0.0).to(tl.float32)
-    c2 = tl.load(cos_ptr + t * stride_ct + half + offs_d, mask=d_mask, other=0.0).to(tl.float32)
-    s1 = tl.load(sin_ptr + t * stride_st + offs_d, mask=d_mask, other=0.0).to(tl.float32)
-    s2 = tl.load(sin_ptr + t * stride_st + half + offs_d, mask=d_mask, other=0.0).to(tl.float32)
-
-    # q, in place.
-    offs_hq = tl.arange(0, BLOCK_HQ)
-    q_mask = (offs_hq[:, None] < num_q_heads) & d_mask[None, :]
-    q1_ptr = q_ptr + t * stride_qt + offs_hq[:, None] * stride_qh + offs_d[None, :]
-    q1 = tl.load(q1_ptr, mask=q_mask, other=0.0).to(tl.float32)
-    q2 = tl.load(q1_ptr + half, mask=q_mask, other=0.0).to(tl.float32)
-    tl.store(q1_ptr, (q1 * c1[None, :] - q2 * s1[None, :]).to(q_ptr.dtype.element_ty), mask=q_mask)
-    tl.store(q1_ptr + half, (q2 * c2[None, :] + q1 * s2[None, :]).to(q_ptr.dtype.element_ty),
-             mask=q_mask)
+    c1, c2, s1, s2 = load_cos_sin(cos_ptr, sin_ptr, t, stride_ct, stride_st, half, BLOCK_HALF)
+    rotate_in_place(q_ptr, stride_qt, stride_qh, t, num_q_heads, c1, c2, s1, s2, half, BLOCK_HQ,
+                    BLOCK_HALF)
 
     # k rotated and v copied, straight into the cache.
     slot = tl.load(slot_ptr + t).to(tl.int64)
