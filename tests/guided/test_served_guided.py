@@ -163,7 +163,8 @@ def test_json_schemas_sampled_at_temperature_1(client, serve_app):
         results = list(pool.map(run, SCHEMAS.items()))
     for name, text, finish in results:
         if finish == "length" and name in UNBOUNDED:
-            assert re.fullmatch(r'\{ ?"email" ?: ?"[^"]*', text), (name, text)  # still inside the string
+            # cut off inside the string, or just after closing it (the limit fell on the `"`)
+            assert re.fullmatch(r'\{ ?"email" ?: ?"[^"]*("\s*)?', text), (name, text)
             continue
         assert finish == "stop", (name, text)
         validate(text, SCHEMAS[name])
