@@ -12,7 +12,7 @@ TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float16: dict(atol=2e-3,
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-@pytest.mark.parametrize("hidden", [64, 200])
+@pytest.mark.parametrize("hidden", [1, 64, 200, 333])  # odd sizes: the tile is masked
 def test_rms_norm(dtype, hidden):
     gen = torch.Generator().manual_seed(hidden)
     x = torch.randn(7, hidden, generator=gen).to(dtype)
