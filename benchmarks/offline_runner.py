@@ -19,9 +19,6 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-SYSTEMS = ("specserve", "static", "continuous", "vllm")
-
-
 def make_workload(n: int, vocab: int, seed: int) -> list[tuple[list[int], int]]:
     """Random-token prompts of 16-512 tokens with 16-256 output tokens each (vLLM's random set)."""
     rng = random.Random(seed)
@@ -130,7 +127,7 @@ def add_workload_args(parser: argparse.ArgumentParser) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--system", choices=SYSTEMS, required=True)
+    parser.add_argument("--system", choices=list(RUNNERS), required=True)
     add_workload_args(parser)
     args = parser.parse_args()
     model = os.path.abspath(args.model)
