@@ -41,7 +41,8 @@ class EngineConfig:
     max_num_batched_tokens: int = 1024
     enable_prefix_caching: bool = True
     seed: int = 0
-    # "auto": Triton kernels on CUDA, plain PyTorch on the CPU.
+    # "auto": Triton kernels on CUDA; on the CPU, the C++ paged kernel for decode and verify
+    # rows where it builds ("cpu"), else plain PyTorch ("torch").
     attention_backend: str = "auto"
     enable_cuda_graphs: bool = True
     # Requests allowed to wait for a slot in the running batch; beyond it new ones are refused

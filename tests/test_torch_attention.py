@@ -1,6 +1,7 @@
-"""The CPU attention path (app/engine/torch_attention.py) against dense causal attention on each
-sequence's own contiguous K/V: decode rows batched and not, short queries (decode and 1+k
-verification, done with grouped matmuls) and long ones (scaled_dot_product_attention)."""
+"""The CPU attention paths against dense causal attention on each sequence's own contiguous K/V:
+the PyTorch one (app/engine/torch_attention.py: decode rows batched and not, short queries
+with grouped matmuls, prompt chunks with scaled_dot_product_attention) and the C++ kernel's
+backend (kernels/cpu: decode and verify rows in place in the cache)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import torch.nn.functional as F
 
 from app.engine.attention_metadata import AttentionMetadata
 from app.engine.torch_attention import paged_attention, write_kv_cache
+from kernels.cpu import paged_attention_short
+from kernels.cpu.backend import CpuAttentionBackend
 
 BLOCK = 16
 
@@ -23,13 +26,20 @@ def dense_reference(q, k, v, scale):
     return F.scaled_dot_product_attention(q.transpose(0, 1), k, v, attn_mask=mask, scale=scale).transpose(0, 1)
 
 
+def attend(path: str, query, cache, meta, scale):
+    if path == "cpu kernel":
+        return CpuAttentionBackend(paged_attention_short()).attend(query, cache, meta, scale)
+    return paged_attention(query, cache, meta, scale, batch_decodes=path == "batched decodes")
+
+
 @pytest.mark.parametrize("heads,kv_heads", [(4, 4), (8, 2), (10, 2)])
-@pytest.mark.parametrize("batch_decodes", [True, False])
-def test_paged_attention_matches_dense(heads, kv_heads, batch_decodes):
+@pytest.mark.parametrize("path", ["batched decodes", "per sequence", "cpu kernel"])
+def test_paged_attention_matches_dense(heads, kv_heads, path):
     g = torch.Generator().manual_seed(heads * 7 + kv_heads)
     dim, scale = 16, 16 ** -0.5
-    # (query tokens, tokens before them): decodes of several lengths, a 1+k verify, a long prefill.
-    shapes = [(1, 0), (1, 15), (1, 16), (1, 40), (5, 18), (17, 3), (40, 100)]
+    # (query tokens, tokens before them): decodes of several lengths, a 1+k verify, prompt
+    # chunks after a cached prefix and from the start.
+    shapes = [(1, 0), (1, 15), (1, 16), (1, 40), (5, 18), (16, 33), (17, 3), (40, 100), (20, 0)]
     num_blocks = sum(-(-(q + c) // BLOCK) for q, c in shapes) + 4
     cache = torch.zeros(2, num_blocks, BLOCK, kv_heads, dim)
     tables, query, slots, expected, next_block = [], [], [], [], 1  # block 0 unused
@@ -56,5 +66,5 @@ def test_paged_attention_matches_dense(heads, kv_heads, batch_decodes):
         slot_mapping=torch.cat(slots),
         query_lens_cpu=q_lens,
         seq_lens_cpu=[q + c for q, c in shapes])
-    out = paged_attention(torch.cat(query), cache, meta, scale, batch_decodes)
+    out = attend(path, torch.cat(query), cache, meta, scale)
     torch.testing.assert_close(out, torch.cat(expected), atol=2e-5, rtol=1e-4)

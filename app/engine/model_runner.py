@@ -15,14 +15,20 @@ from app.models.loader import load_model
 
 
 def select_attention_backend(name: str, device: torch.device, dtype: torch.dtype = torch.float32):
+    """auto: Triton on CUDA; on the CPU the C++ kernel where it builds, else plain PyTorch."""
     if name == "auto":
-        name = "triton" if device.type == "cuda" else "torch"
+        name = "triton" if device.type == "cuda" else "cpu"
+    if name == "cpu":
+        from kernels.cpu import paged_attention_short
+        from kernels.cpu.backend import CpuAttentionBackend
+        kernel = paged_attention_short() if device.type == "cpu" else None
+        return CpuAttentionBackend(kernel) if kernel is not None else TorchAttentionBackend()
     if name == "torch":
         return TorchAttentionBackend()
     if name == "triton":
         from kernels.backend import TritonAttentionBackend
         return TritonAttentionBackend.for_dtype(dtype)
-    raise ValueError(f"unknown attention backend {name!r} (auto, torch, triton)")
+    raise ValueError(f"unknown attention backend {name!r} (auto, cpu, torch, triton)")
 
 
 def kv_block_bytes(cfg: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
