@@ -2,9 +2,9 @@
 // against the paged KV cache on the CPU, reading each sequence's keys and values in place
 // through its block table: no gathered copy of the cache, one pass over it per layer.
 //
-// Work item = (sequence, KV head): the query heads that share the KV head, times the
-// sequence's query tokens, are the item's rows; keys are walked a cache block at a time with
-// an online softmax (running max and sum per row), so memory does not grow with the context.
+// Work item = a sequence (or a range of its KV heads, when there are few sequences): each
+// query token times each query head is a row; keys are walked a cache block at a time with an
+// online softmax (running max and sum per row), so memory does not grow with the context.
 // Query token i of a sequence with q_len tokens and seq_len keys sits at position
 // seq_len - q_len + i and sees keys 0 ..= that position. Arithmetic is fp32 throughout.
 //
@@ -62,38 +62,61 @@ inline float exp_sum(float* __restrict x, float max, int64_t n) {
 // Per-thread scratch, reused across items.
 struct Scratch {
   std::vector<const float*> q;
+  std::vector<float*> o;
   std::vector<float> scores, acc, row_max, row_sum;
-  std::vector<int64_t> last_visible;
+  std::vector<int64_t> last_visible, kv_offset;
 };
 
-// One (sequence, kv head): rows r = i * group + j (query token i, head kv_head * group + j).
+inline void prefetch_span(const float* p, int64_t floats) {
+  for (int64_t i = 0; i < floats; i += 16) __builtin_prefetch(p + i);  // one 64-byte line each
+}
+
+// One sequence's KV heads [h0, h1): a row per (query token i, query head of those KV heads).
+// Each slot row of the cache holds the KV heads side by side, so the item reads the span of
+// its heads contiguously, block after block; the next block is prefetched while this one runs.
 template <int64_t D>
 void attend_item(const float* query, const float* k_cache, const float* v_cache,
                  const int32_t* table, int64_t q_start, int64_t q_len, int64_t seq_len,
-                 int64_t kv_head, float softmax_scale, int64_t dim, const Shapes& s, float* out,
-                 Scratch& w) {
-  const int64_t rows = q_len * s.group, bs = s.block_size, context = seq_len - q_len;
+                 int64_t h0, int64_t h1, float softmax_scale, int64_t dim, const Shapes& s,
+                 float* out, Scratch& w) {
+  const int64_t heads_per_token = (h1 - h0) * s.group, rows = q_len * heads_per_token;
+  const int64_t bs = s.block_size, context = seq_len - q_len;
   w.q.resize(rows);
+  w.o.resize(rows);
   w.last_visible.resize(rows);
+  w.kv_offset.resize(rows);
   w.scores.assign(rows * bs, 0.f);
   w.acc.assign(rows * dim, 0.f);
   w.row_max.assign(rows, MASKED);
   w.row_sum.assign(rows, 0.f);
   for (int64_t r = 0; r < rows; ++r) {
-    w.q[r] = query + ((q_start + r / s.group) * s.heads + kv_head * s.group + r % s.group) * dim;
-    w.last_visible[r] = context + r / s.group;
+    const int64_t token = q_start + r / heads_per_token, head = h0 * s.group + r % heads_per_token;
+    w.q[r] = query + (token * s.heads + head) * dim;
+    w.o[r] = out + (token * s.heads + head) * dim;
+    w.last_visible[r] = context + r / heads_per_token;
+    w.kv_offset[r] = (head / s.group - h0) * s.head_stride;
   }
+  const int64_t span = (h1 - h0) * s.head_stride;  // floats of one slot row the item reads
+  auto block_base = [&](int64_t blk) {  // int64: block index x stride overflows int32
+    return static_cast<int64_t>(table[blk]) * s.block_stride + h0 * s.head_stride;
+  };
   const int64_t num_blocks = (seq_len + bs - 1) / bs;
   for (int64_t blk = 0; blk < num_blocks; ++blk) {
     const int64_t t0 = blk * bs, n = std::min(bs, seq_len - t0);
-    // int64: block index x stride overflows int32 in large pools.
-    const int64_t base = static_cast<int64_t>(table[blk]) * s.block_stride + kv_head * s.head_stride;
-    const float* k = k_cache + base;
-    const float* v = v_cache + base;
+    const int64_t base = block_base(blk);
+    if (blk + 1 < num_blocks) {
+      const int64_t next = block_base(blk + 1);
+      for (int64_t j = 0; j < bs; ++j) {
+        prefetch_span(k_cache + next + j * s.slot_stride, span);
+        prefetch_span(v_cache + next + j * s.slot_stride, span);
+      }
+    }
     for (int64_t j = 0; j < n; ++j) {
-      const float* kj = k + j * s.slot_stride;
+      const float* kj = k_cache + base + j * s.slot_stride;
       for (int64_t r = 0; r < rows; ++r)
-        w.scores[r * bs + j] = t0 + j <= w.last_visible[r] ? dot<D>(w.q[r], kj, dim) * softmax_scale : MASKED;
+        w.scores[r * bs + j] = t0 + j <= w.last_visible[r]
+                                   ? dot<D>(w.q[r], kj + w.kv_offset[r], dim) * softmax_scale
+                                   : MASKED;
     }
     for (int64_t r = 0; r < rows; ++r) {
       float* sc = w.scores.data() + r * bs;
@@ -111,14 +134,14 @@ void attend_item(const float* query, const float* k_cache, const float* v_cache,
       w.row_max[r] = new_max;
     }
     for (int64_t j = 0; j < n; ++j) {
-      const float* vj = v + j * s.slot_stride;
-      for (int64_t r = 0; r < rows; ++r) scale_add<D>(w.acc.data() + r * dim, w.scores[r * bs + j], vj, dim);
+      const float* vj = v_cache + base + j * s.slot_stride;
+      for (int64_t r = 0; r < rows; ++r)
+        scale_add<D>(w.acc.data() + r * dim, w.scores[r * bs + j], vj + w.kv_offset[r], dim);
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
-    float* o = out + ((q_start + r / s.group) * s.heads + kv_head * s.group + r % s.group) * dim;
     const float inv = 1.f / w.row_sum[r];  // key 0 is visible to every row: row_sum > 0
-    for (int64_t d = 0; d < dim; ++d) o[d] = w.acc[r * dim + d] * inv;
+    for (int64_t d = 0; d < dim; ++d) w.o[r][d] = w.acc[r * dim + d] * inv;
   }
 }
 
@@ -167,13 +190,19 @@ void paged_attention_short(const at::Tensor& query, const at::Tensor& kv_cache,
   const int64_t* seq_ids = seqs.data_ptr<int64_t>();
   float* o = out.data_ptr<float>();
   const ItemFn fn = item_fn(dim);
-  at::parallel_for(0, seqs.numel() * s.kv_heads, 1, [&](int64_t begin, int64_t end) {
+  // Whole sequences per item when there are enough of them to keep every thread busy; else
+  // each sequence's KV heads are split (batch 1 still uses all threads).
+  const int64_t num_seqs = seqs.numel(), wanted = 4 * at::get_num_threads();
+  const int64_t splits = std::min(s.kv_heads, std::max<int64_t>(1, (wanted + num_seqs - 1) / num_seqs));
+  const int64_t heads_per_item = (s.kv_heads + splits - 1) / splits;
+  at::parallel_for(0, num_seqs * splits, 1, [&](int64_t begin, int64_t end) {
     Scratch scratch;
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t b = seq_ids[item / s.kv_heads], kv_head = item % s.kv_heads;
+      const int64_t b = seq_ids[item / splits], h0 = (item % splits) * heads_per_item;
+      const int64_t h1 = std::min(s.kv_heads, h0 + heads_per_item);
       const int64_t q_start = starts[b], q_len = starts[b + 1] - starts[b];
-      if (q_len == 0) continue;
-      fn(q, k_cache, v_cache, tables + b * s.table_width, q_start, q_len, lens[b], kv_head,
+      if (q_len == 0 || h0 >= h1) continue;
+      fn(q, k_cache, v_cache, tables + b * s.table_width, q_start, q_len, lens[b], h0, h1,
          static_cast<float>(scale), dim, s, o, scratch);
     }
   });
