@@ -1,0 +1,131 @@
+"""Start and stop the servers the serving benchmarks compare, one at a time on one port.
+
+- `specserve`: `serve run serve_config.yaml` from a source tree (this checkout, or another
+  commit's worktree: `compare_refs.py`), with app arguments overridden in a temporary copy of
+  the config (e.g. `speculative_method=null`). Only that tree is on PYTHONPATH.
+- `vllm`: vLLM's OpenAI server from its own venv (see offline_throughput.py's docstring for
+  the install), `python -m vllm.entrypoints.openai.api_server` (the `vllm` CLI dies of an
+  illegal instruction on these CPUs), fp32, the same checkpoint and served name.
+
+Each server runs in a process group of its own: stopping it (Ctrl-C first, as a user would,
+then SIGKILL) ends its whole Ray cluster and nothing else on the machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_VLLM_PYTHON = os.environ.get("SPECSERVE_VLLM_PYTHON", str(Path.home() / "vllm-venv" / "bin" / "python"))
+
+
+@dataclass
+class ServerSpec:
+    """`kind` "specserve" or "vllm"; `label` names it in tables (e.g. "specserve, no speculation")."""
+    kind: str
+    label: str
+    source: Path = ROOT  # specserve: the tree to serve from
+    overrides: dict = field(default_factory=dict)  # specserve: app arguments
+    vllm_python: str = DEFAULT_VLLM_PYTHON
+
+    @classmethod
+    def parse(cls, text: str, vllm_python: str = DEFAULT_VLLM_PYTHON) -> "ServerSpec":
+        """"vllm", "specserve", or "specserve:key=value,key=value" (YAML values: null, 2, ...)."""
+        kind, _, rest = text.partition(":")
+        if kind not in ("specserve", "vllm"):
+            raise SystemExit(f"unknown server {text!r}: specserve[:key=value,...] or vllm")
+        overrides = {}
+        for item in filter(None, rest.split(",")):
+            key, _, value = item.partition("=")
+            overrides[key] = yaml.safe_load(value)
+        return cls(kind, text, overrides=overrides, vllm_python=vllm_python)
+
+
+def vllm_available(python: str) -> str | None:
+    """None when vLLM can run here, else why not (printed by the caller, which skips it)."""
+    if not Path(python).exists():
+        return f"no interpreter at {python} (offline_throughput.py's docstring says how to install it)"
+    check = subprocess.run([python, "-c", "import vllm"], capture_output=True, text=True)
+    if check.returncode != 0:
+        return f"{python} cannot import vllm: {(check.stderr.strip().splitlines() or ['?'])[-1]}"
+    return None
+
+
+def _specserve_command(spec: ServerSpec, port: int, workdir: Path) -> tuple[list[str], dict, Path]:
+    config = yaml.safe_load((spec.source / "serve_config.yaml").read_text())
+    config.setdefault("http_options", {})["port"] = port
+    config["applications"][0]["args"].update(spec.overrides)
+    path = workdir / "serve_config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = dict(os.environ, PYTHONPATH=str(spec.source), HF_HUB_OFFLINE="1")
+    serve = Path(sys.executable).with_name("serve")  # this venv's, beside its python
+    return [str(serve), "run", str(path)], env, spec.source
+
+
+def _vllm_command(spec: ServerSpec, port: int, model: str, served_name: str) -> tuple[list[str], dict, Path]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
+    # --gpu-memory-utilization: without it vLLM's CPU build asks for 92% of the NUMA node's
+    # memory and refuses to start on this 24 GiB machine.
+    return ([spec.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
+             "--served-model-name", served_name, "--dtype", "float32", "--port", str(port),
+             "--gpu-memory-utilization", "0.5"], env, ROOT)
+
+
+def wait_until_serving(url: str, process: subprocess.Popen, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited with code {process.returncode} before serving")
+        try:
+            with urllib.request.urlopen(f"{url}/v1/models", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    raise TimeoutError(f"no answer from {url}/v1/models within {timeout_s:.0f} s")
+
+
+def stop(process: subprocess.Popen, grace_s: float = 60) -> None:
+    """Ctrl-C to the server, then SIGKILL to its process group (its Ray cluster with it)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGINT)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+@contextlib.contextmanager
+def running(spec: ServerSpec, port: int, model: str, served_name: str, log_path: Path,
+            startup_timeout_s: float = 600):
+    """The server, serving at http://127.0.0.1:PORT until the block ends."""
+    with tempfile.TemporaryDirectory(prefix="specserve-bench-") as tmp:
+        if spec.kind == "specserve":
+            cmd, env, cwd = _specserve_command(spec, port, Path(tmp))
+        else:
+            cmd, env, cwd = _vllm_command(spec, port, model, served_name)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "w") as log:
+            process = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+            try:
+                wait_until_serving(f"http://127.0.0.1:{port}", process, startup_timeout_s)
+                yield f"http://127.0.0.1:{port}"
+            finally:
+                stop(process)
