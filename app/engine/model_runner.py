@@ -18,10 +18,10 @@ def select_attention_backend(name: str, device: torch.device, dtype: torch.dtype
     """auto: Triton on CUDA; on the CPU the C++ kernel where it builds, else plain PyTorch."""
     if name == "auto":
         name = "triton" if device.type == "cuda" else "cpu"
-    if name == "cpu":
+    if name == "cpu":  # fp32 on the CPU, where the C++ kernels build
         from kernels.cpu import paged_attention_short
         from kernels.cpu.backend import CpuAttentionBackend
-        kernel = paged_attention_short() if device.type == "cpu" else None
+        kernel = paged_attention_short() if device.type == "cpu" and dtype == torch.float32 else None
         return CpuAttentionBackend(kernel) if kernel is not None else TorchAttentionBackend()
     if name == "torch":
         return TorchAttentionBackend()

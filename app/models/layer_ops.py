@@ -68,11 +68,34 @@ class TritonLayerOps:
         return self._rotary_write_kv(q, k, v, cos, sin, kv_cache[0], kv_cache[1], meta.slot_mapping)
 
 
+class CpuLayerOps:
+    """One C++ pass each (kernels/cpu/layer_ops.cpp), fp32, chosen with the CPU attention
+    backend: at small batches a CPU step is mostly per-op dispatch, and these cut a layer's
+    elementwise ops from about twenty to three."""
+
+    name = "cpu"
+
+    def __init__(self, ops):
+        """`ops`: `kernels.cpu.cpu_ops()`."""
+        self._ops = ops
+        self.silu_and_mul = ops.silu_and_mul
+
+    def add_rms_norm(self, x, residual, norm):
+        return self._ops.add_rms_norm(x, residual, norm.weight, norm.eps)
+
+    def rotary_write_kv(self, q, k, v, cos, sin, kv_cache, meta, backend):
+        return self._ops.rotary_write_kv(q, k, v, cos, sin, kv_cache, meta.slot_mapping)
+
+
 TORCH_OPS = TorchLayerOps()
 
 
-def select_layer_ops(device: torch.device, backend) -> TorchLayerOps | TritonLayerOps:
-    """Fused kernels on CUDA with the Triton attention backend; PyTorch everywhere else."""
+def select_layer_ops(device: torch.device, backend) -> TorchLayerOps | TritonLayerOps | CpuLayerOps:
+    """Fused kernels on CUDA with the Triton attention backend, C++ ones with the CPU backend
+    (fp32 on the CPU, where they build); PyTorch everywhere else."""
     if device.type == "cuda" and backend.name == "triton":
         return TritonLayerOps()
+    if backend.name == "cpu":
+        from kernels.cpu import cpu_ops
+        return CpuLayerOps(cpu_ops())
     return TORCH_OPS

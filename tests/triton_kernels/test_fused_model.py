@@ -1,5 +1,6 @@
-"""The whole model's fused path (Triton layer ops + Triton attention) under the interpreter in
-fp32, against the unfused path (PyTorch ops + PyTorch attention) on tiny random checkpoints:
+"""The whole model's fused paths (Triton layer ops + Triton attention under the interpreter, and
+the CPU's C++ layer ops + C++ attention) in fp32, against the unfused path (PyTorch ops +
+PyTorch attention) on tiny random checkpoints:
 prefill, decode past a block boundary and a chunked prefill over a cached prefix, with NaN in
 every cache slot no sequence owns."""
 
@@ -11,10 +12,12 @@ from safetensors.torch import save_file
 
 from app.engine.torch_attention import TorchAttentionBackend
 from app.models.config import ModelConfig
-from app.models.layer_ops import TORCH_OPS, TorchLayerOps, TritonLayerOps, select_layer_ops
+from app.models.layer_ops import TORCH_OPS, CpuLayerOps, TorchLayerOps, TritonLayerOps, select_layer_ops
 from app.models.llama import LlamaForCausalLM
 from app.models.loader import load_model
 from kernels.backend import TritonAttentionBackend
+from kernels.cpu import cpu_ops
+from kernels.cpu.backend import CpuAttentionBackend
 from kernels.reference import make_meta
 
 BLOCK = 16
@@ -83,14 +86,20 @@ def _run(model, ops, backend, num_layers, kv_heads, head_dim, vocab):
     return logits, caches
 
 
-def test_fused_path_matches_unfused(checkpoint):
+def fused(path: str):
+    if path == "cpu":
+        return CpuLayerOps(cpu_ops()), CpuAttentionBackend(cpu_ops().paged_attention_short)
+    return TritonLayerOps(), TritonAttentionBackend(partition_size=16, decode_block_n=16,
+                                                    prefill_block_n=16, prefill_rows=16)
+
+
+@pytest.mark.parametrize("path", ["triton", "cpu"])
+def test_fused_path_matches_unfused(checkpoint, path):
     model = load_model(checkpoint, torch.float32, torch.device("cpu"))
     cfg = model.config
     dims = (cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, cfg.vocab_size)
     want, want_caches = _run(model, TORCH_OPS, TorchAttentionBackend(batch_decodes=False), *dims)
-    triton_backend = TritonAttentionBackend(partition_size=16, decode_block_n=16,
-                                            prefill_block_n=16, prefill_rows=16)
-    got, got_caches = _run(model, TritonLayerOps(), triton_backend, *dims)
+    got, got_caches = _run(model, *fused(path), *dims)
     for g, w in zip(got, want):
         assert torch.isfinite(g).all()
         torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
@@ -100,12 +109,14 @@ def test_fused_path_matches_unfused(checkpoint):
 
 
 def test_ops_selection():
-    """Fused kernels only on CUDA with the Triton backend; the CPU path keeps plain PyTorch."""
+    """Triton kernels only on CUDA with the Triton backend, C++ ones with the CPU backend;
+    plain PyTorch with the PyTorch backend."""
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert select_layer_ops(cpu, TorchAttentionBackend()) is TORCH_OPS
     assert select_layer_ops(cpu, TritonAttentionBackend()) is TORCH_OPS
     assert select_layer_ops(cuda, TorchAttentionBackend()) is TORCH_OPS
     assert isinstance(select_layer_ops(cuda, TritonAttentionBackend()), TritonLayerOps)
+    assert isinstance(select_layer_ops(cpu, CpuAttentionBackend(cpu_ops().paged_attention_short)), CpuLayerOps)
     assert isinstance(LlamaForCausalLM(ModelConfig.from_dict(CONFIGS["qwen2"])).ops, TorchLayerOps)
 
 
