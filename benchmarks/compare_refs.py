@@ -1,6 +1,5 @@
-"""Regression guard: the offline workload at other commits against the working tree,
-alternated in rounds, printed as ratios. (A short serving run per side is still to come:
-for now run benchmarks/serving.py against each side by hand.)
+"""Regression guard: the offline workload, and with `--serving` a short served run, at other
+commits against the working tree, alternated in rounds, printed as ratios.
 
 Each REF is checked out (detached) into a temporary git worktree; a round runs every side
 once, in a fresh process, rotating the order each round so neither side always goes first.
@@ -8,6 +7,7 @@ Every side uses the SAME checkpoint (this checkout's, by default), so only code 
 Run it before a change on the engine's hot path lands, and put its table in the note.
 
     python benchmarks/compare_refs.py HEAD~1 --rounds 3
+    python benchmarks/compare_refs.py HEAD~1 --rounds 2 --serving      # + `serve run serve_config.yaml` of each side
     python benchmarks/compare_refs.py d974ebe HEAD~1 --rounds 2 --threads 1 --measure cpu   # bisecting on a busy machine
 """
 
@@ -26,6 +26,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNNER = ROOT / "benchmarks" / "offline_runner.py"
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import serving  # noqa: E402
+from benchmarks.servers import ServerSpec, running  # noqa: E402
+
+SERVING_LEVELS = [1, 8, 32]  # concurrency of the short served run
 
 
 @contextlib.contextmanager
@@ -67,13 +73,24 @@ def run_offline(source: Path, args) -> float:
     return result["output_tokens"] / result["cpu_seconds" if args.measure == "cpu" else "seconds"]
 
 
-def print_table(title: str, unit: str, results: dict[str, list[float]]) -> None:
+def run_serving(source: Path, args, log: Path) -> list[float]:
+    """Mean e2e latency (ms) at each of SERVING_LEVELS of `serve run serve_config.yaml` from
+    `source` (its own config and code, this checkout's checkpoint), with serving.py's client."""
+    spec = ServerSpec("specserve", str(source), source=source)
+    with running(spec, args.port, args.model, "tiny-target", log) as url:
+        report = serving.main(["--base-url", url, "--model", args.model, "--served-model-name", "tiny-target",
+                               "--num-prompts", "24", "--input-len", "128", "--output-len", "64",
+                               "--concurrency", *map(str, SERVING_LEVELS), "--disable-tqdm"])
+    return [level["http"]["mean_e2el_ms"] for level in report["levels"]]
+
+
+def print_table(title: str, unit: str, results: dict[str, list[float]], higher_is_better: bool = True) -> None:
     base = statistics.median(results["work tree"])
     print(f"\n{title}")
     print(f"{'side':<28} {'median ' + unit:>16} {'rounds':>30} {'work tree vs it':>16}")
     for label, values in results.items():
         med = statistics.median(values)
-        ratio = base / med
+        ratio = base / med if higher_is_better else med / base
         rounds = ", ".join(f"{v:.0f}" for v in values)
         print(f"{label:<28} {med:16.1f} {rounds:>30} {ratio:15.3f}x")
 
@@ -88,19 +105,39 @@ def main() -> None:
     parser.add_argument("--measure", choices=["wall", "cpu"], default="wall",
                         help="cpu: tokens per process-CPU second; with --threads 1 it hardly moves "
                              "when something else loads the machine (for bisecting)")
+    parser.add_argument("--serving", action="store_true",
+                        help=f"also a short served run per side and round (concurrency {SERVING_LEVELS})")
+    parser.add_argument("--no-offline", dest="offline", action="store_false")
+    parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args()
     args.model = os.path.abspath(args.model)
+    log_dir = Path(tempfile.mkdtemp(prefix="specserve-compare-logs-"))
 
     with checked_out(args.refs) as sides:
         offline = {label: [] for label in sides}
+        served = {label: [] for label in sides}
         order = list(sides)
         for round_index in range(args.rounds):
             shift = round_index % len(order)
             for label in order[shift:] + order[:shift]:
-                offline[label].append(run_offline(sides[label], args))
-                print(f"round {round_index + 1}: {label}: {offline[label][-1]:.1f} tok/{args.measure} s", flush=True)
-    print_table(f"offline: {args.num_requests} requests, output tokens per {args.measure} second "
-                f"(higher is better)", "tok/s", offline)
+                if args.offline:
+                    offline[label].append(run_offline(sides[label], args))
+                    print(f"round {round_index + 1}: {label}: {offline[label][-1]:.1f} tok/{args.measure} s",
+                          flush=True)
+                if args.serving:
+                    log = log_dir / f"serve_{label.split()[0]}_{round_index + 1}.log"
+                    served[label].append(run_serving(sides[label], args, log))
+                    print(f"round {round_index + 1}: {label}: served mean e2e ms at c={SERVING_LEVELS}: "
+                          + ", ".join(f"{x:.0f}" for x in served[label][-1]), flush=True)
+    if args.offline:
+        print_table(f"offline: {args.num_requests} requests, output tokens per {args.measure} second "
+                    f"(higher is better)", "tok/s", offline)
+    for i, conc in enumerate(SERVING_LEVELS if args.serving else []):
+        print_table(f"served, concurrency {conc}: mean e2e latency, ms (lower is better; ratio = side / "
+                    "work tree, above 1: the work tree is faster)", "ms",
+                    {label: [run[i] for run in runs] for label, runs in served.items()}, higher_is_better=False)
+    if args.serving:
+        print(f"\nserver logs in {log_dir}")
 
 
 if __name__ == "__main__":

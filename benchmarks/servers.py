@@ -7,8 +7,9 @@
   the install), `python -m vllm.entrypoints.openai.api_server` (the `vllm` CLI dies of an
   illegal instruction on these CPUs), fp32, the same checkpoint and served name.
 
-Each server runs in a process group of its own: stopping it (Ctrl-C first, as a user would,
-then SIGKILL) ends its whole Ray cluster and nothing else on the machine.
+Each server runs in a session of its own: stopping it (Ctrl-C first, as a user would, then
+SIGKILL to the session) ends its whole Ray cluster and nothing else on the machine, and the
+next one starts only once the port is free (a dying proxy would otherwise answer it).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -98,23 +100,47 @@ def wait_until_serving(url: str, process: subprocess.Popen, timeout_s: float) ->
     raise TimeoutError(f"no answer from {url}/v1/models within {timeout_s:.0f} s")
 
 
-def stop(process: subprocess.Popen, grace_s: float = 60) -> None:
-    """Ctrl-C to the server, then SIGKILL to its process group (its Ray cluster with it)."""
+def session_pids(session_id: int) -> list[int]:
+    """Every process of a session: Ray gives each worker a process group of its own, but they
+    all stay in the session the server started."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[3]) == session_id:  # field 6 of stat: the session id
+                pids.append(int(stat.parent.name))
+    return pids
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def stop(process: subprocess.Popen, port: int, grace_s: float = 60) -> None:
+    """Ctrl-C to the server, then SIGKILL to what is left of its session (its Ray cluster
+    with it); returns once nothing answers on its port."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGINT)
     try:
         process.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         pass
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
+    for pid in session_pids(process.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     process.wait()
+    deadline = time.monotonic() + 60
+    while not port_is_free(port) and time.monotonic() < deadline:
+        time.sleep(0.5)
 
 
 @contextlib.contextmanager
 def running(spec: ServerSpec, port: int, model: str, served_name: str, log_path: Path,
             startup_timeout_s: float = 600):
     """The server, serving at http://127.0.0.1:PORT until the block ends."""
+    if not port_is_free(port):
+        raise RuntimeError(f"port {port} is already taken: another server is running there")
     with tempfile.TemporaryDirectory(prefix="specserve-bench-") as tmp:
         if spec.kind == "specserve":
             cmd, env, cwd = _specserve_command(spec, port, Path(tmp))
@@ -128,4 +154,4 @@ def running(spec: ServerSpec, port: int, model: str, served_name: str, log_path:
                 wait_until_serving(f"http://127.0.0.1:{port}", process, startup_timeout_s)
                 yield f"http://127.0.0.1:{port}"
             finally:
-                stop(process)
+                stop(process, port)
