@@ -4,29 +4,25 @@ size, block size and GQA ratio, and leave the rows of sequences it was not given
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import torch
 
 from app.engine.model_runner import select_attention_backend
-from kernels.cpu import paged_attention_short
 from kernels.cpu.backend import CpuAttentionBackend
 from kernels.reference import attention_ref, make_paged_case
+from tests.cpu_kernels import require_cpu_kernels
 
 
 def test_kernel_builds_where_there_is_a_compiler():
     """Without it the engine quietly takes the slower PyTorch path: a broken build must show."""
-    if shutil.which("c++") is None:
-        pytest.skip("no C++ compiler on this machine: the PyTorch path is used")
-    assert paged_attention_short() is not None
+    require_cpu_kernels()
     assert isinstance(select_attention_backend("auto", torch.device("cpu")), CpuAttentionBackend)
 
 
 def run_kernel(case, seqs, scale, out=None):
     out = torch.zeros_like(case.query) if out is None else out
     m = case.meta
-    paged_attention_short()(case.query, case.kv_cache, m.block_tables, m.query_start_loc, m.seq_lens,
+    require_cpu_kernels().paged_attention_short(case.query, case.kv_cache, m.block_tables, m.query_start_loc, m.seq_lens,
                             torch.tensor(seqs, dtype=torch.long), scale, out)
     return out
 
@@ -63,7 +59,7 @@ def test_backend_mixes_kernel_rows_and_prompt_chunks():
     """Decodes and verify rows through the kernel, prompt chunks (more than 16 query tokens)
     through PyTorch, in one step; a 16-bit cache falls back to PyTorch whole."""
     case = make_paged_case([1, 40, 4, 17, 1], [30, 0, 12, 50, 1], 8, 2, 32, 16, torch.float32, seed=5)
-    backend = CpuAttentionBackend(paged_attention_short())
+    backend = CpuAttentionBackend(require_cpu_kernels().paged_attention_short)
     scale = 32 ** -0.5
     torch.testing.assert_close(backend.attend(case.query, case.kv_cache, case.meta, scale),
                                attention_ref(case, scale), atol=2e-6, rtol=1e-5)

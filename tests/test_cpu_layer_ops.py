@@ -11,17 +11,15 @@ import torch
 from app.models.layer_ops import TORCH_OPS, CpuLayerOps
 from app.models.llama import RMSNorm
 from app.models.rope import RotaryEmbedding
-from kernels.cpu import cpu_ops
 from kernels.reference import make_meta
+from tests.cpu_kernels import require_cpu_kernels
 
 torch.manual_seed(0)
 
 
 @pytest.fixture(scope="module")
 def ops():
-    if cpu_ops() is None:
-        pytest.fail("the C++ CPU kernels did not build (see the warning logged by kernels.cpu)")
-    return CpuLayerOps(cpu_ops())
+    return CpuLayerOps(require_cpu_kernels())
 
 
 @pytest.mark.parametrize("tokens,hidden", [(1, 64), (37, 333), (300, 256)])

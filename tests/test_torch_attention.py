@@ -11,8 +11,8 @@ import torch.nn.functional as F
 
 from app.engine.attention_metadata import AttentionMetadata
 from app.engine.torch_attention import paged_attention, write_kv_cache
-from kernels.cpu import paged_attention_short
 from kernels.cpu.backend import CpuAttentionBackend
+from tests.cpu_kernels import require_cpu_kernels
 
 BLOCK = 16
 
@@ -28,7 +28,7 @@ def dense_reference(q, k, v, scale):
 
 def attend(path: str, query, cache, meta, scale):
     if path == "cpu kernel":
-        return CpuAttentionBackend(paged_attention_short()).attend(query, cache, meta, scale)
+        return CpuAttentionBackend(require_cpu_kernels().paged_attention_short).attend(query, cache, meta, scale)
     return paged_attention(query, cache, meta, scale, batch_decodes=path == "batched decodes")
 
 

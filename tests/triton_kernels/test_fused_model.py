@@ -16,9 +16,9 @@ from app.models.layer_ops import TORCH_OPS, CpuLayerOps, TorchLayerOps, TritonLa
 from app.models.llama import LlamaForCausalLM
 from app.models.loader import load_model
 from kernels.backend import TritonAttentionBackend
-from kernels.cpu import cpu_ops
 from kernels.cpu.backend import CpuAttentionBackend
 from kernels.reference import make_meta
+from tests.cpu_kernels import require_cpu_kernels
 
 BLOCK = 16
 # The shapes of tests.checkpoints.write_random_qwen2 / write_random_llama3 (QKV bias, tied
@@ -88,7 +88,7 @@ def _run(model, ops, backend, num_layers, kv_heads, head_dim, vocab):
 
 def fused(path: str):
     if path == "cpu":
-        return CpuLayerOps(cpu_ops()), CpuAttentionBackend(cpu_ops().paged_attention_short)
+        return CpuLayerOps(require_cpu_kernels()), CpuAttentionBackend(require_cpu_kernels().paged_attention_short)
     return TritonLayerOps(), TritonAttentionBackend(partition_size=16, decode_block_n=16,
                                                     prefill_block_n=16, prefill_rows=16)
 
@@ -116,7 +116,7 @@ def test_ops_selection():
     assert select_layer_ops(cpu, TritonAttentionBackend()) is TORCH_OPS
     assert select_layer_ops(cuda, TorchAttentionBackend()) is TORCH_OPS
     assert isinstance(select_layer_ops(cuda, TritonAttentionBackend()), TritonLayerOps)
-    assert isinstance(select_layer_ops(cpu, CpuAttentionBackend(cpu_ops().paged_attention_short)), CpuLayerOps)
+    assert isinstance(select_layer_ops(cpu, CpuAttentionBackend(require_cpu_kernels().paged_attention_short)), CpuLayerOps)
     assert isinstance(LlamaForCausalLM(ModelConfig.from_dict(CONFIGS["qwen2"])).ops, TorchLayerOps)
 
 
