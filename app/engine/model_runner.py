@@ -45,6 +45,10 @@ class ModelRunner:
         self.model = load_model(config.model, self.dtype, self.device)
         self.backend = select_attention_backend(config.attention_backend, self.device, self.dtype)
         self.model.ops = select_layer_ops(self.device, self.backend)
+        if self.backend.name == "cpu":
+            from kernels.cpu.packed_linear import pack_linears, packing_available
+            if packing_available():
+                pack_linears(self.model)
         self.num_blocks = config.num_kv_blocks or int(
             config.kv_cache_memory_gib * 2**30 // kv_block_bytes(model_config, self.block_size, self.dtype))
         shape = (2, self.num_blocks, self.block_size, model_config.num_key_value_heads, model_config.head_dim)
