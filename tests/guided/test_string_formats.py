@@ -3,7 +3,8 @@
 Random walks of the compiled guide over the default model's vocabulary (every allowed token
 equally likely, so rare branches such as email's quoted local part are taken far more often
 than a model would) are decoded with `json.loads` and validated with `jsonschema`'s
-FormatChecker. Before the fix, the email and time formats failed here within a few seeds."""
+FormatChecker. With outlines-core's own format patterns the same 60 walks failed (unparsable
+JSON or invalid values; measured 2026-11-24): email 22, time 47, uri 54, date 18, date-time 51."""
 
 from __future__ import annotations
 
