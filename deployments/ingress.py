@@ -40,6 +40,8 @@ from deployments.limits import DEFAULT_MAX_BODY_BYTES, RequestGate, configure_ga
 from deployments.metrics import IngressMetrics, RequestTimer
 from deployments.tool_calls import (ToolStream, parse_calls, render_messages, requested_tool_format,
                                     syntax_for_template, template_knows_tools)
+from deployments.tokenize_protocol import (DetokenizeRequest, DetokenizeResponse, TokenizeChatRequest,
+                                           TokenizeCompletionRequest, TokenizeResponse)
 from deployments.tool_protocol import FunctionCallDelta, ToolCallDelta
 from deployments.protocol import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
                                   ChatCompletionRequest, ChatCompletionResponse, ChatLogprobs,
@@ -248,6 +250,24 @@ class Ingress:
         return UsageInfo(prompt_tokens=prompt, completion_tokens=completion,
                          total_tokens=prompt + completion)
 
+    def _chat_prompt(self, body, add_special_tokens: bool = False) -> list[int]:
+        """The prompt ids of a chat (or chat tokenize) request: messages and tools through the
+        model's chat template (deployments/tool_calls.py: render_messages)."""
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise OpenAIError(400, "this model has no chat template; use /v1/completions")
+        messages = render_messages(body.messages, body.tools, self.tool_syntax, self.native_tools)
+        native_tools = ([t.model_dump(exclude_none=True) for t in body.tools]
+                        if body.tools and self.native_tools else None)
+        extra = {"continue_final_message": True} if getattr(body, "continue_final_message", False) else {}
+        try:
+            text = self.tokenizer.apply_chat_template(
+                messages, tools=native_tools, add_generation_prompt=body.add_generation_prompt,
+                tokenize=False, **extra)
+        except Exception as exc:  # noqa: BLE001 - a template that refuses the messages
+            raise OpenAIError(400, f"the chat template could not render the messages: {exc}",
+                              param="messages") from None
+        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+
     # -- logprobs -----------------------------------------------------------------------------
     def _completion_logprobs(self, event: Event, offset: int) -> CompletionLogprobs | None:
         if not event.logprobs:
@@ -289,6 +309,28 @@ class Ingress:
         info = await self._target_info()
         return ModelList(data=[ModelCard(id=self.model_name, root=self.model_path,
                                          max_model_len=info["max_model_len"])])
+
+    @app.post("/tokenize")
+    async def tokenize(self, body: TokenizeChatRequest | TokenizeCompletionRequest) -> TokenizeResponse:
+        """vLLM's /tokenize: a prompt, or chat messages rendered as /v1/chat/completions does."""
+        self._check_model(body.model)
+        if isinstance(body, TokenizeChatRequest):
+            ids = self._chat_prompt(body, body.add_special_tokens)
+        else:
+            ids = self.tokenizer.encode(body.prompt, add_special_tokens=body.add_special_tokens)
+        strs = self.tokenizer.convert_ids_to_tokens(ids) if body.return_token_strs else None
+        info = await self._target_info()
+        return TokenizeResponse(count=len(ids), max_model_len=info["max_model_len"], tokens=ids,
+                                token_strs=strs)
+
+    @app.post("/detokenize")
+    async def detokenize(self, body: DetokenizeRequest) -> DetokenizeResponse:
+        self._check_model(body.model)
+        size = len(self.tokenizer)
+        bad = [t for t in body.tokens if not 0 <= t < size]
+        if bad:
+            raise OpenAIError(400, f"token ids must be in [0, {size}); got {bad[:5]}", param="tokens")
+        return DetokenizeResponse(prompt=self.tokenizer.decode(body.tokens))
 
     @app.post("/v1/completions")
     async def completions(self, body: CompletionRequest):
@@ -337,23 +379,11 @@ class Ingress:
     @app.post("/v1/chat/completions")
     async def chat_completions(self, body: ChatCompletionRequest):
         self._check_model(body.model)
-        if not getattr(self.tokenizer, "chat_template", None):
-            raise OpenAIError(400, "this model has no chat template; use /v1/completions")
         try:
             tools = requested_tool_format(body, self.tool_syntax)
         except FormatRequestError as exc:
             raise OpenAIError(400, str(exc), param=exc.param) from None
-        messages = render_messages(body.messages, body.tools, self.tool_syntax, self.native_tools)
-        native_tools = ([t.model_dump(exclude_none=True) for t in body.tools]
-                        if body.tools and self.native_tools else None)
-        try:
-            text = self.tokenizer.apply_chat_template(
-                messages, tools=native_tools, add_generation_prompt=body.add_generation_prompt,
-                tokenize=False)
-        except Exception as exc:  # noqa: BLE001 - a template that refuses the messages
-            raise OpenAIError(400, f"the chat template could not render the messages: {exc}",
-                              param="messages") from None
-        prompt_ids = self.tokenizer.encode(text, add_special_tokens=False)
+        prompt_ids = self._chat_prompt(body)
         request_id = random_id("chatcmpl")
         choices = await self._start(request_id, [prompt_ids], body, body.max_new_tokens,
                                     body.num_logprobs, "messages", tools)
