@@ -35,9 +35,14 @@ from app.sampling_params import SamplingParams
 from deployments.choices import Choice, Event, merge_choices, sse
 from deployments.detokenizer import IncrementalDetokenizer
 from deployments.errors import REPLICA_LOST, replica_lost
-from deployments.guided_formats import FormatRequestError, requested_format
+from deployments.guided_formats import FormatRequestError, RequestedFormat, requested_format
 from deployments.limits import DEFAULT_MAX_BODY_BYTES, RequestGate, configure_gate
 from deployments.metrics import IngressMetrics, RequestTimer
+from deployments.tool_calls import (ToolStream, parse_calls, render_messages, requested_tool_format,
+                                    syntax_for_template, template_knows_tools)
+from deployments.tokenize_protocol import (DetokenizeRequest, DetokenizeResponse, TokenizeChatRequest,
+                                           TokenizeCompletionRequest, TokenizeResponse)
+from deployments.tool_protocol import FunctionCallDelta, ToolCallDelta
 from deployments.protocol import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
                                   ChatCompletionRequest, ChatCompletionResponse, ChatLogprobs,
                                   ChatTokenLogprob, CompletionChoice, CompletionLogprobs,
@@ -140,6 +145,9 @@ class Ingress:
         self.model_name = served_model_name
         configure_gate(api_keys, max_request_body_bytes)  # checked by RequestGate
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        template = getattr(self.tokenizer, "chat_template", None)
+        self.tool_syntax = syntax_for_template(template if isinstance(template, str) else None)
+        self.native_tools = template_knows_tools(template if isinstance(template, str) else None)
         self.metrics = IngressMetrics(metrics_hub, served_model_name)
         self._info: dict | None = None
         self._token_text: dict[int, str] = {}
@@ -161,13 +169,18 @@ class Ingress:
             text = self._token_text[token_id] = self.tokenizer.decode([token_id])
         return text
 
-    async def _guide(self, req) -> dict:
+    async def _guide(self, req, tools: RequestedFormat | None = None) -> dict:
         """{"guided": spec} for the target's params when the request asks for an output format
-        (compiled by the ConstraintService; see deployments/guided_client.py), else {}."""
+        or tool calls (compiled by the ConstraintService; see deployments/guided_client.py),
+        else {}."""
         try:
             requested = requested_format(req)
         except FormatRequestError as exc:
             raise OpenAIError(400, str(exc), param=exc.param) from None
+        if tools is not None and requested is not None:
+            raise OpenAIError(400, f"{requested.param} cannot be combined with tool calls; set "
+                                   "tool_choice to \"none\" or drop it", param=requested.param)
+        requested = requested or tools
         if requested is None:
             return {}
         try:
@@ -178,7 +191,8 @@ class Ingress:
             raise OpenAIError(400, _message(exc), param=requested.param) from None
 
     async def _start(self, request_id: str, prompts: list[list[int]], req, max_tokens: int | None,
-                     logprobs: int | None, prompt_param: str) -> list[Choice]:
+                     logprobs: int | None, prompt_param: str,
+                     tools: RequestedFormat | None = None) -> list[Choice]:
         """Check every prompt, then start n engine requests per prompt and await their first outputs."""
         info = await self._target_info()
         limit = info["max_model_len"]
@@ -206,7 +220,7 @@ class Ingress:
                 except ValueError as exc:
                     raise OpenAIError(400, str(exc)) from None
                 params.append((len(params), prompt_index, ids, p))
-        guided = await self._guide(req)
+        guided = await self._guide(req, tools)
 
         choices: list[Choice] = []
         handle = self.target.options(stream=True)
@@ -235,6 +249,24 @@ class Ingress:
         completion = sum(c.num_output_tokens for c in choices)
         return UsageInfo(prompt_tokens=prompt, completion_tokens=completion,
                          total_tokens=prompt + completion)
+
+    def _chat_prompt(self, body, add_special_tokens: bool = False) -> list[int]:
+        """The prompt ids of a chat (or chat tokenize) request: messages and tools through the
+        model's chat template (deployments/tool_calls.py: render_messages)."""
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise OpenAIError(400, "this model has no chat template; use /v1/completions")
+        messages = render_messages(body.messages, body.tools, self.tool_syntax, self.native_tools)
+        native_tools = ([t.model_dump(exclude_none=True) for t in body.tools]
+                        if body.tools and self.native_tools else None)
+        extra = {"continue_final_message": True} if getattr(body, "continue_final_message", False) else {}
+        try:
+            text = self.tokenizer.apply_chat_template(
+                messages, tools=native_tools, add_generation_prompt=body.add_generation_prompt,
+                tokenize=False, **extra)
+        except Exception as exc:  # noqa: BLE001 - a template that refuses the messages
+            raise OpenAIError(400, f"the chat template could not render the messages: {exc}",
+                              param="messages") from None
+        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
 
     # -- logprobs -----------------------------------------------------------------------------
     def _completion_logprobs(self, event: Event, offset: int) -> CompletionLogprobs | None:
@@ -277,6 +309,28 @@ class Ingress:
         info = await self._target_info()
         return ModelList(data=[ModelCard(id=self.model_name, root=self.model_path,
                                          max_model_len=info["max_model_len"])])
+
+    @app.post("/tokenize")
+    async def tokenize(self, body: TokenizeChatRequest | TokenizeCompletionRequest) -> TokenizeResponse:
+        """vLLM's /tokenize: a prompt, or chat messages rendered as /v1/chat/completions does."""
+        self._check_model(body.model)
+        if isinstance(body, TokenizeChatRequest):
+            ids = self._chat_prompt(body, body.add_special_tokens)
+        else:
+            ids = self.tokenizer.encode(body.prompt, add_special_tokens=body.add_special_tokens)
+        strs = self.tokenizer.convert_ids_to_tokens(ids) if body.return_token_strs else None
+        info = await self._target_info()
+        return TokenizeResponse(count=len(ids), max_model_len=info["max_model_len"], tokens=ids,
+                                token_strs=strs)
+
+    @app.post("/detokenize")
+    async def detokenize(self, body: DetokenizeRequest) -> DetokenizeResponse:
+        self._check_model(body.model)
+        size = len(self.tokenizer)
+        bad = [t for t in body.tokens if not 0 <= t < size]
+        if bad:
+            raise OpenAIError(400, f"token ids must be in [0, {size}); got {bad[:5]}", param="tokens")
+        return DetokenizeResponse(prompt=self.tokenizer.decode(body.tokens))
 
     @app.post("/v1/completions")
     async def completions(self, body: CompletionRequest):
@@ -325,22 +379,19 @@ class Ingress:
     @app.post("/v1/chat/completions")
     async def chat_completions(self, body: ChatCompletionRequest):
         self._check_model(body.model)
-        if not getattr(self.tokenizer, "chat_template", None):
-            raise OpenAIError(400, "this model has no chat template; use /v1/completions")
         try:
-            text = self.tokenizer.apply_chat_template(
-                body.chat_messages(), add_generation_prompt=body.add_generation_prompt, tokenize=False)
-        except Exception as exc:  # noqa: BLE001 - a template that refuses the messages
-            raise OpenAIError(400, f"the chat template could not render the messages: {exc}",
-                              param="messages") from None
-        prompt_ids = self.tokenizer.encode(text, add_special_tokens=False)
+            tools = requested_tool_format(body, self.tool_syntax)
+        except FormatRequestError as exc:
+            raise OpenAIError(400, str(exc), param=exc.param) from None
+        prompt_ids = self._chat_prompt(body)
         request_id = random_id("chatcmpl")
         choices = await self._start(request_id, [prompt_ids], body, body.max_new_tokens,
-                                    body.num_logprobs, "messages")
+                                    body.num_logprobs, "messages", tools)
         created = int(time.time())
+        calls_possible = tools is not None
         if body.stream:
-            return StreamingResponse(_guarded_stream(request_id, choices, self._stream_chat(request_id, created, body, choices)),
-                                     media_type="text/event-stream")
+            return StreamingResponse(_guarded_stream(request_id, choices, self._stream_chat(
+                request_id, created, body, choices, calls_possible)), media_type="text/event-stream")
         texts = {c.index: [] for c in choices}
         logprobs: dict[int, list] = {c.index: [] for c in choices}
         async for event in merge_choices(choices):
@@ -348,27 +399,53 @@ class Ingress:
             lp = self._chat_logprobs(event)
             if lp is not None:
                 logprobs[event.choice.index].extend(lp.content)
-        return ChatCompletionResponse(
-            id=request_id, created=created, model=self.model_name, usage=self._usage(choices),
-            choices=[ChatChoice(index=c.index,
-                                message=AssistantMessage(content="".join(texts[c.index])),
-                                logprobs=ChatLogprobs(content=logprobs[c.index]) if body.logprobs else None,
-                                finish_reason=c.finish_reason)
-                     for c in choices])
+        out = []
+        for c in choices:
+            text = "".join(texts[c.index])
+            calls = parse_calls(text, self.tool_syntax) if calls_possible else None
+            out.append(ChatChoice(
+                index=c.index,
+                message=AssistantMessage(content=None if calls else text, tool_calls=calls),
+                logprobs=ChatLogprobs(content=logprobs[c.index]) if body.logprobs else None,
+                finish_reason="tool_calls" if calls and c.finish_reason == "stop" else c.finish_reason))
+        return ChatCompletionResponse(id=request_id, created=created, model=self.model_name,
+                                      usage=self._usage(choices), choices=out)
 
     async def _stream_chat(self, request_id: str, created: int, body: ChatCompletionRequest,
-                           choices: list[Choice]) -> AsyncIterator[str]:
+                           choices: list[Choice], calls_possible: bool) -> AsyncIterator[str]:
         def chunk(choice_list, usage=None) -> str:
             return sse(ChatCompletionChunk(id=request_id, created=created, model=self.model_name,
                                             choices=choice_list, usage=usage))
 
+        forced = body.effective_tool_choice not in ("auto", "none")
+        streams = {c.index: ToolStream(self.tool_syntax, forced) for c in choices} \
+            if calls_possible else {}
         yield chunk([ChatChunkChoice(index=c.index, delta=DeltaMessage(role="assistant", content=""))
                      for c in choices])
         async for event in merge_choices(choices):
-            yield chunk([ChatChunkChoice(index=event.choice.index,
-                                         delta=DeltaMessage(content=event.text or None),
-                                         logprobs=self._chat_logprobs(event),
-                                         finish_reason=event.finish_reason)])
+            i, finish, text = event.choice.index, event.finish_reason, event.text
+            calls = None
+            if i in streams:
+                text = streams[i].feed(text)
+                if finish is not None:
+                    held, calls = streams[i].finish()
+                    text += held
+                if not text and finish is None and not event.logprobs:
+                    continue  # held: part of a call, or maybe the start of one
+            if calls:
+                yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(content=text or None),
+                                             logprobs=self._chat_logprobs(event))])
+                for k, call in enumerate(calls):
+                    for delta in (ToolCallDelta(index=k, id=call.id, type="function", function=
+                                                FunctionCallDelta(name=call.function.name, arguments="")),
+                                  ToolCallDelta(index=k, function=FunctionCallDelta(
+                                      arguments=call.function.arguments))):
+                        yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(tool_calls=[delta]))])
+                yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(), finish_reason=
+                                             "tool_calls" if finish == "stop" else finish)])
+                continue
+            yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(content=text or None),
+                                         logprobs=self._chat_logprobs(event), finish_reason=finish)])
         if body.include_usage:
             yield chunk([], self._usage(choices))
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-import re._parser as sre_parse
 import threading
 import time
 from collections import OrderedDict
@@ -29,11 +28,10 @@ from outlines_core import Index, Vocabulary
 from outlines_core.json_schema import (BOOLEAN, NULL, NUMBER, STRING, WHITESPACE,
                                        build_regex_from_schema)
 
+from app.guided.errors import GuidedFormatError
+from app.guided.regex_check import check_regex
+from app.guided.string_formats import json_safe_schema
 from app.guided.vocabulary import GuidedVocabulary
-
-
-class GuidedFormatError(ValueError):
-    """A format the server cannot honour; the message names the problem (answered with a 400)."""
 
 
 # Keywords whose meaning outlines-core drops in a way that lets invalid output through.
@@ -46,17 +44,6 @@ _ONE_SCHEMA = ("items", "additionalProperties", "additionalItems", "contains", "
                "then", "else", "propertyNames", "unevaluatedItems", "unevaluatedProperties")
 _SCHEMA_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 _SCHEMA_LIST = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
-
-_REGEX_UNSUPPORTED = {
-    "ASSERT": "lookaround assertions ((?=...), (?<=...))",
-    "ASSERT_NOT": "negative lookaround assertions ((?!...), (?<!...))",
-    "GROUPREF": "backreferences (\\1, (?P=name))",
-    "GROUPREF_EXISTS": "conditional groups ((?(1)...))",
-    "ATOMIC_GROUP": "atomic groups ((?>...))",
-    "POSSESSIVE_REPEAT": "possessive quantifiers (*+, ++, ?+)",
-    "AT": "anchors or word boundaries (^, $, \\b, \\A, \\Z) inside the pattern",
-}
-
 
 def _walk_schema(schema: Any, path: str, found: list[tuple[str, str, dict]]) -> None:
     """Collect (keyword, path, node) for each keyword in schema positions (not enum/const values)."""
@@ -110,34 +97,6 @@ def check_schema(schema: Any, strict: bool = False) -> None:
             raise GuidedFormatError(f"JSON schema keyword '{key}' at {path} is not enforced")
 
 
-def _check_regex_tree(items: Any) -> None:
-    for item in items:
-        if isinstance(item, sre_parse.SubPattern):
-            _check_regex_tree(item.data)
-        elif isinstance(item, (list, tuple)):
-            if len(item) == 2 and str(item[0]) in _REGEX_UNSUPPORTED:
-                raise GuidedFormatError(f"unsupported regex feature: {_REGEX_UNSUPPORTED[str(item[0])]}")
-            _check_regex_tree(item)
-
-
-def check_regex(regex: str) -> str:
-    """Validate a pattern and return it with an outer ^...$ removed (guides always match the
-    whole output, and outlines-core fails on anchors)."""
-    if regex.startswith("^"):
-        regex = regex[1:]
-    body = regex[:-1]
-    if regex.endswith("$") and (len(body) - len(body.rstrip("\\"))) % 2 == 0:
-        regex = body  # an even number of backslashes before '$': an anchor, not a literal
-    try:
-        tree = sre_parse.parse(regex)
-    except re.error as e:
-        raise GuidedFormatError(f"invalid regex: {e}") from None
-    except RecursionError:
-        raise GuidedFormatError("invalid regex: nested too deeply") from None
-    _check_regex_tree(tree.data)
-    return regex
-
-
 def escape_literal(text: str) -> str:
     """Escape regex metacharacters only (re.escape also escapes spaces, which Rust rejects)."""
     return re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\1", text)
@@ -183,7 +142,7 @@ def regex_for_format(spec: dict, strict: bool = False, json_object_depth: int = 
             raise GuidedFormatError("json_schema format needs json_schema.schema")
         check_schema(schema, strict)
         try:
-            regex = build_regex_from_schema(json.dumps(schema), ws)
+            regex = build_regex_from_schema(json.dumps(json_safe_schema(schema)), ws)
         except (ValueError, TypeError) as e:
             raise GuidedFormatError(f"unsupported JSON schema: {str(e).splitlines()[0]}") from None
         return check_regex(regex)

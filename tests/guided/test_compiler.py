@@ -116,7 +116,7 @@ def test_regex_choice_json_object(vocab, spec, good, bad):
     (schema_format({"type": "object", "patternProperties": {"^a": {}}}), "patternProperties"),
     (schema_format({"allOf": [{"type": "object"}, {"type": "object"}]}), "allOf"),
     (schema_format({"type": "array", "uniqueItems": True}), "uniqueItems"),
-    (schema_format({"type": "string", "format": "ipv4"}), "ipv4"),
+    (schema_format({"type": "string", "format": "duration"}), "duration"),
     (schema_format({"properties": {"a": {"$ref": "#/$defs/missing"}}}), "reference"),
     (schema_format({"type": "string", "pattern": "a(?=b)"}), "lookaround"),
     ({"type": "regex", "pattern": "a(?=b)"}, "lookaround"),

@@ -310,3 +310,7 @@ def test_serve_config_stages_exist_whatever_the_speculation_method(method):
     args = {**app_cfg["args"], "speculative_method": method, "device": "cpu"}
     built = build_graph(build_app(args), name="config-check")
     assert {d["name"] for d in app_cfg["deployments"]} <= {d.name for d in built.deployments}
+
+
+# Tool calls and /tokenize run against this module's app (one app start for both).
+from tests.serve.tool_call_cases import *  # noqa: E402,F401,F403

@@ -1,0 +1,223 @@
+"""Tool calls: how a model writes them, the grammar they are generated under, and parsing.
+
+A model writes a call as JSON in the convention its chat template teaches (docs/tool_calling.md):
+Qwen2/Hermes `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, Mistral
+`[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`, Llama 3.1+ `{"name": ..., "parameters":
+{...}}` (several joined by `; `), and for templates with no tool convention (the default model)
+`{"name": ..., "arguments": {...}}`, one per line.
+
+The calls are generated under a regex built from the tools' parameter schemas by the guided
+compiler (string formats included), so every call's arguments parse and validate:
+- `required`: one call (up to MAX_PARALLEL_CALLS with `parallel_tool_calls`) of any tool;
+- a named function: exactly one call of that function;
+- `auto`: either text that does not begin like a call, or calls under the same grammar as
+  `required` (the choice is the model's, made on its first characters);
+- `none`: free text; tools still reach the template.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from app.guided.compiler import escape_literal, regex_for_format
+from deployments.tool_protocol import (FunctionCall, NamedToolChoice, ToolCall, ToolDefinition)
+
+MAX_PARALLEL_CALLS = 4
+
+
+@dataclass(frozen=True)
+class ToolCallSyntax:
+    name: str
+    prefix: str  # before the first call
+    separator: str  # between calls
+    suffix: str  # after the last call
+    arguments_key: str  # "arguments", or Llama 3's "parameters"
+
+    @property
+    def start(self) -> str:
+        """What every output that holds calls begins with (the call's `{` when no prefix)."""
+        return self.prefix or "{"
+
+    def render(self, calls: list[tuple[str, dict | str]]) -> str:
+        """Calls as this convention writes them (assistant turns fed back to the template)."""
+        return self.prefix + self.separator.join(
+            json.dumps({"name": n, self.arguments_key: a}, ensure_ascii=False) for n, a in calls
+        ) + self.suffix
+
+
+HERMES = ToolCallSyntax("hermes", "<tool_call>\n", "\n</tool_call>\n<tool_call>\n",
+                        "\n</tool_call>", "arguments")
+MISTRAL = ToolCallSyntax("mistral", "[TOOL_CALLS][", ", ", "]", "arguments")
+LLAMA3 = ToolCallSyntax("llama3_json", "", "; ", "", "parameters")
+PLAIN = ToolCallSyntax("json", "", "\n", "", "arguments")
+
+
+def syntax_for_template(template: str | None) -> ToolCallSyntax:
+    text = template or ""
+    if "<tool_call>" in text:
+        return HERMES
+    if "[TOOL_CALLS]" in text:
+        return MISTRAL
+    if "<|python_tag|>" in text or "ipython" in text:
+        return LLAMA3
+    return PLAIN
+
+
+def template_knows_tools(template: str | None) -> bool:
+    """A template that renders `tools` and assistant `tool_calls` itself (Qwen2.5, Llama 3.1+,
+    Mistral's); otherwise specserve writes them into the messages (render_messages)."""
+    return bool(template) and "tools" in template and "tool_calls" in template
+
+
+def _call_schema(tool: ToolDefinition, syntax: ToolCallSyntax) -> dict:
+    return {"type": "object", "properties": {"name": {"const": tool.function.name},
+                                             syntax.arguments_key: tool.function.schema_},
+            "required": ["name", syntax.arguments_key]}
+
+
+def call_regex(tools: list[ToolDefinition], syntax: ToolCallSyntax) -> str:
+    """One call of any of `tools`; raises GuidedFormatError for a schema that cannot compile."""
+    schemas = [_call_schema(t, syntax) for t in tools]
+    schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
+    return regex_for_format({"type": "json_schema", "json_schema": {"schema": schema}})
+
+
+def _not_starting_with(start: str) -> str:
+    """Any text (empty included) that does not begin with `start`."""
+    alts = [escape_literal(start[:i]) for i in range(len(start))]
+    alts += [escape_literal(start[:i]) + f"[^\\x{ord(c):02x}][\\s\\S]*" if ord(c) < 128 else
+             escape_literal(start[:i]) + f"[^{c}][\\s\\S]*" for i, c in enumerate(start)]
+    return "(?:" + "|".join(alts) + ")"
+
+
+def tool_format(tools: list[ToolDefinition], choice, parallel: bool,
+                syntax: ToolCallSyntax) -> dict | None:
+    """The format (for the ConstraintService) a request's `tool_choice` asks for, or None."""
+    if not tools or choice == "none":
+        return None
+    if isinstance(choice, NamedToolChoice):
+        tools, most = [t for t in tools if t.function.name == choice.function.name], 1
+    else:
+        most = MAX_PARALLEL_CALLS if parallel else 1
+    call = call_regex(tools, syntax)
+    calls = (escape_literal(syntax.prefix) + f"(?:{call})"
+             + (f"(?:{escape_literal(syntax.separator)}(?:{call})){{0,{most - 1}}}" if most > 1 else "")
+             + escape_literal(syntax.suffix))
+    if choice == "auto":
+        calls = f"(?:{calls}|{_not_starting_with(syntax.start)})"
+    return {"type": "regex", "pattern": calls}
+
+
+def parse_calls(text: str, syntax: ToolCallSyntax) -> list[ToolCall] | None:
+    """The calls in a whole output written in `syntax`, or None if it holds no calls."""
+    if not text.startswith(syntax.start) or not text.endswith(syntax.suffix):
+        return None
+    body = text[len(syntax.prefix):len(text) - len(syntax.suffix)]
+    decoder, calls, pos = json.JSONDecoder(), [], 0
+    while pos < len(body):
+        if calls:
+            if not body.startswith(syntax.separator, pos):
+                return None
+            pos += len(syntax.separator)
+        try:
+            obj, pos = decoder.raw_decode(body, pos)
+        except json.JSONDecodeError:
+            return None
+        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) \
+                or syntax.arguments_key not in obj:
+            return None
+        args = obj[syntax.arguments_key]
+        calls.append(ToolCall(function=FunctionCall(
+            name=obj["name"], arguments=json.dumps(args, ensure_ascii=False))))
+    return calls or None
+
+
+def render_messages(messages, tools: list[ToolDefinition] | None, syntax: ToolCallSyntax,
+                    native: bool) -> list[dict]:
+    """Chat messages as dicts for `apply_chat_template`. A template that knows tools gets
+    assistant `tool_calls` (arguments as objects, as HF templates expect) and `tool` messages
+    as they are; for one that does not, calls become the assistant's text in `syntax` and the
+    tools are described in a system message."""
+    out = []
+    for m in messages:
+        item = {"role": m.role, "content": m.text()}
+        if m.role == "tool" and m.tool_call_id is not None:
+            item["tool_call_id"] = m.tool_call_id
+        if m.name is not None:
+            item["name"] = m.name
+        if m.tool_calls:
+            calls = [(c.function.name, _loads_or_text(c.function.arguments)) for c in m.tool_calls]
+            if native:
+                item["tool_calls"] = [{"id": c.id, "type": "function", "function": {
+                    "name": n, "arguments": a}} for c, (n, a) in zip(m.tool_calls, calls)]
+            else:
+                item["content"] += syntax.render(calls)
+        out.append(item)
+    if tools and not native:
+        out.insert(0, {"role": "system", "content": describe_tools(tools, syntax)})
+    return out
+
+
+def _loads_or_text(arguments: str):
+    try:
+        return json.loads(arguments)
+    except json.JSONDecodeError:
+        return arguments
+
+
+def describe_tools(tools: list[ToolDefinition], syntax: ToolCallSyntax) -> str:
+    listing = json.dumps([t.model_dump(exclude_none=True) for t in tools], ensure_ascii=False)
+    example = syntax.render([("function_name", {"argument": "value"})])
+    return (f"You can call these functions:\n{listing}\nTo call one, reply with only:\n{example}")
+
+
+class ToolStream:
+    """Streaming for one choice: text passes through until it is known not to be a call; calls
+    are held and sent as tool-call deltas once the output ends (OpenAI's shape: the first delta
+    of a call has its id, type and name, the next its arguments)."""
+
+    def __init__(self, syntax: ToolCallSyntax, forced: bool):
+        self.syntax, self.held, self.is_call = syntax, "", True if forced else None
+
+    def feed(self, text: str) -> str:
+        """Text to stream as content now ('' while holding)."""
+        if self.is_call is False:
+            return text
+        self.held += text
+        if self.is_call is None:
+            start = self.syntax.start
+            if self.held.startswith(start):
+                self.is_call = True
+            elif not start.startswith(self.held):
+                self.is_call, out, self.held = False, self.held, ""
+                return out
+        return ""
+
+    def finish(self) -> tuple[str, list[ToolCall] | None]:
+        """(content still held, calls) at the end of the output."""
+        calls = parse_calls(self.held, self.syntax) if self.held else None
+        return ("", calls) if calls else (self.held, None)
+
+
+def requested_tool_format(req, syntax: ToolCallSyntax):
+    """The RequestedFormat of a chat request's tool calls, or None; FormatRequestError (a 400
+    on `tools` or `tool_choice`) for a choice that names no tool or a schema that cannot compile."""
+    from app.guided.errors import GuidedFormatError
+    from deployments.guided_formats import FormatRequestError, RequestedFormat
+
+    choice, tools = req.effective_tool_choice, req.tools or []
+    names = [t.function.name for t in tools]
+    if len(set(names)) != len(names):
+        raise FormatRequestError("tools: function names must be unique", "tools")
+    if choice != "none" and not tools:
+        raise FormatRequestError("tool_choice needs tools", "tool_choice")
+    if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
+        raise FormatRequestError(f"tool_choice names the function {choice.function.name!r}, "
+                                 f"which is not in tools ({', '.join(names)})", "tool_choice")
+    try:
+        fmt = tool_format(tools, choice, req.parallel_tool_calls, syntax)
+    except GuidedFormatError as exc:
+        raise FormatRequestError(f"tools: a parameters schema cannot be enforced: {exc}",
+                                 "tools") from None
+    return None if fmt is None else RequestedFormat("tools", fmt)

@@ -1,0 +1,155 @@
+"""Tool-call grammars, parsing and template rendering, without an app.
+
+Random walks of each tool-call grammar over the default vocabulary (see
+tests/guided/test_string_formats.py) must parse back into calls whose arguments validate
+against their tool's schema, in every convention; the served tests (tests/serve/tool_call_cases.py)
+check the same through the model and the openai client."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import jsonschema
+import pytest
+from transformers import AutoTokenizer
+
+from app.guided.compiler import compile_regex, regex_for_format
+from app.guided.vocabulary import load_guided_vocabulary
+from deployments.protocol import ChatCompletionRequest
+from deployments.tool_calls import (HERMES, LLAMA3, MISTRAL, PLAIN, parse_calls, render_messages,
+                                    requested_tool_format, syntax_for_template)
+from deployments.guided_formats import FormatRequestError
+from tests.checkpoints import DEFAULT_TARGET
+from tests.guided.test_string_formats import CHECKER, distances_to_final, walk
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                                     "unit": {"enum": ["celsius", "fahrenheit"]}},
+    "required": ["city", "unit"]}}}
+BOOK = {"type": "function", "function": {"name": "book_meeting", "parameters": {
+    "type": "object", "properties": {
+        "when": {"type": "string", "format": "date-time"},
+        "people": {"type": "array", "items": {"type": "object", "properties": {
+            "email": {"type": "string", "format": "email"}, "optional": {"type": "boolean"}},
+            "required": ["email", "optional"]}, "minItems": 1, "maxItems": 3},
+        "room": {"type": "object", "properties": {"floor": {"type": "integer"},
+                                                   "name": {"type": "string", "maxLength": 8}},
+                 "required": ["floor"]}},
+    "required": ["when", "people", "room"]}}}
+NO_ARGS = {"type": "function", "function": {"name": "now"}}
+TOOLS = [WEATHER, BOOK, NO_ARGS]
+SCHEMAS = {t["function"]["name"]: t["function"].get("parameters", {"type": "object"})
+           for t in TOOLS}
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    return load_guided_vocabulary(DEFAULT_TARGET)
+
+
+def request(**kwargs) -> ChatCompletionRequest:
+    return ChatCompletionRequest(messages=[{"role": "user", "content": "hi"}], tools=TOOLS, **kwargs)
+
+
+@pytest.mark.parametrize("syntax", [PLAIN, HERMES, MISTRAL, LLAMA3], ids=lambda s: s.name)
+@pytest.mark.parametrize("choice", ["required", "auto",
+                                    {"type": "function", "function": {"name": "book_meeting"}}],
+                         ids=["required", "auto", "named"])
+def test_sampled_calls_parse_and_validate(vocab, syntax, choice):
+    fmt = requested_tool_format(request(tool_choice=choice), syntax).format
+    index = compile_regex(regex_for_format(fmt), vocab)
+    dist = distances_to_final(index)
+    calls_seen = 0
+    for seed in range(25):
+        text = walk(index, vocab, dist, random.Random(seed), stop_p=0.3).decode()
+        calls = parse_calls(text, syntax)
+        if choice == "auto" and not text.startswith(syntax.start):
+            assert calls is None
+            continue
+        assert calls, text
+        calls_seen += 1
+        for call in calls:
+            if isinstance(choice, dict):
+                assert call.function.name == "book_meeting"
+            jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name],
+                                format_checker=CHECKER)
+    assert calls_seen >= 5 or choice == "auto"  # auto: uniform walks rarely open a call
+
+
+@pytest.mark.parametrize("syntax", [PLAIN, HERMES], ids=lambda s: s.name)
+def test_auto_is_text_or_a_whole_call(syntax):
+    auto = requested_tool_format(request(tool_choice="auto"), syntax).format["pattern"]
+    call = syntax.render([("get_weather", {"city": "Oslo", "unit": "celsius"})])
+    assert re.fullmatch(auto, call) and re.fullmatch(auto, "Sunny, I think.")
+    assert re.fullmatch(auto, "") and re.fullmatch(auto, syntax.start[:-1])
+    assert not re.fullmatch(auto, syntax.start + "oops")  # a call once started is a call
+    assert not re.fullmatch(auto, syntax.render([("get_weather", {"city": "Oslo"})]))
+
+
+def test_parallel_calls_are_bounded_and_single_when_off():
+    many = requested_tool_format(request(tool_choice="required"), PLAIN).format["pattern"]
+    one = requested_tool_format(request(tool_choice="required", parallel_tool_calls=False),
+                                PLAIN).format["pattern"]
+    call = json.dumps({"name": "now", "arguments": {}})
+    assert re.fullmatch(many, "\n".join([call] * 4)) and not re.fullmatch(many, "\n".join([call] * 5))
+    assert re.fullmatch(one, call) and not re.fullmatch(one, call + "\n" + call)
+
+
+@pytest.mark.parametrize("kwargs, param, message", [
+    ({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice", "nope"),
+    ({"tools": [WEATHER, WEATHER]}, "tools", "unique"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "patternProperties": {"^a": {}}}}}]}, "tools", "patternProperties"),
+])
+def test_bad_tool_requests_name_the_field(kwargs, param, message):
+    req = ChatCompletionRequest(messages=[{"role": "user", "content": "hi"}],
+                                **{"tools": TOOLS, **kwargs})
+    with pytest.raises(FormatRequestError, match=message) as info:
+        requested_tool_format(req, PLAIN)
+    assert info.value.param == param
+
+
+def test_syntax_follows_the_template():
+    assert syntax_for_template("{{ '<tool_call>' }}") is HERMES
+    assert syntax_for_template("[TOOL_CALLS]") is MISTRAL
+    assert syntax_for_template("<|python_tag|>") is LLAMA3
+    assert syntax_for_template(None) is PLAIN
+
+
+def conversation() -> ChatCompletionRequest:
+    return ChatCompletionRequest(tools=[WEATHER], messages=[
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": None, "tool_calls": [{
+            "id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Oslo", "unit": "celsius"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"temp": 3}'},
+    ])
+
+
+def test_default_template_gets_calls_as_text_and_tools_described():
+    tok = AutoTokenizer.from_pretrained(DEFAULT_TARGET)
+    req = conversation()
+    messages = render_messages(req.messages, req.tools, PLAIN, native=False)
+    text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    call = '{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}'
+    assert call in text and '{"temp": 3}' in text and '"get_weather"' in text.split(call)[0]
+    assert parse_calls(call, PLAIN)[0].function.arguments == '{"city": "Oslo", "unit": "celsius"}'
+
+
+def test_native_template_gets_tool_calls_with_object_arguments():
+    """A Qwen2.5-style template (its tool parts, written here) renders the call and result."""
+    template = (
+        "{% if tools %}<tools>{% for t in tools %}{{ t | tojson }}{% endfor %}</tools>{% endif %}"
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+        "{% for c in m.tool_calls or [] %}<tool_call>\n{\"name\": \"{{ c.function.name }}\", "
+        "\"arguments\": {{ c.function.arguments | tojson }}}\n</tool_call>{% endfor %}"
+        "<|im_end|>\n{% endfor %}<|im_start|>assistant\n")
+    tok = AutoTokenizer.from_pretrained(DEFAULT_TARGET)
+    req = conversation()
+    messages = render_messages(req.messages, req.tools, HERMES, native=True)
+    text = tok.apply_chat_template(messages, tools=[WEATHER], chat_template=template, tokenize=False)
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}\n</tool_call>'
+    assert call in text and "<|im_start|>tool\n{\"temp\": 3}" in text
+    assert parse_calls(call, HERMES)[0].function.name == "get_weather"
