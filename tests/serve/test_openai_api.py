@@ -140,6 +140,14 @@ def test_penalties_and_logit_bias_match_the_engine(serve_app, client, engine, to
         logit_bias={str(t): b for t, b in settings["logit_bias"].items()},
         extra_body={"ignore_eos": True, "repetition_penalty": 1.3})
     assert r.choices[0].text == tokenizer.decode(expected, skip_special_tokens=True)
+    counts = {}
+    for penalty in (0.0, 2.0):  # greedy repeats " 3," to the end; a strong penalty breaks that
+        out = client.completions.create(model=serve_app.model, prompt="1, 2, 3, 1, 2, 3, 1, 2, 3,",
+                                        max_tokens=32, temperature=0, frequency_penalty=penalty,
+                                        logprobs=0, extra_body={"ignore_eos": True})
+        tokens = out.choices[0].logprobs.tokens
+        counts[penalty] = max(tokens.count(t) for t in tokens)
+    assert counts[0.0] >= 10 and counts[2.0] <= counts[0.0] // 2, counts
     forced = client.completions.create(model=serve_app.model, prompt=ids, max_tokens=5, temperature=0,
                                        logit_bias={"777": 100}, extra_body={"ignore_eos": True})
     assert forced.choices[0].text == tokenizer.decode([777] * 5, skip_special_tokens=True)
