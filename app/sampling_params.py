@@ -17,6 +17,12 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None  # None: none; n: the sampled token's logprob plus the top n
     speculative_decoding: bool = True  # False: never verify draft tokens for this request
+    # Penalties over what was generated so far (OpenAI's; -2..2), and vLLM's repetition penalty
+    # over prompt + output (> 0; 1 is none): positive logits divided by it, negative multiplied.
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: dict[int, float] | None = None  # token id -> added to its logit, in [-100, 100]
 
     def __post_init__(self) -> None:
         if self.top_k == -1:
@@ -33,6 +39,22 @@ class SamplingParams:
             raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
         if self.logprobs is not None and not 0 <= self.logprobs <= 20:
             raise ValueError(f"logprobs must be between 0 and 20, got {self.logprobs}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -2 <= getattr(self, name) <= 2:
+                raise ValueError(f"{name} must be in [-2, 2], got {getattr(self, name)}")
+        if not self.repetition_penalty > 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        for token_id, bias in (self.logit_bias or {}).items():
+            if token_id < 0:
+                raise ValueError(f"logit_bias: token ids must be >= 0, got {token_id}")
+            if not -100 <= bias <= 100:
+                raise ValueError(f"logit_bias: biases must be in [-100, 100], got {bias} for token {token_id}")
+
+    @property
+    def penalised(self) -> bool:
+        """Some penalty or bias changes the logits before selection."""
+        return bool(self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1
+                    or self.logit_bias)
 
     @property
     def greedy(self) -> bool:

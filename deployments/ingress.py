@@ -197,6 +197,10 @@ class Ingress:
         info = await self._target_info()
         limit = info["max_model_len"]
         params = []  # (choice index, prompt index, prompt ids, sampling params)
+        bias = req.token_bias
+        if bias and max(bias) >= info["vocab_size"]:
+            raise OpenAIError(400, f"logit_bias: token id {max(bias)} is not in the vocabulary "
+                                   f"(ids are in [0, {info['vocab_size']}))", param="logit_bias")
         for prompt_index, ids in enumerate(prompts):
             if not ids:
                 raise OpenAIError(400, "the prompt is empty", param=prompt_param)
@@ -216,7 +220,9 @@ class Ingress:
                         top_k=req.top_k, min_p=req.min_p,
                         seed=None if req.seed is None else req.seed + j,
                         stop_token_ids=list(req.stop_token_ids or []), ignore_eos=req.ignore_eos,
-                        logprobs=logprobs, speculative_decoding=req.speculative_decoding)
+                        logprobs=logprobs, speculative_decoding=req.speculative_decoding,
+                        presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
+                        repetition_penalty=req.repetition_penalty, logit_bias=bias)
                 except ValueError as exc:
                     raise OpenAIError(400, str(exc)) from None
                 params.append((len(params), prompt_index, ids, p))

@@ -96,8 +96,10 @@ class SamplingFields(BaseModel):
     guided_choice: list[str] | None = None
     guided_whitespace_pattern: str | None = None
     structured_outputs: StructuredOutputs | None = None
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
+    presence_penalty: float = Field(0.0, ge=-2, le=2)
+    frequency_penalty: float = Field(0.0, ge=-2, le=2)
+    repetition_penalty: float = Field(1.0, gt=0)  # vLLM's extra_body spelling
+    logit_bias: dict[str, float] | None = None  # token id (as JSON keys are strings) -> bias
     user: str | None = None
 
     @model_validator(mode="before")
@@ -117,8 +119,11 @@ class SamplingFields(BaseModel):
             raise ValueError(f"stop: at most {MAX_STOP} stop strings, got {len(stops)}")
         if any(not s for s in stops):
             raise ValueError("stop: stop strings must not be empty")
-        if self.presence_penalty or self.frequency_penalty:
-            raise ValueError("presence_penalty and frequency_penalty are not supported; leave them at 0")
+        for token, bias in (self.logit_bias or {}).items():
+            if not token.isdigit():
+                raise ValueError(f"logit_bias: keys must be token ids, got {token!r}")
+            if not -100 <= bias <= 100:
+                raise ValueError(f"logit_bias: values must be in [-100, 100], got {bias} for token {token}")
         if self.stream_options is not None and not self.stream:
             raise ValueError("stream_options is only allowed when stream is true")
         return self
@@ -128,6 +133,10 @@ class SamplingFields(BaseModel):
         if self.stop is None:
             return []
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    @property
+    def token_bias(self) -> dict[int, float] | None:
+        return {int(t): b for t, b in self.logit_bias.items()} if self.logit_bias else None
 
     @property
     def include_usage(self) -> bool:

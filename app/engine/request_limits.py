@@ -36,3 +36,10 @@ class RequestLimits:
                 f"{self.num_blocks}; lower max_tokens or the prompt length")
         if any(not 0 <= t < self.vocab_size for t in prompt_token_ids):
             raise RequestRejected(f"prompt token ids must be in [0, {self.vocab_size})")
+        self.check_logit_bias(params.logit_bias)
+
+    def check_logit_bias(self, logit_bias: dict[int, float] | None) -> None:
+        outside = [t for t in logit_bias or () if not 0 <= t < self.vocab_size]
+        if outside:
+            raise RequestRejected(f"logit_bias: token id {outside[0]} is not in the vocabulary "
+                                  f"(ids are in [0, {self.vocab_size}))")

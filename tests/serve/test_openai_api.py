@@ -125,6 +125,34 @@ def test_stop_string_cuts_exactly(serve_app, client, engine, tokenizer):
         assert chunks[-1].choices[0].finish_reason == "stop"
 
 
+def test_penalties_and_logit_bias_match_the_engine(serve_app, client, engine, tokenizer):
+    """The OpenAI SDK's own fields (presence/frequency penalty, logit_bias with string keys) and
+    vLLM's repetition_penalty reach the selection step: greedy output equals the engine's."""
+    from app.sampling_params import SamplingParams
+
+    ids = tokenizer.encode("the the the the the the")
+    settings = dict(presence_penalty=0.5, frequency_penalty=1.0, logit_bias={13: -100, 200: 2.5})
+    [expected] = engine.generate([ids], SamplingParams(max_tokens=16, temperature=0, ignore_eos=True,
+                                                       repetition_penalty=1.3, **settings))
+    r = client.completions.create(
+        model=serve_app.model, prompt=ids, max_tokens=16, temperature=0,
+        presence_penalty=settings["presence_penalty"], frequency_penalty=settings["frequency_penalty"],
+        logit_bias={str(t): b for t, b in settings["logit_bias"].items()},
+        extra_body={"ignore_eos": True, "repetition_penalty": 1.3})
+    assert r.choices[0].text == tokenizer.decode(expected, skip_special_tokens=True)
+    counts = {}
+    for penalty in (0.0, 2.0):  # greedy repeats " 3," to the end; a strong penalty breaks that
+        out = client.completions.create(model=serve_app.model, prompt="1, 2, 3, 1, 2, 3, 1, 2, 3,",
+                                        max_tokens=32, temperature=0, frequency_penalty=penalty,
+                                        logprobs=0, extra_body={"ignore_eos": True})
+        tokens = out.choices[0].logprobs.tokens
+        counts[penalty] = max(tokens.count(t) for t in tokens)
+    assert counts[0.0] >= 10 and counts[2.0] <= counts[0.0] // 2, counts
+    forced = client.completions.create(model=serve_app.model, prompt=ids, max_tokens=5, temperature=0,
+                                       logit_bias={"777": 100}, extra_body={"ignore_eos": True})
+    assert forced.choices[0].text == tokenizer.decode([777] * 5, skip_special_tokens=True)
+
+
 def test_n_choices_and_logprobs(serve_app, client):
     r = client.completions.create(model=serve_app.model, prompt=PROMPTS[0], max_tokens=5, n=3,
                                   temperature=1.0, seed=7, logprobs=2,
@@ -197,6 +225,11 @@ def test_bad_input_gets_openai_errors_and_the_server_keeps_serving(serve_app, cl
         ("/completions", dict(json={"prompt": [7] * limit, "max_tokens": 1}), 400),
         ("/completions", dict(json={"prompt": [3] * 8, "max_tokens": limit}), 400),
         ("/completions", dict(json={"prompt": [10 ** 7], "max_tokens": 1}), 400),  # not in the vocabulary
+        ("/completions", dict(json={"prompt": "x", "presence_penalty": 3}), 400),
+        ("/completions", dict(json={"prompt": "x", "repetition_penalty": 0}), 400),
+        ("/completions", dict(json={"prompt": "x", "logit_bias": {"abc": 1}}), 400),
+        ("/completions", dict(json={"prompt": "x", "logit_bias": {"5": 150}}), 400),
+        ("/completions", dict(json={"prompt": "x", "logit_bias": {str(10 ** 7): 1}}), 400),
         ("/chat/completions", dict(json={"messages": []}), 400),
         ("/chat/completions", dict(json={"messages": [{"role": "user", "content": "x"}],
                                          "response_format": {"type": "json_schema", "json_schema": {

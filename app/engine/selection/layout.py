@@ -14,6 +14,7 @@ import torch
 
 from app.engine.request import Request
 from app.engine.selection.draws import request_key
+from app.engine.selection.penalties import Penalties
 from app.engine.selection.verify import VerifyRows
 
 
@@ -38,6 +39,7 @@ class RowLayout:
     logprob_rows: list[int]  # rows whose logprobs are returned (requests that asked)
     logprob_index: torch.Tensor | None  # [3, L] int64 on the device: row, request, offset in it
     num_top_logprobs: int  # the most alternatives any request asked for
+    penalties: Penalties | None = None  # None when no request has a penalty or a logit bias
 
     @property
     def guided(self) -> list[tuple[Request, int]]:
@@ -49,6 +51,7 @@ class RowLayout:
         requests, firsts, ks, greedy, forced, drafts = [], [], [], [], [], []
         temperature, top_k, top_p, min_p, key, position, seeded = [], [], [], [], [], [], []
         q_rows, q_parts, logprob_rows, logprob_req, logprob_offset = [], [], [], [], []
+        penalised = []
         num_top = num_q = 0
         row = 0
         for req, num_new in scheduled.items():
@@ -86,6 +89,8 @@ class RowLayout:
                 logprob_req += [len(requests) - 1] * rows
                 logprob_offset += range(rows)
                 num_top = max(num_top, p.logprobs)
+            if p.penalised:
+                penalised.append((req, row))
             row += rows
         if not requests:
             return None
@@ -115,4 +120,5 @@ class RowLayout:
             draft_q=draft_q, logprob_rows=logprob_rows,
             logprob_index=(torch.tensor([logprob_rows, logprob_req, logprob_offset], device=dev)
                            if logprob_rows else None),
-            num_top_logprobs=num_top)
+            num_top_logprobs=num_top,
+            penalties=Penalties.build(penalised, dev) if penalised else None)

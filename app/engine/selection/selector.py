@@ -1,8 +1,9 @@
 """Logits to tokens for every sampled row of a step, where the logits are, with one copy back.
 
-Grammar masks, temperature and filters, draft verification (plain decoding verifies zero
-drafts) and logprobs all run as batched tensor ops on the logits' device; the chosen tokens,
-accepted counts and the logprobs requests asked for then cross to the host in one tensor.
+Grammar masks, logit bias and penalties, temperature and filters, draft verification (plain
+decoding verifies zero drafts) and logprobs all run as batched tensor ops on the logits'
+device; the chosen tokens, accepted counts and the logprobs requests asked for then cross to
+the host in one tensor.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from app.engine.selection import transfer
 from app.engine.selection.distribution import row_probs
 from app.engine.selection.draws import ACCEPT, SAMPLE, step_key, uniforms
 from app.engine.selection.layout import RowLayout
+from app.engine.selection.penalties import apply_penalties
 from app.engine.selection.verify import verify
 from app.outputs import TokenLogprob
 
@@ -31,6 +33,8 @@ class Chosen:
 def choose(logits: torch.Tensor, layout: RowLayout, unseeded_key: int
            ) -> tuple[torch.Tensor, torch.Tensor]:
     """(num_accepted [n], final token [n]) on the device; `logits` already masked."""
+    if layout.penalties is not None:
+        logits = apply_penalties(logits, layout.penalties)
     argmax = logits.argmax(-1)
     if layout.all_greedy:  # no draws needed
         return verify(layout.verify, None, argmax, None, None)

@@ -1,0 +1,107 @@
+"""Logit bias and repetition, frequency and presence penalties, batched on the logits' device.
+
+vLLM's semantics, in its order: the bias is added first; then a token seen in the prompt or the
+output has a positive logit divided by the repetition penalty and a negative one multiplied by
+it; then the frequency penalty times the token's count in the output, and the presence penalty
+once if it is there at all, are subtracted. Temperature and the filters come after.
+
+Speculation: the rows of a request verifying k drafts are the distributions at k + 1 successive
+positions, so row j counts the output so far plus the drafts before it. The target's
+distribution at every verified position is then exactly the penalised one plain decoding would
+use, which keeps greedy requests exact and sampled ones lossless.
+
+Only the rows of penalised requests are touched, out of place (the raw logits stay for
+logprobs), and nothing is built for a step without such a request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from app.engine.request import Request
+
+PAD = -1  # no token: padding in the token tensors below
+
+
+@dataclass
+class Penalties:
+    """Per penalised row (P of them) of a step, on the device."""
+    rows: torch.Tensor  # [P] int64: the logits row
+    request: torch.Tensor  # [P] int64: index into `outputs` / `prompts`
+    presence: torch.Tensor  # [P] float32
+    frequency: torch.Tensor  # [P] float32
+    repetition: torch.Tensor  # [P] float32
+    outputs: torch.Tensor  # [n, L] int64: each penalised request's output so far, PAD-padded
+    drafts_before: torch.Tensor  # [P, K] int64: the drafts before the row, PAD-padded
+    prompts: torch.Tensor | None  # [n, Lp] int64 prompts, when some request has a repetition penalty
+    bias: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None  # (index into rows, token, value)
+
+    @classmethod
+    def build(cls, penalised: list[tuple[Request, int]], device: torch.device) -> Penalties:
+        """`penalised`: (request, first row) of each penalised request; its rows are the 1 + k
+        from there (k = its drafts)."""
+        rows, request, presence, frequency, repetition = [], [], [], [], []
+        outputs, drafts_before, prompts = [], [], []
+        bias_row, bias_token, bias_value = [], [], []
+        max_k = max(len(req.spec_token_ids) for req, _ in penalised)
+        any_repetition = any(req.params.repetition_penalty != 1 for req, _ in penalised)
+        for i, (req, first) in enumerate(penalised):
+            p = req.params
+            drafts = req.spec_token_ids
+            outputs.append(req.output_token_ids)
+            if any_repetition:
+                prompts.append(req.prompt_token_ids)
+            for j in range(len(drafts) + 1):
+                if p.logit_bias:
+                    bias_row += [len(rows)] * len(p.logit_bias)
+                    bias_token += p.logit_bias.keys()
+                    bias_value += p.logit_bias.values()
+                rows.append(first + j)
+                drafts_before.append(drafts[:j] + [PAD] * (max_k - j))
+            request += [i] * (len(drafts) + 1)
+            presence += [p.presence_penalty] * (len(drafts) + 1)
+            frequency += [p.frequency_penalty] * (len(drafts) + 1)
+            repetition += [p.repetition_penalty] * (len(drafts) + 1)
+        f32 = dict(dtype=torch.float32, device=device)
+        i64 = dict(dtype=torch.long, device=device)
+        return cls(
+            rows=torch.tensor(rows, **i64), request=torch.tensor(request, **i64),
+            presence=torch.tensor(presence, **f32), frequency=torch.tensor(frequency, **f32),
+            repetition=torch.tensor(repetition, **f32), outputs=_padded(outputs, device),
+            drafts_before=torch.tensor(drafts_before, **i64).view(len(rows), max_k),
+            prompts=_padded(prompts, device) if any_repetition else None,
+            bias=((torch.tensor(bias_row, **i64), torch.tensor(bias_token, **i64),
+                   torch.tensor(bias_value, **f32)) if bias_row else None))
+
+
+def _padded(lists: list[list[int]], device: torch.device) -> torch.Tensor:
+    width = max(len(x) for x in lists)
+    return torch.tensor([x + [PAD] * (width - len(x)) for x in lists], dtype=torch.long,
+                        device=device).view(len(lists), width)
+
+
+def token_counts(tokens: torch.Tensor, vocab: int) -> torch.Tensor:
+    """[P, vocab] float32 count of each id in each row of PAD-padded `tokens` [P, L]."""
+    index = torch.where(tokens >= 0, tokens, vocab)  # padding lands in a spare column
+    counts = torch.zeros(tokens.shape[0], vocab + 1, dtype=torch.float32, device=tokens.device)
+    counts.scatter_add_(1, index, torch.ones_like(index, dtype=torch.float32))
+    return counts[:, :vocab]
+
+
+def apply_penalties(logits: torch.Tensor, pen: Penalties) -> torch.Tensor:
+    """`logits` with the penalised rows replaced (a new tensor; `logits` is left as it is)."""
+    vocab = logits.shape[-1]
+    rows = logits[pen.rows].float()
+    if pen.bias is not None:
+        row, token, value = pen.bias
+        rows.index_put_((row, token), value, accumulate=True)
+    counts = token_counts(torch.cat([pen.outputs[pen.request], pen.drafts_before], dim=1), vocab)
+    in_output = counts > 0
+    if pen.prompts is not None:
+        seen = in_output | (token_counts(pen.prompts, vocab)[pen.request] > 0)
+        scale = torch.where(seen, pen.repetition[:, None], 1.0)
+        rows = torch.where(rows > 0, rows / scale, rows * scale)
+    rows = rows - pen.frequency[:, None] * counts - pen.presence[:, None] * in_output.float()
+    return logits.index_copy(0, pen.rows, rows.to(logits.dtype))

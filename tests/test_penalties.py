@@ -1,0 +1,174 @@
+"""Logit bias and presence, frequency and repetition penalties: on known logits they change each
+row exactly as defined (vLLM's semantics), the sampled distribution follows the penalised
+logits, the rows that verify drafts count the drafts before them, and greedy decoding with
+penalties equals transformers' (repetition penalty) and stays exact under speculation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from app.config import EngineConfig
+from app.engine.engine import LLMEngine
+from app.engine.request import Request
+from app.engine.selection.layout import RowLayout
+from app.engine.selection.penalties import apply_penalties
+from app.engine.selection.selector import Selector
+from app.outputs import RequestRejected
+from app.sampling_params import SamplingParams
+from tests.checkpoints import DEFAULT_DRAFT, DEFAULT_TARGET
+from tests.test_selection import chi2_pvalue
+
+LOGITS = torch.tensor([2.0, -1.5, 1.0, 0.5, 0.0, -0.5, 1.5, -3.0])
+V = len(LOGITS)
+PROMPT = [1, 4]
+OUTPUT = [2, 2, 3, 5]
+
+
+def decoding(params: SamplingParams, output: list[int] = OUTPUT, drafts: list[int] = ()) -> Request:
+    req = Request("r", PROMPT, params)
+    for t in output:
+        req.append_token(t)
+    req.num_computed_tokens = req.num_tokens - 1
+    req.set_spec(list(drafts))
+    return req
+
+
+def expected_row(logits: list[float], params: SamplingParams, prompt: list[int], output: list[int]) -> list[float]:
+    """The definition, token by token: bias; repetition over prompt + output; frequency x count
+    and presence over the output."""
+    out = []
+    for token, x in enumerate(logits):
+        x += (params.logit_bias or {}).get(token, 0.0)
+        if token in prompt or token in output:
+            x = x / params.repetition_penalty if x > 0 else x * params.repetition_penalty
+        x -= params.frequency_penalty * output.count(token)
+        x -= params.presence_penalty * (token in output)
+        out.append(x)
+    return out
+
+
+def penalised(requests: list[Request], logits: torch.Tensor) -> torch.Tensor:
+    layout = RowLayout.build({r: r.num_tokens_with_spec - r.num_computed_tokens for r in requests}, logits.device)
+    return apply_penalties(logits, layout.penalties)
+
+
+@pytest.mark.parametrize("params", [
+    SamplingParams(presence_penalty=0.5),
+    SamplingParams(frequency_penalty=0.3),
+    SamplingParams(frequency_penalty=-0.7, presence_penalty=-1.0),
+    SamplingParams(repetition_penalty=1.8),
+    SamplingParams(repetition_penalty=0.6),
+    SamplingParams(logit_bias={0: -100, 7: 4.5}),
+    SamplingParams(presence_penalty=0.5, frequency_penalty=0.3, repetition_penalty=1.3,
+                   logit_bias={3: 1.0, 6: -2.0}, temperature=0),
+])
+def test_penalties_change_each_row_exactly_as_defined(params):
+    plain = decoding(SamplingParams())
+    req = decoding(params)
+    logits = torch.stack([LOGITS, LOGITS])
+    out = penalised([plain, req], logits)
+    assert torch.equal(out[0], LOGITS)  # an unpenalised row of the same batch is untouched
+    assert torch.allclose(out[1], torch.tensor(expected_row(LOGITS.tolist(), params, PROMPT, OUTPUT)),
+                          atol=1e-6, rtol=0)
+    assert not torch.equal(out[1], LOGITS)
+    assert torch.equal(logits[1], LOGITS)  # out of place: the raw logits stay for logprobs
+
+
+def test_draft_rows_count_the_drafts_before_them():
+    params = SamplingParams(presence_penalty=0.4, frequency_penalty=0.25, repetition_penalty=1.5,
+                            logit_bias={6: 1.0})
+    drafts = [6, 2, 0]
+    req = decoding(params, drafts=drafts)
+    logits = LOGITS.repeat(len(drafts) + 1, 1) + torch.arange(len(drafts) + 1.0)[:, None]
+    out = penalised([req], logits)
+    for j in range(len(drafts) + 1):
+        expected = expected_row(logits[j].tolist(), params, PROMPT, OUTPUT + drafts[:j])
+        assert torch.allclose(out[j], torch.tensor(expected), atol=1e-6, rtol=0), j
+
+
+def test_sampling_follows_the_penalised_distribution():
+    params = SamplingParams(temperature=0.9, presence_penalty=0.8, frequency_penalty=0.4,
+                            repetition_penalty=1.2, logit_bias={7: 3.0})
+    n = 6000
+    requests = [decoding(params) for _ in range(n)]
+    for i, r in enumerate(requests):
+        r.request_id = f"r{i}"
+    layout = RowLayout.build({r: 1 for r in requests}, LOGITS.device)
+    tokens = [c.token_ids[0] for c in Selector(seed=3)(LOGITS.repeat(n, 1), layout, step=0)]
+    observed = torch.bincount(torch.tensor(tokens), minlength=V).double()
+    probs = (torch.tensor(expected_row(LOGITS.tolist(), params, PROMPT, OUTPUT), dtype=torch.float64)
+             / params.temperature).softmax(-1)
+    assert chi2_pvalue(observed, probs * n) > 1e-3
+    unpenalised = (LOGITS.double() / params.temperature).softmax(-1)
+    assert chi2_pvalue(observed, unpenalised * n) < 1e-6  # the test tells the two apart
+
+
+def test_out_of_range_values_and_ids_are_refused():
+    for bad in (dict(presence_penalty=2.5), dict(frequency_penalty=-2.1), dict(repetition_penalty=0),
+                dict(logit_bias={3: 101}), dict(logit_bias={-1: 1})):
+        with pytest.raises(ValueError):
+            SamplingParams(**bad)
+    engine = LLMEngine(EngineConfig(model=str(DEFAULT_TARGET), num_kv_blocks=64))
+    vocab = engine.model_config.vocab_size
+    with pytest.raises(RequestRejected, match="logit_bias"):
+        engine.add_request("x", [1, 2], SamplingParams(logit_bias={vocab: 1.0}))
+    assert not engine.has_unfinished_requests()
+
+
+PROMPTS = ["The cat sat on the", "def main():\n    return", "Once upon a time, there",
+           "the the the the the the the", "1, 2, 3, 1, 2, 3, 1, 2, 3,"]
+GREEDY = dict(max_tokens=40, temperature=0, ignore_eos=True)
+# The frequency penalties are the settings that caught a verification which forgot the drafts
+# before each row (on these prompts, with the default draft model).
+GREEDY_PENALISED = [
+    SamplingParams(**GREEDY, repetition_penalty=1.3),
+    SamplingParams(**GREEDY, frequency_penalty=-2.0),
+    SamplingParams(**GREEDY, frequency_penalty=0.5, presence_penalty=0.5, logit_bias={13: -100}),
+    SamplingParams(**GREEDY, frequency_penalty=2.0, repetition_penalty=0.8, logit_bias={100: 3.0}),
+]
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    tok = AutoTokenizer.from_pretrained(DEFAULT_TARGET)
+    return [tok.encode(p) for p in PROMPTS]
+
+
+def test_greedy_repetition_penalty_equals_transformers(prompts):
+    model = AutoModelForCausalLM.from_pretrained(DEFAULT_TARGET, dtype=torch.float32).eval()
+    engine = LLMEngine(EngineConfig(model=str(DEFAULT_TARGET), num_kv_blocks=128))
+    params = GREEDY_PENALISED[0]
+    outputs = engine.generate(prompts, params)
+    for prompt, out in zip(prompts, outputs):
+        ids = torch.tensor([prompt])
+        gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=params.max_tokens,
+                             min_new_tokens=params.max_tokens, do_sample=False, eos_token_id=None,
+                             pad_token_id=0, repetition_penalty=params.repetition_penalty)
+        assert out == gen[0, len(prompt):].tolist()
+    assert engine.generate(prompts, SamplingParams(**GREEDY)) != outputs  # the penalty changed something
+
+
+def test_greedy_with_penalties_is_exact_under_speculation(prompts):
+    config = dict(model=str(DEFAULT_TARGET), num_kv_blocks=256)
+    plain = LLMEngine(EngineConfig(**config))
+    spec = LLMEngine(EngineConfig(**config, draft_model=str(DEFAULT_DRAFT), speculative_method="draft",
+                                  num_speculative_tokens=4, speculation_schedule={1: 4}))
+    for params in GREEDY_PENALISED:
+        expected = [plain.generate([p], params)[0] for p in prompts]
+        assert spec.generate(prompts[:1], params) == expected[:1]  # alone
+        assert spec.generate(prompts, params) == expected  # batched
+    stats = spec.stats().spec
+    assert stats.num_accepted_tokens > 0, stats  # drafts were verified, and some kept
+
+
+def test_logit_bias_removes_and_forces_tokens_under_greedy(prompts):
+    engine = LLMEngine(EngineConfig(model=str(DEFAULT_TARGET), num_kv_blocks=128))
+    greedy = dict(max_tokens=12, temperature=0, ignore_eos=True)
+    [plain] = engine.generate(prompts[:1], SamplingParams(**greedy))
+    banned = plain[0]
+    [without] = engine.generate(prompts[:1], SamplingParams(**greedy, logit_bias={banned: -100}))
+    assert banned in plain and banned not in without
+    [forced] = engine.generate(prompts[:1], SamplingParams(**greedy, logit_bias={777: 100}))
+    assert forced == [777] * 12
