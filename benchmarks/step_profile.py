@@ -27,7 +27,7 @@ GROUPS = {  # op name substring -> what it is in the model
     "scaled_dot_product": "attention: prompt chunks (SDPA)",
     "flash_attention": "attention: prompt chunks (SDPA)",
     "addmm": "linear layers", "aten::mm": "linear layers", "aten::linear": "linear layers",
-    "aten::matmul": "linear layers",
+    "aten::matmul": "linear layers", "_linear_pointwise": "linear layers",
     "add_rms_norm": "add + RMSNorm", "rms_norm": "add + RMSNorm",
     "rotary": "rotary + KV write", "silu": "SiLU x up",
     "embedding": "embedding", "argmax": "selection (device ops)", "softmax": "selection (device ops)",
@@ -60,8 +60,11 @@ def main() -> None:
         engine.generate([p for p, _ in workload], params)
         wall = time.perf_counter() - start
     by_group: dict[str, float] = defaultdict(float)
+    others: dict[str, float] = {}
     for event in prof.key_averages():
         by_group[group_of(event.key)] += event.self_cpu_time_total / 1e6
+        if group_of(event.key) == "other ops":
+            others[event.key] = event.self_cpu_time_total / 1e6
     in_ops = sum(by_group.values())
     print(f"{args.num_requests} requests, {engine.num_steps - steps_before} steps, {wall:.1f} s wall "
           f"(profiled), torch threads {torch.get_num_threads()}")
@@ -70,6 +73,9 @@ def main() -> None:
     rows.append(("host Python outside ops (wall - ops)", max(wall - in_ops, 0.0)))
     for name, seconds in rows:
         print(f"{name:<40} {seconds:8.2f} {seconds / wall:6.1%}")
+    print("largest of the other ops:")
+    for name, seconds in sorted(others.items(), key=lambda kv: -kv[1])[:8]:
+        print(f"  {name:<38} {seconds:8.2f} {seconds / wall:6.1%}")
 
 
 if __name__ == "__main__":
