@@ -10,6 +10,7 @@ class TokenLogprob:
     token_id: int
     logprob: float
     top: dict[int, float] = field(default_factory=dict)  # top-n alternatives, id -> logprob
+    rank: int | None = None  # 1 + how many tokens were likelier (prompt tokens only, as vLLM's)
 
 
 @dataclass
@@ -23,6 +24,8 @@ class RequestOutput:
     num_cached_tokens: int = 0
     new_logprobs: list[TokenLogprob] | None = None
     error: str | None = None  # set when the engine refused or failed the request
+    # In the request's first output, when it asked: one per prompt token, the first None.
+    prompt_logprobs: list[TokenLogprob | None] | None = None
 
     def followed_by(self, later: "RequestOutput") -> "RequestOutput":
         """This output and the next one of the same request as one chunk (fewer stream hops
@@ -32,7 +35,8 @@ class RequestOutput:
             logprobs = (self.new_logprobs or []) + (later.new_logprobs or [])
         return RequestOutput(self.request_id, self.new_token_ids + later.new_token_ids,
                              later.finished, later.finish_reason, later.num_prompt_tokens,
-                             later.num_output_tokens, later.num_cached_tokens, logprobs, later.error)
+                             later.num_output_tokens, later.num_cached_tokens, logprobs, later.error,
+                             self.prompt_logprobs or later.prompt_logprobs)
 
 
 class RequestRejected(ValueError):

@@ -16,6 +16,7 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     logprobs: int | None = None  # None: none; n: the sampled token's logprob plus the top n
+    prompt_logprobs: int | None = None  # as `logprobs`, for the prompt's own tokens (vLLM's)
     speculative_decoding: bool = True  # False: never verify draft tokens for this request
     # Penalties over what was generated so far (OpenAI's; -2..2), and vLLM's repetition penalty
     # over prompt + output (> 0; 1 is none): positive logits divided by it, negative multiplied.
@@ -39,6 +40,8 @@ class SamplingParams:
             raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
         if self.logprobs is not None and not 0 <= self.logprobs <= 20:
             raise ValueError(f"logprobs must be between 0 and 20, got {self.logprobs}")
+        if self.prompt_logprobs is not None and not 0 <= self.prompt_logprobs <= 20:
+            raise ValueError(f"prompt_logprobs must be between 0 and 20, got {self.prompt_logprobs}")
         for name in ("presence_penalty", "frequency_penalty"):
             if not -2 <= getattr(self, name) <= 2:
                 raise ValueError(f"{name} must be in [-2, 2], got {getattr(self, name)}")

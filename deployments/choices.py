@@ -23,6 +23,7 @@ class Event:
     token_ids: list[int]
     logprobs: list | None
     finish_reason: str | None
+    prompt_logprobs: list | None = None  # in the choice's first event, when asked
 
 
 class Choice:
@@ -62,9 +63,10 @@ class Choice:
         elif out.finished:
             text += self.detok.finish()
             self.finish_reason = out.finish_reason or "stop"
-        if not text and not out.new_logprobs and self.finish_reason is None:
+        if not text and not out.new_logprobs and out.prompt_logprobs is None and self.finish_reason is None:
             return None
-        return Event(self, text, out.new_token_ids, out.new_logprobs, self.finish_reason)
+        return Event(self, text, out.new_token_ids, out.new_logprobs, self.finish_reason,
+                     out.prompt_logprobs)
 
     def close(self, record: bool = True) -> None:
         """Idempotent: end the engine request if it still runs, and record the metrics

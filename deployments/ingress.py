@@ -34,6 +34,7 @@ from app.outputs import EngineOverloaded
 from app.sampling_params import SamplingParams
 from deployments.choices import Choice, Event, merge_choices, sse
 from deployments.detokenizer import IncrementalDetokenizer
+from deployments.echo import echo_logprobs, joined, vllm_prompt_logprobs
 from deployments.errors import REPLICA_LOST, replica_lost
 from deployments.guided_formats import FormatRequestError, RequestedFormat, requested_format
 from deployments.limits import DEFAULT_MAX_BODY_BYTES, RequestGate, configure_gate
@@ -192,7 +193,8 @@ class Ingress:
 
     async def _start(self, request_id: str, prompts: list[list[int]], req, max_tokens: int | None,
                      logprobs: int | None, prompt_param: str,
-                     tools: RequestedFormat | None = None) -> list[Choice]:
+                     tools: RequestedFormat | None = None,
+                     prompt_logprobs: int | None = None) -> list[Choice]:
         """Check every prompt, then start n engine requests per prompt and await their first outputs."""
         info = await self._target_info()
         limit = info["max_model_len"]
@@ -220,7 +222,8 @@ class Ingress:
                         top_k=req.top_k, min_p=req.min_p,
                         seed=None if req.seed is None else req.seed + j,
                         stop_token_ids=list(req.stop_token_ids or []), ignore_eos=req.ignore_eos,
-                        logprobs=logprobs, speculative_decoding=req.speculative_decoding,
+                        logprobs=logprobs, prompt_logprobs=prompt_logprobs,
+                        speculative_decoding=req.speculative_decoding,
                         presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
                         repetition_penalty=req.repetition_penalty, logit_bias=bias)
                 except ValueError as exc:
@@ -343,41 +346,49 @@ class Ingress:
         self._check_model(body.model)
         prompts = [p if isinstance(p, list) else self.tokenizer.encode(p) for p in body.prompts()]
         request_id = random_id("cmpl")
-        choices = await self._start(request_id, prompts, body, body.max_tokens, body.logprobs, "prompt")
+        choices = await self._start(request_id, prompts, body, body.max_tokens, body.logprobs, "prompt",
+                                    prompt_logprobs=body.num_prompt_logprobs)
         created = int(time.time())
+        to_echo = {}  # the prompt text still to put before each choice's first chunk
+        if body.echo:
+            texts = [p if isinstance(p, str) else self.tokenizer.decode(p) for p in body.prompts()]
+            to_echo = {c.index: texts[c.prompt_index] for c in choices}
         if body.stream:
-            return StreamingResponse(_guarded_stream(request_id, choices, self._stream_completion(request_id, created, body, choices)),
+            return StreamingResponse(_guarded_stream(request_id, choices, self._stream_completion(request_id, created, body, choices, to_echo)),
                                      media_type="text/event-stream")
-        texts = {c.index: [] for c in choices}
-        logprobs: dict[int, CompletionLogprobs | None] = {c.index: None for c in choices}
+        merged = {c.index: CompletionChoice(index=c.index, text="") for c in choices}
         async for event in merge_choices(choices):
-            i = event.choice.index
-            lp = self._completion_logprobs(event, event.choice.text_len)
-            event.choice.text_len += len(event.text)
-            if lp is not None:
-                if logprobs[i] is None:
-                    logprobs[i] = lp
-                else:
-                    for field in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
-                        getattr(logprobs[i], field).extend(getattr(lp, field))
-            texts[i].append(event.text)
-        return CompletionResponse(
-            id=request_id, created=created, model=self.model_name, usage=self._usage(choices),
-            choices=[CompletionChoice(index=c.index, text="".join(texts[c.index]),
-                                      logprobs=logprobs[c.index], finish_reason=c.finish_reason)
-                     for c in choices])
+            part, whole = self._completion_choice(body, event, to_echo), merged[event.choice.index]
+            whole.text += part.text
+            whole.logprobs = joined(whole.logprobs, part.logprobs)
+            whole.prompt_logprobs = whole.prompt_logprobs or part.prompt_logprobs
+        for c in choices:
+            merged[c.index].finish_reason = c.finish_reason
+        return CompletionResponse(id=request_id, created=created, model=self.model_name,
+                                  usage=self._usage(choices), choices=list(merged.values()))
+
+    def _completion_choice(self, body: CompletionRequest, event: Event, to_echo: dict[int, str]
+                           ) -> CompletionChoice:
+        """One event as a choice chunk; with `echo`, the choice's first chunk starts with its prompt
+        (`to_echo` holds the prompts not yet echoed, by choice index)."""
+        c = event.choice
+        prefix, prefix_logprobs = to_echo.pop(c.index, ""), None
+        if prefix and body.logprobs is not None and event.prompt_logprobs:
+            prefix_logprobs = echo_logprobs(c.prompt_ids, event.prompt_logprobs, body.logprobs, self._token_str)
+        c.text_len += len(prefix)
+        logprobs = joined(prefix_logprobs, self._completion_logprobs(event, c.text_len))
+        c.text_len += len(event.text)
+        scored = None
+        if body.prompt_logprobs is not None and event.prompt_logprobs:
+            scored = vllm_prompt_logprobs(event.prompt_logprobs, body.prompt_logprobs, self._token_str)
+        return CompletionChoice(index=c.index, text=prefix + event.text, logprobs=logprobs,
+                                finish_reason=event.finish_reason, prompt_logprobs=scored)
 
     async def _stream_completion(self, request_id: str, created: int, body: CompletionRequest,
-                                 choices: list[Choice]) -> AsyncIterator[str]:
+                                 choices: list[Choice], to_echo: dict[int, str]) -> AsyncIterator[str]:
         async for event in merge_choices(choices):
-            c = event.choice
-            chunk = CompletionResponse(
-                id=request_id, created=created, model=self.model_name,
-                choices=[CompletionChoice(index=c.index, text=event.text,
-                                          logprobs=self._completion_logprobs(event, c.text_len),
-                                          finish_reason=event.finish_reason)])
-            c.text_len += len(event.text)
-            yield sse(chunk)
+            yield sse(CompletionResponse(id=request_id, created=created, model=self.model_name,
+                                         choices=[self._completion_choice(body, event, to_echo)]))
         if body.include_usage:
             yield sse(CompletionResponse(id=request_id, created=created, model=self.model_name,
                                           choices=[], usage=self._usage(choices)))

@@ -148,18 +148,24 @@ class CompletionRequest(SamplingFields):
     prompt: str | list[str] | list[int] | list[list[int]]
     max_tokens: int = Field(16, ge=1)  # OpenAI's default for completions
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
-    echo: bool = False
+    echo: bool = False  # the prompt before the completion, in the text and the logprobs
+    prompt_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)  # vLLM's extra_body field
     suffix: str | None = None
 
     @model_validator(mode="after")
     def _check(self) -> "CompletionRequest":
-        if self.echo:
-            raise ValueError("echo is not supported")
         if self.suffix:
             raise ValueError("suffix is not supported")
         if isinstance(self.prompt, list) and not self.prompt:
             raise ValueError("prompt must not be empty")
         return self
+
+    @property
+    def num_prompt_logprobs(self) -> int | None:
+        """The alternatives the engine scores per prompt token: for `echo` with `logprobs`,
+        for `prompt_logprobs`, or both; None when neither asks."""
+        wanted = [n for n in (self.logprobs if self.echo else None, self.prompt_logprobs) if n is not None]
+        return max(wanted) if wanted else None
 
     def prompts(self) -> list[str | list[int]]:
         """The prompts of this request, one per batch entry."""
@@ -237,11 +243,20 @@ class CompletionLogprobs(BaseModel):
     text_offset: list[int] = Field(default_factory=list)
 
 
+class PromptTokenLogprob(BaseModel):
+    """vLLM's shape for one entry of `prompt_logprobs`."""
+    logprob: float
+    rank: int | None = None
+    decoded_token: str
+
+
 class CompletionChoice(BaseModel):
     index: int
     text: str
     logprobs: CompletionLogprobs | None = None
     finish_reason: str | None = None
+    # vLLM's: per prompt token (the first None), the token and its top alternatives by id.
+    prompt_logprobs: list[dict[int, PromptTokenLogprob] | None] | None = None
 
 
 class CompletionResponse(BaseModel):

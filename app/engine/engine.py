@@ -17,6 +17,7 @@ from app.engine.request import Request
 from app.engine.request_limits import RequestLimits
 from app.engine.scheduler import Scheduler
 from app.engine.selection.layout import RowLayout
+from app.engine.selection.prompt_logprobs import score_prompt_rows
 from app.engine.selection.selector import Chosen, Selector
 from app.engine.spec.proposal import Proposer
 from app.engine.spec.schedule import SpeculationSchedule
@@ -136,7 +137,11 @@ class LLMEngine:
         if not scheduled:
             return []
         batch = scheduled.num_scheduled_tokens
-        logits, layout = self.runner.execute_with_layout(batch, self._block_ids(batch))
+        logits, layout, prompt_rows = self.runner.execute_with_layout(batch, self._block_ids(batch))
+        if prompt_rows is not None:
+            num_sampled = logits.shape[0] - len(prompt_rows.rows)
+            score_prompt_rows(logits[num_sampled:], prompt_rows)
+            logits = logits[:num_sampled]
         chosen = self._select(logits, layout)
         return self._update(batch, layout, chosen)
 
@@ -218,12 +223,13 @@ class LLMEngine:
 
     def _output(self, req: Request, logprobs) -> RequestOutput:
         new = req.output_token_ids[req.num_emitted_tokens:]
+        first = req.num_emitted_tokens == 0
         req.num_emitted_tokens += len(new)
         return RequestOutput(
             request_id=req.request_id, new_token_ids=new, finished=req.is_finished,
             finish_reason=req.finish_reason, num_prompt_tokens=req.num_prompt_tokens,
             num_output_tokens=req.num_output_tokens, num_cached_tokens=req.num_cached_tokens,
-            new_logprobs=logprobs)
+            new_logprobs=logprobs, prompt_logprobs=req.prompt_logprobs if first else None)
 
     def stats(self) -> EngineStats:
         bm = self.block_manager

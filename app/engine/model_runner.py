@@ -8,6 +8,7 @@ from app.config import EngineConfig
 from app.engine.attention_metadata import AttentionMetadata
 from app.engine.request import Request
 from app.engine.selection.layout import RowLayout
+from app.engine.selection.prompt_logprobs import PromptRows
 from app.engine.torch_attention import TorchAttentionBackend
 from app.models.config import ModelConfig
 from app.models.layer_ops import select_layer_ops
@@ -103,20 +104,25 @@ class ModelRunner:
                 torch.tensor(positions, dtype=torch.long, device=dev), meta, sample_rows)
 
     @torch.inference_mode()
-    def execute(self, scheduled: dict[Request, int], block_ids: dict[str, list[int]]) -> torch.Tensor:
+    def execute(self, scheduled: dict[Request, int], block_ids: dict[str, list[int]],
+                prompt_rows: PromptRows | None = None) -> torch.Tensor:
         """Run the step; return fp32 logits for the requests whose known tokens are all
         computed after it, in batch order: one row, or 1 + k rows for a request verifying k
-        draft tokens."""
+        draft tokens. The logits of `prompt_rows` follow them, when given."""
         input_ids, positions, meta, sample_rows = self.prepare(scheduled, block_ids)
         if self.cuda_graphs is not None and self.cuda_graphs.can_run(meta):
             hidden = self.cuda_graphs.run(input_ids, positions, meta)
         else:
             hidden = self.model(input_ids, positions, self.kv_caches, meta, self.backend)
+        if prompt_rows is not None:
+            sample_rows = sample_rows + prompt_rows.rows
         return self.model.compute_logits(hidden[sample_rows])
 
     def execute_with_layout(self, scheduled: dict[Request, int], block_ids: dict[str, list[int]]
-                            ) -> tuple[torch.Tensor, RowLayout | None]:
-        """`execute`, and the layout of its logits rows that selection and the update read
-        (None when the step only runs prompt chunks)."""
+                            ) -> tuple[torch.Tensor, RowLayout | None, PromptRows | None]:
+        """`execute`, the layout of its logits rows that selection and the update read (None
+        when the step only runs prompt chunks), and the prompt rows scored this step, whose
+        logits are the last rows."""
         layout = RowLayout.build(scheduled, self.device)  # before the step moves num_computed_tokens
-        return self.execute(scheduled, block_ids), layout
+        prompt_rows = PromptRows.build(scheduled)
+        return self.execute(scheduled, block_ids, prompt_rows), layout, prompt_rows

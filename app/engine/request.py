@@ -36,6 +36,8 @@ class Request:
         self.arrival_time = time.monotonic()
         self.first_scheduled_time: float | None = None
         self.num_emitted_tokens = 0  # output tokens already handed to the caller
+        # One per prompt token once the prompt has run (the first is None: nothing scores it).
+        self.prompt_logprobs: list | None = [None] if params.prompt_logprobs is not None else None
         # Speculation: draft tokens proposed for this step, scheduled after the known tokens
         # and verified by the target; never part of `all_token_ids` until accepted.
         self.spec_token_ids: list[int] = []

@@ -86,7 +86,7 @@ class Scheduler:
         bm = self.block_manager
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
-            prefix = bm.find_cached_prefix(req)
+            prefix = bm.find_cached_prefix(req) if req.prompt_logprobs is None else []  # cached blocks have no logits
             num_cached = len(prefix) * bm.block_size
             num_new = min(req.num_tokens - num_cached, budget)
             if not bm.allocate(req, num_cached + num_new, prefix):

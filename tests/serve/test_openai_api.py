@@ -170,6 +170,46 @@ def test_n_choices_and_logprobs(serve_app, client):
     assert len(content) == 4 and all(len(t.top_logprobs) == 3 for t in content)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_echo_with_logprobs_scores_the_prompt_as_transformers_does(serve_app, client, tokenizer, stream):
+    """lm-eval style scoring: echo + logprobs puts the prompt's text and its tokens' logprobs
+    before the completion's; vLLM's prompt_logprobs gives the same scores by token id."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    prompt = PROMPTS[1]
+    ids = tokenizer.encode(prompt)
+    model = AutoModelForCausalLM.from_pretrained(serve_app.checkpoint, dtype=torch.float32).eval()
+    with torch.no_grad():
+        reference = model(torch.tensor([ids])).logits[0].log_softmax(-1)
+    plain = client.completions.create(model=serve_app.model, prompt=prompt, max_tokens=3, temperature=0,
+                                      logprobs=2, extra_body={"ignore_eos": True}).choices[0]
+    asked = dict(model=serve_app.model, prompt=prompt, max_tokens=3, temperature=0, logprobs=2, echo=True,
+                 extra_body={"ignore_eos": True, "prompt_logprobs": 1})
+    if stream:
+        chunks = [c.choices[0] for c in client.completions.create(stream=True, **asked) if c.choices]
+        text = "".join(c.text for c in chunks)
+        tokens = [t for c in chunks if c.logprobs for t in c.logprobs.tokens]
+        scores = [v for c in chunks if c.logprobs for v in c.logprobs.token_logprobs]
+        tops = [t for c in chunks if c.logprobs for t in c.logprobs.top_logprobs]
+        by_id = next(c.prompt_logprobs for c in chunks if getattr(c, "prompt_logprobs", None))
+    else:
+        choice = client.completions.create(**asked).choices[0]
+        text, tokens = choice.text, choice.logprobs.tokens
+        scores, tops, by_id = choice.logprobs.token_logprobs, choice.logprobs.top_logprobs, choice.prompt_logprobs
+    assert text == prompt + plain.text
+    assert tokens == [tokenizer.decode([t]) for t in ids] + plain.logprobs.tokens
+    assert scores[0] is None and tops[0] is None and len(scores) == len(ids) + 3
+    for p in range(1, len(ids)):
+        assert scores[p] == pytest.approx(reference[p - 1, ids[p]].item(), abs=2e-4)
+        assert len(tops[p]) == 2 and max(tops[p].values()) == pytest.approx(reference[p - 1].max().item(), abs=2e-4)
+        entry = by_id[p][str(ids[p])]
+        assert entry["logprob"] == pytest.approx(scores[p], abs=1e-6) and entry["rank"] >= 1
+        assert len(by_id[p]) <= 2  # the prompt token and its top alternative (the same when it is the top)
+    assert by_id[0] is None and len(by_id) == len(ids)
+    assert scores[len(ids):] == pytest.approx(plain.logprobs.token_logprobs, abs=1e-5)
+
+
 def test_32_concurrent_streams_finish_with_correct_usage(serve_app, client, tokenizer):
     def run(i: int):
         prompt = f"Request number {i}: {PROMPTS[i % len(PROMPTS)]}"
@@ -230,6 +270,8 @@ def test_bad_input_gets_openai_errors_and_the_server_keeps_serving(serve_app, cl
         ("/completions", dict(json={"prompt": "x", "logit_bias": {"abc": 1}}), 400),
         ("/completions", dict(json={"prompt": "x", "logit_bias": {"5": 150}}), 400),
         ("/completions", dict(json={"prompt": "x", "logit_bias": {str(10 ** 7): 1}}), 400),
+        ("/completions", dict(json={"prompt": "x", "prompt_logprobs": 21}), 400),
+        ("/completions", dict(json={"prompt": "x", "echo": True, "logprobs": -1}), 400),
         ("/chat/completions", dict(json={"messages": []}), 400),
         ("/chat/completions", dict(json={"messages": [{"role": "user", "content": "x"}],
                                          "response_format": {"type": "json_schema", "json_schema": {
