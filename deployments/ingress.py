@@ -34,6 +34,7 @@ from app.outputs import EngineOverloaded
 from app.sampling_params import SamplingParams
 from deployments.choices import Choice, Event, merge_choices, sse
 from deployments.detokenizer import IncrementalDetokenizer
+from deployments.best_of import keep_likeliest
 from deployments.echo import echo_logprobs, joined, vllm_prompt_logprobs
 from deployments.errors import REPLICA_LOST, replica_lost
 from deployments.guided_formats import FormatRequestError, RequestedFormat, requested_format
@@ -215,7 +216,7 @@ class Ingress:
                                        f"{len(ids) + wanted} were requested ({len(ids)} in the prompt, "
                                        f"{wanted} for the completion); shorten the prompt or lower "
                                        "max_tokens.", param="max_tokens")
-            for j in range(req.n):
+            for j in range(req.num_candidates):
                 try:
                     p = SamplingParams(
                         max_tokens=wanted, temperature=req.temperature, top_p=req.top_p,
@@ -346,7 +347,9 @@ class Ingress:
         self._check_model(body.model)
         prompts = [p if isinstance(p, list) else self.tokenizer.encode(p) for p in body.prompts()]
         request_id = random_id("cmpl")
-        choices = await self._start(request_id, prompts, body, body.max_tokens, body.logprobs, "prompt",
+        ranked = body.num_candidates > body.n  # best_of: each token's logprob ranks the candidates
+        logprobs = body.logprobs if body.logprobs is not None or not ranked else 0
+        choices = await self._start(request_id, prompts, body, body.max_tokens, logprobs, "prompt",
                                     prompt_logprobs=body.num_prompt_logprobs)
         created = int(time.time())
         to_echo = {}  # the prompt text still to put before each choice's first chunk
@@ -357,15 +360,23 @@ class Ingress:
             return StreamingResponse(_guarded_stream(request_id, choices, self._stream_completion(request_id, created, body, choices, to_echo)),
                                      media_type="text/event-stream")
         merged = {c.index: CompletionChoice(index=c.index, text="") for c in choices}
+        cumulative_logprob = {c.index: 0.0 for c in choices}
         async for event in merge_choices(choices):
             part, whole = self._completion_choice(body, event, to_echo), merged[event.choice.index]
+            cumulative_logprob[event.choice.index] += sum(lp.logprob for lp in event.logprobs or ())
             whole.text += part.text
             whole.logprobs = joined(whole.logprobs, part.logprobs)
             whole.prompt_logprobs = whole.prompt_logprobs or part.prompt_logprobs
         for c in choices:
             merged[c.index].finish_reason = c.finish_reason
+        returned = list(merged.values())
+        if ranked:
+            returned = keep_likeliest(returned, {c.index: c.prompt_index for c in choices},
+                                      cumulative_logprob, body.n)
+            if body.logprobs is None:
+                returned = [c.model_copy(update={"logprobs": None}) for c in returned]
         return CompletionResponse(id=request_id, created=created, model=self.model_name,
-                                  usage=self._usage(choices), choices=list(merged.values()))
+                                  usage=self._usage(choices), choices=returned)
 
     def _completion_choice(self, body: CompletionRequest, event: Event, to_echo: dict[int, str]
                            ) -> CompletionChoice:

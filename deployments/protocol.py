@@ -142,12 +142,18 @@ class SamplingFields(BaseModel):
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
 
+    @property
+    def num_candidates(self) -> int:
+        """Engine requests per prompt (completions' `best_of` may ask for more than `n`)."""
+        return self.n
+
 
 class CompletionRequest(SamplingFields):
     # A string, a list of strings, a list of token ids, or a list of lists of token ids.
     prompt: str | list[str] | list[int] | list[list[int]]
     max_tokens: int = Field(16, ge=1)  # OpenAI's default for completions
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    best_of: int | None = Field(None, ge=1, le=MAX_N)  # candidates; the n likeliest are returned
     echo: bool = False  # the prompt before the completion, in the text and the logprobs
     prompt_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)  # vLLM's extra_body field
     suffix: str | None = None
@@ -156,6 +162,10 @@ class CompletionRequest(SamplingFields):
     def _check(self) -> "CompletionRequest":
         if self.suffix:
             raise ValueError("suffix is not supported")
+        if self.best_of is not None and self.best_of < self.n:
+            raise ValueError(f"best_of must be at least n ({self.n}), got {self.best_of}")
+        if self.stream and self.num_candidates > self.n:
+            raise ValueError("best_of greater than n cannot be streamed (the best are known at the end)")
         if isinstance(self.prompt, list) and not self.prompt:
             raise ValueError("prompt must not be empty")
         return self
@@ -166,6 +176,10 @@ class CompletionRequest(SamplingFields):
         for `prompt_logprobs`, or both; None when neither asks."""
         wanted = [n for n in (self.logprobs if self.echo else None, self.prompt_logprobs) if n is not None]
         return max(wanted) if wanted else None
+
+    @property
+    def num_candidates(self) -> int:
+        return self.best_of or self.n
 
     def prompts(self) -> list[str | list[int]]:
         """The prompts of this request, one per batch entry."""

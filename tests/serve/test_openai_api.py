@@ -210,6 +210,20 @@ def test_echo_with_logprobs_scores_the_prompt_as_transformers_does(serve_app, cl
     assert scores[len(ids):] == pytest.approx(plain.logprobs.token_logprobs, abs=1e-5)
 
 
+def test_best_of_returns_the_likeliest_of_its_candidates(serve_app, client):
+    """best_of=4, n=2 returns the two of the four seeded candidates (the same four that n=4
+    gives) with the highest cumulative logprob, best first, and bills all four."""
+    asked = dict(model=serve_app.model, prompt=PROMPTS[0], max_tokens=6, temperature=1.0, seed=11,
+                 extra_body={"ignore_eos": True, "speculative_decoding": False})
+    candidates = client.completions.create(n=4, logprobs=0, **asked).choices
+    ranked = sorted(candidates, key=lambda c: sum(c.logprobs.token_logprobs), reverse=True)
+    assert len({c.text for c in candidates}) > 1  # the seeds gave different candidates
+    best = client.completions.create(n=2, best_of=4, **asked)
+    assert [c.text for c in best.choices] == [c.text for c in ranked[:2]]
+    assert [c.index for c in best.choices] == [0, 1] and best.choices[0].logprobs is None
+    assert best.usage.completion_tokens == 4 * 6
+
+
 def test_32_concurrent_streams_finish_with_correct_usage(serve_app, client, tokenizer):
     def run(i: int):
         prompt = f"Request number {i}: {PROMPTS[i % len(PROMPTS)]}"
@@ -271,6 +285,8 @@ def test_bad_input_gets_openai_errors_and_the_server_keeps_serving(serve_app, cl
         ("/completions", dict(json={"prompt": "x", "logit_bias": {"5": 150}}), 400),
         ("/completions", dict(json={"prompt": "x", "logit_bias": {str(10 ** 7): 1}}), 400),
         ("/completions", dict(json={"prompt": "x", "prompt_logprobs": 21}), 400),
+        ("/completions", dict(json={"prompt": "x", "n": 3, "best_of": 2}), 400),
+        ("/completions", dict(json={"prompt": "x", "best_of": 2, "stream": True}), 400),
         ("/completions", dict(json={"prompt": "x", "echo": True, "logprobs": -1}), 400),
         ("/chat/completions", dict(json={"messages": []}), 400),
         ("/chat/completions", dict(json={"messages": [{"role": "user", "content": "x"}],
