@@ -62,3 +62,22 @@ def test_rotary_write_kv(ops, heads, kv_heads, head_dim):
 def test_silu_and_mul(ops, tokens, inner):
     x = torch.randn(tokens, 2 * inner) * 4
     torch.testing.assert_close(ops.silu_and_mul(x), TORCH_OPS.silu_and_mul(x), atol=1e-6, rtol=1e-5)
+
+
+def test_a_dead_builders_lock_is_cleared_and_a_live_one_kept(tmp_path):
+    """torch's build lock has no owner: one left by a process killed mid-build would make
+    every later engine start wait forever."""
+    import os
+    import time
+
+    from kernels.cpu import clear_stale_lock
+
+    lock = tmp_path / "lock"
+    lock.touch()
+    clear_stale_lock(tmp_path, max_age_s=600)
+    assert lock.exists()  # a build may be running
+    old = time.time() - 601
+    os.utime(lock, (old, old))
+    clear_stale_lock(tmp_path, max_age_s=600)
+    assert not lock.exists()
+    clear_stale_lock(tmp_path)  # no lock: nothing to do

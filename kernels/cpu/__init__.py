@@ -1,5 +1,7 @@
 """C++ kernels for the CPU path, compiled on first use with the machine's C++ compiler
-(torch.utils.cpp_extension; the build is cached under ~/.cache/torch_extensions):
+(torch.utils.cpp_extension; the build is cached under ~/.cache/torch_extensions, one build
+directory per checkout, python and torch, so checkouts side by side do not rebuild over each
+other):
 paged attention for decode and verify rows (paged_attention.cpp) and the fused elementwise
 work of a decoder layer (layer_ops.cpp).
 
@@ -11,7 +13,11 @@ more slowly.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
+import os
+import sys
+import time
 from pathlib import Path
 
 import torch
@@ -25,14 +31,39 @@ SOURCES = [Path(__file__).with_name(name) for name in ("paged_attention.cpp", "l
 # so both share one thread pool.
 CFLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp"]
 LDFLAGS = ["-fopenmp"]
+# A build takes well under a minute here. torch's build lock has no owner and no timeout: a
+# process killed while building (a replica killed at start-up) leaves it, and every later start
+# would wait on it forever.
+STALE_LOCK_S = 600
+
+
+def build_directory() -> Path:
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
+    key = f"{SOURCES[0].parent}|{sys.version_info[:2]}|{torch.__version__}"
+    path = root / f"specserve_cpu-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def clear_stale_lock(directory: Path, max_age_s: float = STALE_LOCK_S) -> None:
+    lock = directory / "lock"
+    try:
+        age = time.time() - lock.stat().st_mtime
+    except FileNotFoundError:
+        return
+    if age > max_age_s:
+        logger.warning("removing a build lock %.0f s old (%s): its builder died", age, lock)
+        lock.unlink(missing_ok=True)
 
 
 @functools.cache
 def cpu_ops():
     try:
         from torch.utils.cpp_extension import load
+        directory = build_directory()
+        clear_stale_lock(directory)
         load(name="specserve_cpu", sources=[str(s) for s in SOURCES], extra_cflags=CFLAGS,
-             extra_ldflags=LDFLAGS, is_python_module=False, verbose=False)
+             extra_ldflags=LDFLAGS, build_directory=str(directory), is_python_module=False, verbose=False)
     except Exception as exc:  # noqa: BLE001 - any build failure means: use the PyTorch path
         lines = str(exc).strip().splitlines()
         logger.warning("CPU kernels unavailable (%s); using the PyTorch path",
