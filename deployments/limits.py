@@ -3,9 +3,10 @@
 `RequestGate` is a small ASGI middleware in front of the FastAPI app, so that it runs before
 FastAPI parses anything:
 
-- `/v1/...` routes need `Authorization: Bearer <key>` when API keys are configured (401
-  otherwise, before the body is read, so an unauthenticated client learns nothing about what
-  it sent); `/health`, `/metrics` and `/openapi.json` stay open. Keys are compared in constant
+- Every route but `/health`, `/metrics` and `/openapi.json` (the `/v1/...` API, and vLLM's
+  `/tokenize` and `/detokenize`) needs `Authorization: Bearer <key>` when API keys are
+  configured (401 otherwise, before the body is read, so an unauthenticated client learns
+  nothing about what it sent). Keys are compared in constant
   time and never logged.
 - A body over `max_request_body_bytes` gets a 413: at once when its Content-Length says so,
   otherwise as soon as the bytes read pass the limit (chunked uploads), without buffering more.
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 
 ENV_API_KEYS = "SPECSERVE_API_KEYS"
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+OPEN_PATHS = frozenset({"/health", "/metrics", "/openapi.json"})  # no API key needed
 
 
 def api_keys_from_env() -> list[str] | None:
@@ -82,7 +84,7 @@ class RequestGate:
         path, root = scope.get("path", ""), scope.get("root_path", "")
         if root and path.startswith(root):
             path = path[len(root):]
-        if limits.api_keys and path.startswith("/v1/"):
+        if limits.api_keys and path not in OPEN_PATHS:
             if not key_allowed(headers.get(b"authorization"), limits.api_keys):
                 return await _send_error(
                     send, 401, "invalid or missing API key (send 'Authorization: Bearer <key>')",

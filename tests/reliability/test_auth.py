@@ -1,7 +1,8 @@
 """API keys: from the config (`api_keys`) or, when the config sets none, from
-$SPECSERVE_API_KEYS. Every /v1 route answers 401 (OpenAI body) without a key, with a wrong one
-or with another scheme, before it looks at the body; 200 with a key; /health stays open; and no
-key, right or wrong, appears in any log of the Ray session."""
+$SPECSERVE_API_KEYS. Every /v1 route, /tokenize and /detokenize answer 401 (OpenAI body) without
+a key, with a wrong one or with another scheme, before they look at the body; 200 with a key;
+/health and /metrics stay open; and no key, right or wrong, appears in any log of the Ray
+session."""
 
 from __future__ import annotations
 
@@ -36,14 +37,15 @@ def keys_in_environment():
 
 ROUTES = [("GET", "/v1/models", None),
           ("POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2}),
-          ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})]
+          ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}),
+          ("POST", "/tokenize", {"prompt": "hi"}), ("POST", "/detokenize", {"tokens": [5, 6]})]
 BAD_AUTH = {"no header": {}, "wrong key": {"Authorization": f"Bearer {WRONG_KEY}"},
             "basic scheme": {"Authorization": f"Basic {KEYS[0]}"},
             "key without scheme": {"Authorization": KEYS[0]}, "empty bearer": {"Authorization": "Bearer "}}
 
 
 @pytest.mark.parametrize("method,path,body", ROUTES, ids=[r[1] for r in ROUTES])
-def test_every_v1_route_needs_a_key(serve_app, method, path, body):
+def test_every_route_needs_a_key(serve_app, method, path, body):
     for what, headers in BAD_AUTH.items():
         r = requests.request(method, serve_app.url + path, json=body, headers=headers, timeout=60)
         assert r.status_code == 401, (what, r.status_code, r.text)
