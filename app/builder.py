@@ -1,4 +1,4 @@
-"""`build_app(args)`: the Serve deployment graph of DESIGN.md, bound and ready to run.
+"""`build_app(args)`: the Serve deployment graph (docs/architecture.md), bound and ready to run.
 
     serve run serve_config.yaml                                   # the default tiny pair
     serve run app.builder:build_app model=/path/to/checkpoint     # any local checkpoint

@@ -14,6 +14,15 @@ class TokenLogprob:
 
 
 @dataclass
+class BeamHypothesis:
+    """One finished beam of a beam search, as returned (best first)."""
+    token_ids: list[int]  # output tokens, ending with the stop token when one ended it
+    cumulative_logprob: float
+    score: float  # cumulative_logprob / len(token_ids) ** length_penalty
+    finish_reason: str  # "stop" or "length"
+
+
+@dataclass
 class RequestOutput:
     request_id: str
     new_token_ids: list[int]
@@ -26,6 +35,8 @@ class RequestOutput:
     error: str | None = None  # set when the engine refused or failed the request
     # In the request's first output, when it asked: one per prompt token, the first None.
     prompt_logprobs: list[TokenLogprob | None] | None = None
+    # A beam search's one output (its last): the best hypotheses, best first.
+    beams: list[BeamHypothesis] | None = None
 
     def followed_by(self, later: "RequestOutput") -> "RequestOutput":
         """This output and the next one of the same request as one chunk (fewer stream hops
@@ -36,7 +47,7 @@ class RequestOutput:
         return RequestOutput(self.request_id, self.new_token_ids + later.new_token_ids,
                              later.finished, later.finish_reason, later.num_prompt_tokens,
                              later.num_output_tokens, later.num_cached_tokens, logprobs, later.error,
-                             self.prompt_logprobs or later.prompt_logprobs)
+                             self.prompt_logprobs or later.prompt_logprobs, later.beams)
 
 
 class RequestRejected(ValueError):

@@ -24,6 +24,12 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     logit_bias: dict[int, float] | None = None  # token id -> added to its logit, in [-100, 100]
+    # Beam search (vLLM's `use_beam_search` with `best_of` beams): 1 is none. The output is the
+    # best finished hypotheses by cumulative logprob / generated length ** length_penalty, with
+    # transformers' `early_stopping` (True, False or "never").
+    beam_width: int = 1
+    length_penalty: float = 1.0
+    early_stopping: bool | str = False
 
     def __post_init__(self) -> None:
         if self.top_k == -1:
@@ -52,6 +58,15 @@ class SamplingParams:
                 raise ValueError(f"logit_bias: token ids must be >= 0, got {token_id}")
             if not -100 <= bias <= 100:
                 raise ValueError(f"logit_bias: biases must be in [-100, 100], got {bias} for token {token_id}")
+
+        if self.beam_width < 1:
+            raise ValueError(f"beam_width must be at least 1, got {self.beam_width}")
+        if self.early_stopping not in (True, False, "never"):
+            raise ValueError(f'early_stopping must be true, false or "never", got {self.early_stopping!r}')
+
+    @property
+    def beam_search(self) -> bool:
+        return self.beam_width > 1
 
     @property
     def penalised(self) -> bool:

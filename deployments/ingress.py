@@ -34,6 +34,7 @@ from app.outputs import EngineOverloaded
 from app.sampling_params import SamplingParams
 from deployments.choices import Choice, Event, merge_choices, sse
 from deployments.detokenizer import IncrementalDetokenizer
+from deployments.beam_choices import beam_texts
 from deployments.best_of import keep_likeliest
 from deployments.echo import echo_logprobs, joined, vllm_prompt_logprobs
 from deployments.errors import REPLICA_LOST, replica_lost
@@ -226,7 +227,9 @@ class Ingress:
                         logprobs=logprobs, prompt_logprobs=prompt_logprobs,
                         speculative_decoding=req.speculative_decoding,
                         presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
-                        repetition_penalty=req.repetition_penalty, logit_bias=bias)
+                        repetition_penalty=req.repetition_penalty, logit_bias=bias,
+                        beam_width=req.beam_width if req.use_beam_search else 1,
+                        length_penalty=req.length_penalty, early_stopping=req.early_stopping)
                 except ValueError as exc:
                     raise OpenAIError(400, str(exc)) from None
                 params.append((len(params), prompt_index, ids, p))
@@ -259,6 +262,13 @@ class Ingress:
         completion = sum(c.num_output_tokens for c in choices)
         return UsageInfo(prompt_tokens=prompt, completion_tokens=completion,
                          total_tokens=prompt + completion)
+
+    @staticmethod
+    def _beam_usage(choices: list[Choice], beams) -> UsageInfo:
+        """Prompts once each; the completion tokens of the beams returned."""
+        prompt = sum(len(c.prompt_ids) for c in choices)
+        completion = sum(b.num_tokens for b in beams)
+        return UsageInfo(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
 
     def _chat_prompt(self, body, add_special_tokens: bool = False) -> list[int]:
         """The prompt ids of a chat (or chat tokenize) request: messages and tools through the
@@ -352,6 +362,11 @@ class Ingress:
         choices = await self._start(request_id, prompts, body, body.max_tokens, logprobs, "prompt",
                                     prompt_logprobs=body.num_prompt_logprobs)
         created = int(time.time())
+        if body.use_beam_search:
+            beams = beam_texts(choices, body.n, self.tokenizer, body.stop_strings)
+            return CompletionResponse(
+                id=request_id, created=created, model=self.model_name, usage=self._beam_usage(choices, beams),
+                choices=[CompletionChoice(index=b.index, text=b.text, finish_reason=b.finish_reason) for b in beams])
         to_echo = {}  # the prompt text still to put before each choice's first chunk
         if body.echo:
             texts = [p if isinstance(p, str) else self.tokenizer.decode(p) for p in body.prompts()]
@@ -416,6 +431,12 @@ class Ingress:
         choices = await self._start(request_id, [prompt_ids], body, body.max_new_tokens,
                                     body.num_logprobs, "messages", tools)
         created = int(time.time())
+        if body.use_beam_search:
+            beams = beam_texts(choices, body.n, self.tokenizer, body.stop_strings)
+            return ChatCompletionResponse(
+                id=request_id, created=created, model=self.model_name, usage=self._beam_usage(choices, beams),
+                choices=[ChatChoice(index=b.index, message=AssistantMessage(content=b.text),
+                                    finish_reason=b.finish_reason) for b in beams])
         calls_possible = tools is not None
         if body.stream:
             return StreamingResponse(_guarded_stream(request_id, choices, self._stream_chat(

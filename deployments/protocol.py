@@ -25,6 +25,9 @@ MAX_LOGPROBS = 20
 MAX_STOP = 16  # stop strings per request (each one is checked against every new character)
 MIN_TEMPERATURE = 1e-5  # below it sampling is greedy (vLLM's convention; logits/t would overflow)
 INT64 = 2 ** 63
+# Sampling settings beam search has no use for: refused when a request sets them.
+BEAM_SEARCH_CONFLICTS = ("top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty",
+                         "repetition_penalty", "logit_bias")
 
 
 def random_id(prefix: str) -> str:
@@ -100,6 +103,11 @@ class SamplingFields(BaseModel):
     frequency_penalty: float = Field(0.0, ge=-2, le=2)
     repetition_penalty: float = Field(1.0, gt=0)  # vLLM's extra_body spelling
     logit_bias: dict[str, float] | None = None  # token id (as JSON keys are strings) -> bias
+    # vLLM's extra_body beam search: `beam_width` beams (completions: best_of, else n), the n
+    # best returned; length_penalty and early_stopping as transformers defines them.
+    use_beam_search: bool = False
+    length_penalty: float = 1.0
+    early_stopping: bool | Literal["never"] = False
     user: str | None = None
 
     @model_validator(mode="before")
@@ -126,7 +134,35 @@ class SamplingFields(BaseModel):
                 raise ValueError(f"logit_bias: values must be in [-100, 100], got {bias} for token {token}")
         if self.stream_options is not None and not self.stream:
             raise ValueError("stream_options is only allowed when stream is true")
+        if self.use_beam_search:
+            self._check_beam_search()
         return self
+
+    def _check_beam_search(self) -> None:
+        if self.beam_width < 2:
+            raise ValueError(f"use_beam_search needs at least 2 beams (best_of, or n); got {self.beam_width}")
+        if self.stream:
+            raise ValueError("beam search cannot be streamed (the best beams are known at the end)")
+        given = [name for name in BEAM_SEARCH_CONFLICTS
+                 if name in self.model_fields_set and getattr(self, name) != type(self).model_fields[name].default]
+        if self.temperature > 0 and "temperature" in self.model_fields_set:
+            given.insert(0, "temperature")
+        given += self.beam_search_conflicts()
+        if given:
+            raise ValueError("beam search ranks beams by the model's own log-probabilities; it does not "
+                             f"take {', '.join(given)} (leave them unset)")
+
+    @property
+    def beam_width(self) -> int:
+        return self.n
+
+    def beam_search_conflicts(self) -> list[str]:
+        """Fields of this request kind that beam search cannot honour, when given."""
+        guided = [name for name in ("guided_json", "guided_regex", "guided_choice", "structured_outputs")
+                  if getattr(self, name) is not None]
+        if self.response_format is not None and self.response_format.guided:
+            guided.insert(0, "response_format")
+        return guided
 
     @property
     def stop_strings(self) -> list[str]:
@@ -144,8 +180,9 @@ class SamplingFields(BaseModel):
 
     @property
     def num_candidates(self) -> int:
-        """Engine requests per prompt (completions' `best_of` may ask for more than `n`)."""
-        return self.n
+        """Engine requests per prompt (completions' `best_of` may ask for more than `n`; one
+        beam search runs all its beams)."""
+        return 1 if self.use_beam_search else self.n
 
 
 class CompletionRequest(SamplingFields):
@@ -179,7 +216,15 @@ class CompletionRequest(SamplingFields):
 
     @property
     def num_candidates(self) -> int:
+        return 1 if self.use_beam_search else self.best_of or self.n
+
+    @property
+    def beam_width(self) -> int:
         return self.best_of or self.n
+
+    def beam_search_conflicts(self) -> list[str]:
+        asked = [name for name in ("logprobs", "prompt_logprobs") if getattr(self, name) is not None]
+        return super().beam_search_conflicts() + asked + (["echo"] if self.echo else [])
 
     def prompts(self) -> list[str | list[int]]:
         """The prompts of this request, one per batch entry."""
@@ -241,6 +286,10 @@ class ChatCompletionRequest(SamplingFields):
     @property
     def num_logprobs(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None
+
+    def beam_search_conflicts(self) -> list[str]:
+        tools = ["tools"] if self.tools and self.tool_choice != "none" else []
+        return super().beam_search_conflicts() + (["logprobs"] if self.logprobs else []) + tools
 
 
 # -- responses ----------------------------------------------------------------------------

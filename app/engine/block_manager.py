@@ -1,5 +1,6 @@
 """The paged KV pool: a fixed set of blocks, a block table per request, reference counts,
-and prefix caching (full blocks hashed by parent hash + token ids, LRU eviction)."""
+prefix caching (full blocks hashed by parent hash + token ids, LRU eviction), and forks that
+share a request's blocks (beam search), copied on the first write into a shared block."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ class BlockManager:
         self.request_hashes: dict[str, list[int]] = {}
         self.prefix_cache_queries = 0  # tokens looked up at admission
         self.prefix_cache_hits = 0  # of those, tokens found cached
+        self.pending_copies: list[tuple[int, int]] = []  # (source, destination) blocks to copy before the next forward
 
     # -- figures ---------------------------------------------------------------------------
     @property
@@ -99,10 +101,17 @@ class BlockManager:
         """Make the request hold blocks for its first `num_tokens` tokens. `cached_prefix` is
         given only at admission. Returns False, changing nothing, when the pool is too short."""
         blocks = self.request_blocks.get(req.request_id, [])
+        write = req.num_computed_tokens // self.block_size  # where this step's first new token goes
+        copy_on_write = write < len(blocks) and blocks[write].ref_count > 1
         num_new = self.blocks_needed(num_tokens) - len(blocks) - len(cached_prefix)
         reclaimed = sum(1 for b in cached_prefix if b.ref_count == 0)
-        if num_new > self.num_free_blocks - reclaimed:
+        if num_new + copy_on_write > self.num_free_blocks - reclaimed:
             return False
+        if copy_on_write:
+            shared = blocks[write]
+            blocks[write] = self._take_free_block()
+            shared.ref_count -= 1
+            self.pending_copies.append((shared.block_id, blocks[write].block_id))
         for block in cached_prefix:
             if block.ref_count == 0:
                 del self.free_blocks[block.block_id]
@@ -110,13 +119,29 @@ class BlockManager:
         blocks = self.request_blocks.setdefault(req.request_id, [])
         blocks.extend(cached_prefix)
         for _ in range(max(num_new, 0)):
-            _, block = self.free_blocks.popitem(last=False)
-            if block.block_hash is not None:
-                del self.cached_blocks[block.block_hash]
-                block.block_hash = None
-            block.ref_count = 1
-            blocks.append(block)
+            blocks.append(self._take_free_block())
         return True
+
+    def _take_free_block(self) -> KVBlock:
+        _, block = self.free_blocks.popitem(last=False)
+        if block.block_hash is not None:
+            del self.cached_blocks[block.block_hash]
+            block.block_hash = None
+        block.ref_count = 1
+        return block
+
+    def fork(self, parent: Request, child: Request) -> None:
+        """Let `child` (same leading tokens) hold the blocks of `parent`'s computed tokens; the
+        block its next token is written into is copied first (`allocate`)."""
+        blocks = self.request_blocks.get(parent.request_id, [])[:self.blocks_needed(parent.num_computed_tokens)]
+        for block in blocks:
+            block.ref_count += 1
+        self.request_blocks[child.request_id] = list(blocks)
+        self.request_hashes[child.request_id] = list(self.request_hashes.get(parent.request_id, []))
+
+    def take_pending_copies(self) -> list[tuple[int, int]]:
+        copies, self.pending_copies = self.pending_copies, []
+        return copies
 
     def free(self, req: Request) -> None:
         """Release the request's blocks; its own tail blocks are freed first so they are

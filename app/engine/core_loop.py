@@ -77,7 +77,7 @@ class CoreLoop:
 
     def _fail_all(self, message: str) -> list[RequestOutput]:
         outputs = []
-        for request_id in list(self.engine.requests):
+        for request_id in self.engine.request_ids:
             self.engine.abort_request(request_id)
             outputs.append(RequestOutput(request_id, [], finished=True, finish_reason="abort", error=message))
         return outputs

@@ -64,6 +64,14 @@ class ModelRunner:
                 self.model, self.kv_caches, self.backend, max_batch_size=config.max_num_seqs,
                 max_blocks_per_seq=-(-max_model_len // self.block_size) + 1, device=self.device)
 
+    def copy_blocks(self, copies: list[tuple[int, int]]) -> None:
+        """Copy whole KV blocks (source, destination) in every layer: copy on write of a block
+        that forked beams share."""
+        src = torch.tensor([s for s, _ in copies], device=self.device)
+        dst = torch.tensor([d for _, d in copies], device=self.device)
+        for cache in self.kv_caches:
+            cache[:, dst] = cache[:, src]
+
     def prepare(self, scheduled: dict[Request, int], block_ids: dict[str, list[int]]
                 ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[int]]:
         """Inputs, positions, attention metadata, and the rows whose logits are needed."""

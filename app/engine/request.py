@@ -44,6 +44,7 @@ class Request:
         self.draft_probs: torch.Tensor | None = None  # [len(spec), V] draft distribution, or None
         self.spec_forced = False  # the drafts are forced by the grammar (kept without verification)
         self.guide = None  # a GuidedDecoder when the output must follow a format
+        self.beam_search = None  # the BeamSearch this request runs one beam of
 
     @property
     def num_prompt_tokens(self) -> int:

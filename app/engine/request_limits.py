@@ -34,9 +34,23 @@ class RequestLimits:
             raise RequestRejected(
                 f"the request needs {needed} KV blocks but the whole pool has "
                 f"{self.num_blocks}; lower max_tokens or the prompt length")
+        if params.beam_search:
+            self.check_beam_search(n, params)
         if any(not 0 <= t < self.vocab_size for t in prompt_token_ids):
             raise RequestRejected(f"prompt token ids must be in [0, {self.vocab_size})")
         self.check_logit_bias(params.logit_bias)
+
+    def check_beam_search(self, num_prompt_tokens: int, params: SamplingParams) -> None:
+        """The beams share the prompt's full blocks; past those, each may hold its own."""
+        shared = num_prompt_tokens // self.block_size
+        own = -(-(num_prompt_tokens - shared * self.block_size + params.max_tokens) // self.block_size)
+        needed = shared + params.beam_width * own
+        if needed > self.num_blocks:
+            raise RequestRejected(
+                f"beam search with {params.beam_width} beams may need {needed} KV blocks but the whole "
+                f"pool has {self.num_blocks}; lower the number of beams, max_tokens or the prompt length")
+        if 3 * params.beam_width > self.vocab_size:
+            raise RequestRejected(f"{params.beam_width} beams is too many for a vocabulary of {self.vocab_size}")
 
     def check_logit_bias(self, logit_bias: dict[int, float] | None) -> None:
         outside = [t for t in logit_bias or () if not 0 <= t < self.vocab_size]

@@ -65,6 +65,8 @@ class Scheduler:
             if req.status != RequestStatus.RUNNING:  # preempted earlier in this loop
                 continue
             wanted = req.num_tokens_with_spec - req.num_computed_tokens
+            if wanted == 0:  # a beam waiting for the other beams of its search
+                continue
             num_new = min(wanted, budget)
             if num_new < wanted:  # drafts go first when the budget runs short
                 req.trim_spec(req.num_computed_tokens + num_new - req.num_tokens)
@@ -80,7 +82,17 @@ class Scheduler:
                 budget -= num_new
         if not out.preempted:
             self._admit_waiting(out, budget)
+        if not out and self.waiting:
+            self._make_room_for_waiting(out, budget)
         return out
+
+    def _make_room_for_waiting(self, out: SchedulerOutput, budget: int) -> None:
+        """Nothing could run: every running request is a beam waiting for the rest of its search,
+        and what waits (the rest) does not fit beside them. Preempt them, newest first, to the
+        back of the queue (what they reported stands) until the queue's head is admitted."""
+        while not out and self.running:
+            self._preempt(self.running[-1], to_back=True)
+            self._admit_waiting(out, budget)
 
     def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
         bm = self.block_manager
@@ -101,7 +113,7 @@ class Scheduler:
             out.num_scheduled_tokens[req] = num_new
             budget -= num_new
 
-    def _preempt(self, req: Request) -> None:
+    def _preempt(self, req: Request, to_back: bool = False) -> None:
         """Recompute-style preemption: drop the KV, keep the tokens (and RNG state), requeue first."""
         self.running.remove(req)
         self.block_manager.free(req)
@@ -110,4 +122,7 @@ class Scheduler:
         req.status = RequestStatus.WAITING
         req.num_preemptions += 1
         self.num_preemptions += 1
-        self.waiting.appendleft(req)
+        if to_back:
+            self.waiting.append(req)
+        else:
+            self.waiting.appendleft(req)

@@ -224,6 +224,38 @@ def test_best_of_returns_the_likeliest_of_its_candidates(serve_app, client):
     assert best.usage.completion_tokens == 4 * 6
 
 
+def engine_beams(engine, prompt_ids: list[int], beams: int, max_tokens: int) -> list[list[int]]:
+    from app.sampling_params import SamplingParams
+
+    engine.add_request("beams", prompt_ids, SamplingParams(max_tokens=max_tokens, temperature=0, beam_width=beams))
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            if out.finished:
+                return [h.token_ids for h in out.beams]
+    raise AssertionError("the beam search did not finish")
+
+
+def test_beam_search_returns_the_best_beams(serve_app, client, tokenizer, engine):
+    """vLLM's `use_beam_search` (extra_body) with best_of=4 beams and n=2: the two best beams of
+    the engine's search (tests/test_beam_search.py holds it to transformers), best first, for
+    completions and chat; usage counts the beams returned; no KV block is left."""
+    prompt_ids = tokenizer.encode(PROMPTS[1])
+    expected = engine_beams(engine, prompt_ids, 4, 12)
+    got = client.completions.create(model=serve_app.model, prompt=PROMPTS[1], max_tokens=12, n=2, best_of=4,
+                                    extra_body={"use_beam_search": True})
+    assert [c.text for c in got.choices] == [tokenizer.decode(ids, skip_special_tokens=True) for ids in expected[:2]]
+    assert [c.index for c in got.choices] == [0, 1]
+    assert got.usage.completion_tokens == sum(len(ids) for ids in expected[:2])
+    messages = [{"role": "user", "content": "def add(a, b):"}]
+    expected = engine_beams(engine, chat_ids(tokenizer, messages), 3, 10)
+    chat = client.chat.completions.create(model=serve_app.model, messages=messages, max_tokens=10, n=3,
+                                          extra_body={"use_beam_search": True, "length_penalty": 1.0})
+    assert [c.message.content for c in chat.choices] == [
+        tokenizer.decode(ids, skip_special_tokens=True) for ids in expected]
+    assert all(c.finish_reason in ("stop", "length") for c in chat.choices)
+    wait_for_free_kv(serve_app)
+
+
 def test_32_concurrent_streams_finish_with_correct_usage(serve_app, client, tokenizer):
     def run(i: int):
         prompt = f"Request number {i}: {PROMPTS[i % len(PROMPTS)]}"
@@ -288,6 +320,16 @@ def test_bad_input_gets_openai_errors_and_the_server_keeps_serving(serve_app, cl
         ("/completions", dict(json={"prompt": "x", "n": 3, "best_of": 2}), 400),
         ("/completions", dict(json={"prompt": "x", "best_of": 2, "stream": True}), 400),
         ("/completions", dict(json={"prompt": "x", "echo": True, "logprobs": -1}), 400),
+        ("/completions", dict(json={"prompt": "x", "use_beam_search": True}), 400),  # one beam
+        ("/completions", dict(json={"prompt": "x", "use_beam_search": True, "n": 2, "stream": True}), 400),
+        ("/completions", dict(json={"prompt": "x", "use_beam_search": True, "n": 2, "temperature": 0.7}), 400),
+        ("/completions", dict(json={"prompt": "x", "use_beam_search": True, "n": 2, "logprobs": 1}), 400),
+        ("/completions", dict(json={"prompt": "x", "use_beam_search": True, "n": 2,
+                                    "early_stopping": "sometimes"}), 400),
+        # 16 beams x 1,000 tokens is more than the 256-block pool can hold.
+        ("/completions", dict(json={"prompt": "x", "use_beam_search": True, "n": 16, "max_tokens": 1000}), 400),
+        ("/chat/completions", dict(json={"messages": [{"role": "user", "content": "x"}], "use_beam_search": True,
+                                         "n": 2, "response_format": {"type": "json_object"}}), 400),
         ("/chat/completions", dict(json={"messages": []}), 400),
         ("/chat/completions", dict(json={"messages": [{"role": "user", "content": "x"}],
                                          "response_format": {"type": "json_schema", "json_schema": {
@@ -303,6 +345,8 @@ def test_bad_input_gets_openai_errors_and_the_server_keeps_serving(serve_app, cl
         "messages": [{"role": "user", "content": "x"}], "response_format": {
             "type": "json_schema", "json_schema": {"schema": {"type": "foo"}}}}))["message"]
     assert "context length" in error_body(post("/completions", json={"prompt": [7] * limit}))["message"]
+    assert "KV blocks" in error_body(post("/completions", json={
+        "prompt": "x", "use_beam_search": True, "n": 16, "max_tokens": 1000}))["message"]
     with pytest.raises(openai.BadRequestError):
         client.completions.create(model=serve_app.model, prompt="x", temperature=-1)
     with pytest.raises(openai.NotFoundError):

@@ -1,0 +1,36 @@
+"""Beam search's answer: each prompt's one engine request ends with its best beams, best first;
+the first `n` become that prompt's choices, detokenized with the request's stop strings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from deployments.choices import Choice
+from deployments.detokenizer import IncrementalDetokenizer
+
+
+@dataclass
+class BeamText:
+    index: int  # the choice index: prompt by prompt, best beam first
+    text: str
+    finish_reason: str
+    num_tokens: int
+
+
+def beam_texts(choices: list[Choice], n: int, tokenizer, stop_strings: list[str]) -> list[BeamText]:
+    """`choices`: one per prompt, started (a beam search's only output is its first)."""
+    texts = []
+    for c in choices:
+        final = c.first
+        beams = final.beams[:n]
+        for rank, beam in enumerate(beams):
+            detok = IncrementalDetokenizer(tokenizer, c.prompt_ids, stop_strings)
+            text = detok.add_tokens(beam.token_ids)
+            reason = "stop" if detok.stopped else beam.finish_reason
+            if not detok.stopped:
+                text += detok.finish()
+            texts.append(BeamText(c.prompt_index * n + rank, text, reason, len(beam.token_ids)))
+        c.num_output_tokens = sum(len(beam.token_ids) for beam in beams)
+        c.finish_reason = final.finish_reason
+        c.close()
+    return texts
