@@ -23,7 +23,7 @@ from app.config import EngineConfig
 from deployments.constraint import ConstraintService
 from deployments.draft import DraftModel
 from deployments.ingress import Ingress
-from deployments.limits import api_keys_from_env
+from deployments.request_gate import api_keys_from_env
 from deployments.metrics import MetricsHub
 from deployments.target import TargetModel
 

@@ -54,7 +54,7 @@ class EngineConfig:
     # Speculative decoding: "draft" (a draft model proposes), "ngram" (prompt lookup) or None.
     speculative_method: str | None = None
     num_speculative_tokens: int = 4  # k at small batches
-    # Batch size -> k thresholds, e.g. {1: 4, 16: 2, 32: 0}; None: `default_speculation_schedule`.
+    # Batch size -> k thresholds, e.g. {1: 4, 16: 2, 32: 0}; None: `SpeculationSchedule.default`.
     speculation_schedule: dict | None = None
     draft_model: str | None = None  # a local draft checkpoint, run in-process (offline use)
     # Guided decoding: insert the text a format forces (keys, punctuation) as drafts that are

@@ -8,7 +8,7 @@ and the mean accepted length (tokens per speculative step).
 
 The draft model runs in-process (`DraftWorker`, the code the DraftModel deployment runs), so
 this measures the engine, not the Serve hop. k follows the engine's default schedule for the
-device (`engine.default_speculation_schedule`) unless `--schedule` is given.
+device (`SpeculationSchedule.default`) unless `--schedule` is given.
 """
 
 from __future__ import annotations

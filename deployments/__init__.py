@@ -1,0 +1,1 @@
+"""The Ray Serve deployments of the graph (ingress, target, draft, constraint, metrics) and what they share."""

@@ -87,9 +87,6 @@ class ConstraintService:
         _, index = await self._run(regex)
         return index
 
-    def vocab_hash(self) -> str:
-        return self.vocab.vocab_hash
-
     def __del__(self):
         if getattr(self, "metrics", None) is not None:
             self.metrics.stop()

@@ -17,7 +17,7 @@ from ray import serve
 from app.config import EngineConfig
 from app.engine.spec.draft_worker import DraftWorker
 from app.engine.spec.proposal import DraftInput, Proposal
-from deployments.priority import NORMAL_PRIORITY_RUNTIME_ENV
+from deployments.worker_niceness import NORMAL_PRIORITY_RUNTIME_ENV
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0.5, "runtime_env": NORMAL_PRIORITY_RUNTIME_ENV})

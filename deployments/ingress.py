@@ -39,7 +39,7 @@ from deployments.best_of import keep_likeliest
 from deployments.echo import echo_logprobs, joined, vllm_prompt_logprobs
 from deployments.errors import REPLICA_LOST, replica_lost
 from deployments.guided_formats import FormatRequestError, RequestedFormat, requested_format
-from deployments.limits import DEFAULT_MAX_BODY_BYTES, RequestGate, configure_gate
+from deployments.request_gate import DEFAULT_MAX_BODY_BYTES, RequestGate, configure_gate
 from deployments.metrics import IngressMetrics, RequestTimer
 from deployments.tool_calls import (ToolStream, parse_calls, render_messages, requested_tool_format,
                                     syntax_for_template, template_knows_tools)

@@ -30,13 +30,13 @@ from deployments.autoscaling import target_autoscaling_stats
 from deployments.draft import DraftClient
 from deployments.guided_client import GuidedIndexStore
 from deployments.engine_metrics import EngineMetricsReporter
-from deployments.priority import NORMAL_PRIORITY_RUNTIME_ENV
+from deployments.worker_niceness import NORMAL_PRIORITY_RUNTIME_ENV
 
 logger = logging.getLogger("ray.serve")
 # With `engine_process: false` only (the engine as a thread of the replica).
 # Measured at concurrency 8 on 2 CPU cores (benchmarks/RESULTS.md), while the engine thread
 # still ran at Ray's niceness 15: Serve overhead 1.39-1.47 at the default 5 ms, 1.29-1.32 at
-# 0.5 ms, 1.36 at 0.2 ms. Not re-measured since (deployments/priority.py).
+# 0.5 ms, 1.36 at 0.2 ms. Not re-measured since (deployments/worker_niceness.py).
 GIL_SWITCH_INTERVAL_S = 0.0005
 
 

@@ -79,7 +79,7 @@ class TritonAttentionBackend:
         _check_device(kv_cache)
         query = query if query.stride(-1) == 1 else query.contiguous()
         k_cache, v_cache = kv_cache[0], kv_cache[1]
-        if query.shape[0] == meta.num_seqs and all(n == 1 for n in meta.query_lens_cpu):
+        if meta.is_decode_only:
             max_seq_len = self.static_max_seq_len or meta.max_seq_len
             return decode_attention(query, k_cache, v_cache, meta.block_tables, meta.seq_lens,
                                     scale, max_seq_len, self.partition_size, self.decode_block_n,

@@ -38,4 +38,5 @@ class AttentionMetadata:
 
     @property
     def is_decode_only(self) -> bool:
+        """One query token per sequence: a plain decode step."""
         return self.max_query_len == 1

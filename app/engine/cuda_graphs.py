@@ -1,16 +1,9 @@
 """CUDA graphs for decode-only steps: at small batches a decode step is mostly kernel-launch
 overhead (hundreds of launches for a 32-layer model), which one graph replay removes.
 
-How the model runner uses it (CUDA only, once the KV caches exist):
-
-    graphs = CudaGraphDecodeRunner(model, kv_caches, backend, max_batch_size=config.max_num_seqs,
-                                   max_blocks_per_seq=-(-max_model_len // block_size) + 1,
-                                   device=device)          # captures every padded size now
-    ...
-    if graphs.can_run(meta):                               # decode-only, fits the buffers
-        hidden = graphs.run(input_ids, positions, meta)    # [T, hidden]; valid until next run
-    else:
-        hidden = model(input_ids, positions, kv_caches, meta, backend)
+The model runner (`ModelRunner.execute`) builds one at start-up on CUDA, which captures every
+padded size then, and replays it for each step `can_run` accepts (decode-only, within the
+buffers); other steps run the model eagerly.
 
 Graphs are captured for padded batch sizes (1, 2, 4, 8, then every 16 up to the max) over
 static input buffers. A step's rows are copied in; padding rows get slot -1 (their K/V are
@@ -84,8 +77,7 @@ class CudaGraphDecodeRunner:
 
     def can_run(self, meta: AttentionMetadata) -> bool:
         n = meta.num_seqs
-        return (0 < n <= self.max_batch_size and len(meta.query_lens_cpu) == n
-                and all(q == 1 for q in meta.query_lens_cpu)
+        return (0 < n <= self.max_batch_size and meta.is_decode_only
                 and meta.block_tables.shape[1] <= self.max_blocks_per_seq
                 and meta.max_seq_len <= self.max_seq_len)
 

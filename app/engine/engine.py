@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 from app.config import EngineConfig
 from app.engine.beam_search import BeamSearch
 from app.engine.block_manager import BlockManager
-from app.engine.guidance import plan_guided_drafts
+from app.engine.guided_rows import plan_guided_drafts
 from app.engine.model_runner import ModelRunner
 from app.engine.request import Request, RequestStatus
 from app.engine.request_limits import RequestLimits
@@ -44,18 +44,6 @@ class EngineStats:
     spec: SpecStats = field(default_factory=SpecStats)
 
 
-def default_speculation_schedule(k: int, device_type: str = "cuda") -> SpeculationSchedule:
-    """On a GPU: k while the batch is small, half of it from 8 requests, none from 32 (where
-    verifying k extra positions per request costs more than the steps it saves). On a CPU a
-    step is compute-bound from a handful of rows (benchmarks/RESULTS.md: 0.5x at batch 4-16),
-    so speculation stops at 4."""
-    if k == 0:
-        return SpeculationSchedule.disabled()
-    if device_type == "cpu":
-        return SpeculationSchedule({1: k, 4: 0})
-    return SpeculationSchedule({1: k, 8: max(k // 2, 1), 32: 0})
-
-
 def build_proposer(config: EngineConfig) -> Proposer | None:
     """The in-process proposer the config names (the Serve graph passes a remote one instead)."""
     if config.speculative_method == "ngram":
@@ -72,7 +60,7 @@ class LLMEngine:
     def __init__(self, config: EngineConfig, proposer: Proposer | None = None):
         self.config = config
         self.model_config = ModelConfig.from_dir(config.model)
-        self.max_model_len = self._max_model_len()
+        self.max_model_len = self.model_config.max_model_len(config.max_model_len)
         self.runner = ModelRunner(config, self.model_config, self.max_model_len)
         self.block_manager = BlockManager(self.runner.num_blocks, config.block_size,
                                           config.enable_prefix_caching)
@@ -84,10 +72,8 @@ class LLMEngine:
         self._tokenizer = None
         proposer = proposer or build_proposer(config)
         if config.speculative_method and proposer is not None:
-            schedule = (SpeculationSchedule.from_config(config.speculation_schedule)
-                        if config.speculation_schedule is not None
-                        else default_speculation_schedule(config.num_speculative_tokens,
-                                                          config.torch_device.type))
+            schedule = SpeculationSchedule.from_config(config.speculation_schedule, config.num_speculative_tokens,
+                                                       config.torch_device.type)
             self.speculator = Speculator(proposer, schedule, self.max_model_len,
                                          self.model_config.vocab_size, config.seed)
         self.requests: dict[str, Request] = {}
@@ -97,16 +83,6 @@ class LLMEngine:
         self.generation_tokens = 0
         self.num_steps = 0
         self._offline_ids = itertools.count()
-
-    def _max_model_len(self) -> int:
-        limit = self.model_config.max_position_embeddings
-        if self.model_config.sliding_window:  # no sliding-window attention: stay inside the window
-            limit = min(limit, self.model_config.sliding_window)
-        if self.config.max_model_len is None:
-            return limit
-        if self.config.max_model_len > limit:
-            raise ValueError(f"max_model_len {self.config.max_model_len} is over the model's limit {limit}")
-        return self.config.max_model_len
 
     # -- requests --------------------------------------------------------------------------
     def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> None:

@@ -7,7 +7,6 @@ cache, `num_computed_tokens` is how much already is; each step closes part of th
 from __future__ import annotations
 
 import enum
-import time
 
 import torch
 
@@ -33,8 +32,6 @@ class Request:
         self.status = RequestStatus.WAITING
         self.finish_reason: str | None = None
         self.num_preemptions = 0
-        self.arrival_time = time.monotonic()
-        self.first_scheduled_time: float | None = None
         self.num_emitted_tokens = 0  # output tokens already handed to the caller
         # One per prompt token once the prompt has run (the first is None: nothing scores it).
         self.prompt_logprobs: list | None = [None] if params.prompt_logprobs is not None else None

@@ -22,10 +22,6 @@ class SchedulerOutput:
     num_scheduled_tokens: dict[Request, int] = field(default_factory=dict)
     preempted: list[Request] = field(default_factory=list)
 
-    @property
-    def total_tokens(self) -> int:
-        return sum(self.num_scheduled_tokens.values())
-
     def __bool__(self) -> bool:
         return bool(self.num_scheduled_tokens)
 

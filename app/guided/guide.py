@@ -25,8 +25,7 @@ from typing import Any
 import torch
 from outlines_core import Guide, Index
 
-from app.guided.vocabulary import (GuidedVocabulary, allocate_token_bitmask, allow_only_token, fill_token_bitmask,
-                                   unpack_token_bitmask)
+from app.guided.vocabulary import GuidedVocabulary, allow_only_token, fill_token_bitmask
 
 MAX_FORCED_BYTES = 512
 MAX_FORCED_TOKENS = 32  # forced + proposed drafts must stay within the guide's max_rollback
@@ -113,11 +112,6 @@ class GuidedDecoder:
         return len(self._advanced)
 
     @property
-    def is_final(self) -> bool:
-        """The text so far is a complete match (EOS allowed)."""
-        return self.guide.is_finished()
-
-    @property
     def is_finished(self) -> bool:
         """EOS was accepted, or nothing but EOS can follow: the request is done ("stop")."""
         return self._eos_accepted or self._is_terminal(self.guide.get_state())
@@ -153,12 +147,6 @@ class GuidedDecoder:
             allow_only_token(bitmask, row, forced[0])
         else:
             fill_token_bitmask(self.guide, bitmask, row, self.vocab)
-
-    def allowed_mask(self) -> torch.Tensor:
-        """bool[logits_width], True where allowed (convenience; the engine uses bitmask rows)."""
-        bitmask = allocate_token_bitmask(1, self.logits_width)
-        self.fill_bitmask(bitmask, 0)
-        return unpack_token_bitmask(bitmask, self.logits_width)[0]
 
     # -- moving -----------------------------------------------------------------------------
     def advance(self, token_id: int) -> bool:
@@ -213,12 +201,6 @@ class GuidedDecoder:
             bitmask[row + 1 + accepted: row + 1 + len(draft_ids)].zero_()
         self.rollback(accepted)
         return accepted
-
-    def draft_masks(self, draft_ids: list[int]) -> torch.Tensor:
-        """bool[1 + k, logits_width]: `fill_draft_bitmasks` unpacked (for tests and tools)."""
-        bitmask = allocate_token_bitmask(1 + len(draft_ids), self.logits_width)
-        self.fill_draft_bitmasks(bitmask, 0, draft_ids)
-        return unpack_token_bitmask(bitmask, self.logits_width)
 
     # -- jump-forward -----------------------------------------------------------------------
     def forced_token_ids(self, tokenizer: Any) -> list[int]:

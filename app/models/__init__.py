@@ -1,0 +1,1 @@
+"""Llama-family models over the paged KV cache, loaded from local Hugging Face checkpoints."""

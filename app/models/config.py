@@ -70,3 +70,15 @@ class ModelConfig:
             eos_token_ids=eos_ids,
             sliding_window=window,
         )
+
+    def max_model_len(self, requested: int | None = None) -> int:
+        """The context a request may fill: `requested`, or the model's limit when None. With no
+        sliding-window attention here, a windowed model is kept inside its window."""
+        limit = self.max_position_embeddings
+        if self.sliding_window:
+            limit = min(limit, self.sliding_window)
+        if requested is None:
+            return limit
+        if requested > limit:
+            raise ValueError(f"max_model_len {requested} is over the model's limit {limit}")
+        return requested

@@ -30,6 +30,20 @@ NESTED = {"type": "object", "properties": {
     "required": ["id", "tags", "owner"]}
 
 
+def allowed_mask(dec: GuidedDecoder) -> torch.Tensor:
+    """bool[width], True where the decoder allows a token (the engine fills bitmask rows)."""
+    bitmask = allocate_token_bitmask(1, dec.logits_width)
+    dec.fill_bitmask(bitmask, 0)
+    return unpack_token_bitmask(bitmask, dec.logits_width)[0]
+
+
+def draft_masks(dec: GuidedDecoder, draft_ids: list[int]) -> torch.Tensor:
+    """bool[1 + k, width]: `fill_draft_bitmasks` unpacked."""
+    bitmask = allocate_token_bitmask(1 + len(draft_ids), dec.logits_width)
+    dec.fill_draft_bitmasks(bitmask, 0, draft_ids)
+    return unpack_token_bitmask(bitmask, dec.logits_width)
+
+
 def schema_format(schema: dict, whitespace: str | None = None) -> dict:
     spec = {"type": "json_schema", "json_schema": {"schema": schema}}
     if whitespace is not None:
@@ -58,7 +72,7 @@ def allowed_ids(mask: torch.Tensor) -> set[int]:
 
 def choose(dec: GuidedDecoder, rng: random.Random) -> int:
     """A random allowed token; EOS with p=0.5 once allowed."""
-    allowed = allowed_ids(dec.allowed_mask())
+    allowed = allowed_ids(allowed_mask(dec))
     others = sorted(allowed - {dec.vocab.eos_token_id})
     if dec.vocab.eos_token_id in allowed and (not others or rng.random() < 0.5):
         return dec.vocab.eos_token_id
@@ -70,39 +84,39 @@ def test_masks_equal_guide_and_eos_only_when_final(gv, nested_index):
     for _ in range(5):
         dec, ref = GuidedDecoder(nested_index, gv, WIDTH), Guide(nested_index)
         while True:
-            mask = dec.allowed_mask()
+            mask = allowed_mask(dec)
             assert mask.shape == (WIDTH,) and not mask[4096:].any()
             assert allowed_ids(mask) == set(ref.get_tokens())
-            assert bool(mask[gv.eos_token_id]) == dec.is_final == ref.is_finished()
+            assert bool(mask[gv.eos_token_id]) == dec.guide.is_finished() == ref.is_finished()
             disallowed = next(i for i in range(4096) if not mask[i])
-            assert not dec.advance(disallowed) and allowed_ids(dec.allowed_mask()) == allowed_ids(mask)
+            assert not dec.advance(disallowed) and allowed_ids(allowed_mask(dec)) == allowed_ids(mask)
             tid = choose(dec, rng)
             assert dec.advance(tid)
             if tid == gv.eos_token_id:
                 break
             ref.advance(tid, return_tokens=False)
-        assert dec.is_finished and not dec.allowed_mask().any()
+        assert dec.is_finished and not allowed_mask(dec).any()
         assert not dec.advance(gv.eos_token_id)
 
 
 def test_rollback_restores_masks_eos_included(gv, nested_index):
     rng = random.Random(1)
     dec = GuidedDecoder(nested_index, gv, WIDTH)
-    masks = [dec.allowed_mask()]
-    while not (dec.is_final and dec.num_tokens >= 6):
+    masks = [allowed_mask(dec)]
+    while not (dec.guide.is_finished() and dec.num_tokens >= 6):
         tid = choose(dec, rng)
         if tid == gv.eos_token_id:
             continue
         assert dec.advance(tid)
-        masks.append(dec.allowed_mask())
+        masks.append(allowed_mask(dec))
     assert dec.advance(gv.eos_token_id) and dec.is_finished
     dec.rollback(1)  # the EOS: the guide did not move for it
-    assert dec.is_final and torch.equal(dec.allowed_mask(), masks[-1])  # EOS allowed again
+    assert dec.guide.is_finished() and torch.equal(allowed_mask(dec), masks[-1])  # EOS allowed again
     n = dec.num_tokens
     dec.rollback(4)
-    assert dec.num_tokens == n - 4 and torch.equal(dec.allowed_mask(), masks[-5])
+    assert dec.num_tokens == n - 4 and torch.equal(allowed_mask(dec), masks[-5])
     dec.rollback(dec.num_tokens)
-    assert torch.equal(dec.allowed_mask(), masks[0])
+    assert torch.equal(allowed_mask(dec), masks[0])
     with pytest.raises(ValueError):
         dec.rollback(1)
 
@@ -116,14 +130,14 @@ def test_draft_masks_mix_of_allowed_and_disallowed(gv, tok):
     letter = tok.convert_tokens_to_ids("a")
     # "1", "2" allowed, "a" not (a dash is due), then "-" (would be allowed after a dash).
     drafts = [first, second, letter, dash]
-    masks = dec.draft_masks(drafts)
+    masks = draft_masks(dec, drafts)
     assert masks.shape == (5, WIDTH)
-    assert dec.num_tokens == 0 and torch.equal(masks[0], dec.allowed_mask())  # guide restored
+    assert dec.num_tokens == 0 and torch.equal(masks[0], allowed_mask(dec))  # guide restored
     expected = []
     for tid in drafts[:2]:
-        expected.append(dec.allowed_mask())
+        expected.append(allowed_mask(dec))
         dec.advance(tid)
-    expected.append(dec.allowed_mask())
+    expected.append(allowed_mask(dec))
     for row, mask in enumerate(expected):
         assert torch.equal(masks[row], mask), row
     assert bool(masks[1][second]) and not masks[2][letter] and bool(masks[2][dash])
@@ -136,7 +150,7 @@ def test_draft_masks_mix_of_allowed_and_disallowed(gv, tok):
     assert dec.fill_draft_bitmasks(bitmask, 1, [gv.eos_token_id, letter]) == 1
     assert (bitmask[0] == -1).all() and (bitmask[4:] == -1).all()  # other rows untouched
     assert (bitmask[2] == 0).all() and (bitmask[3] == 0).all()  # nothing after EOS
-    assert dec.num_tokens == 4 and dec.is_final and not dec.is_finished
+    assert dec.num_tokens == 4 and dec.guide.is_finished() and not dec.is_finished
 
 
 @pytest.mark.parametrize("whitespace", [None, ""])
@@ -206,7 +220,7 @@ def test_jump_forward_masks_allow_only_the_forced_token(gv, tok):
     bitmask = allocate_token_bitmask(1, WIDTH)
     dec.fill_bitmask(bitmask, 0, jump_forward_tokenizer=tok)
     assert allowed_ids(unpack_token_bitmask(bitmask, WIDTH)[0]) == {forced[0]}
-    assert forced[0] in allowed_ids(dec.allowed_mask())
+    assert forced[0] in allowed_ids(allowed_mask(dec))
     # Along the forced drafts: one-hot rows inside the forced text; after it (inside the
     # name's string, nothing forced) the grammar's own mask.
     rows = allocate_token_bitmask(1 + len(forced), WIDTH)
@@ -214,4 +228,4 @@ def test_jump_forward_masks_allow_only_the_forced_token(gv, tok):
     unpacked = unpack_token_bitmask(rows, WIDTH)
     assert allowed_ids(unpacked[0]) == {forced[0]}
     assert dec.accept_prefix(forced) == len(forced) and not dec.forced_token_ids(tok)
-    assert allowed_ids(unpacked[len(forced)]) == allowed_ids(dec.allowed_mask())
+    assert allowed_ids(unpacked[len(forced)]) == allowed_ids(allowed_mask(dec))

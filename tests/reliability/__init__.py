@@ -1,0 +1,1 @@
+"""Reliability tests: bad input, overload, cancellation, faults, auth, several nodes."""

@@ -392,7 +392,7 @@ def test_model_stages_run_at_normal_cpu_priority(serve_app):
     """Ray lowers each worker's start-up thread to niceness 15 but not its gRPC/I-O threads, so
     an engine would lose its core to the chunk traffic it produces; the model stages keep their
     whole process, and the target's engine process, at the cluster's niceness
-    (deployments/priority.py)."""
+    (deployments/worker_niceness.py)."""
     base = os.getpriority(os.PRIO_PROCESS, 0)  # the raylet (and its workers) start from ours
     niceness = replica_thread_niceness(serve_app.name)
     assert {"Ingress", "TargetModel", "DraftModel", "TargetModel engine"} <= set(niceness), niceness
@@ -422,7 +422,7 @@ def test_serve_config_yaml_names_every_stage_and_the_custom_policy():
     # The builder gives TargetModel its resources and priority; the file sets DraftModel's,
     # which replace the deployment's own, so they must carry the priority too.
     assert "ray_actor_options" not in target.model_fields_set
-    from deployments.priority import NORMAL_PRIORITY_RUNTIME_ENV
+    from deployments.worker_niceness import NORMAL_PRIORITY_RUNTIME_ENV
 
     assert stages["DraftModel"].ray_actor_options.runtime_env == NORMAL_PRIORITY_RUNTIME_ENV
     policy = target.autoscaling_config["policy"]["policy_function"]

@@ -23,35 +23,35 @@ def brute_force(tokens: list[int], k: int, min_n: int, max_n: int) -> list[int]:
 
 def test_most_recent_match_wins():
     tokens = [1, 2, 3, 9, 1, 2, 3, 7, 5, 1, 2, 3]
-    assert NgramProposer(k=2).propose(tokens) == [7, 5]
+    assert NgramProposer(k=2).propose_for("r", tokens) == [7, 5]
 
 
 def test_longer_n_preferred_over_more_recent_shorter_match():
     tokens = [5, 6, 7, 8, 9, 6, 1, 5, 6]  # [5, 6] matches at 0; [6] alone more recently at 5
-    assert NgramProposer(k=2).propose(tokens) == [7, 8]
-    assert NgramProposer(k=2, max_n=1).propose(tokens) == [1, 5]
+    assert NgramProposer(k=2).propose_for("r", tokens) == [7, 8]
+    assert NgramProposer(k=2, max_n=1).propose_for("r", tokens) == [1, 5]
 
 
 def test_at_most_k_tokens():
     tokens = list(range(20)) + [3, 4]
-    assert NgramProposer(k=3).propose(tokens) == [5, 6, 7]
-    assert NgramProposer(k=3).propose(tokens, k=5) == [5, 6, 7, 8, 9]
-    assert NgramProposer(k=3).propose(tokens, k=0) == []
+    assert NgramProposer(k=3).propose_for("r", tokens) == [5, 6, 7]
+    assert NgramProposer(k=3).propose_for("r", tokens, k=5) == [5, 6, 7, 8, 9]
+    assert NgramProposer(k=3).propose_for("r", tokens, k=0) == []
 
 
 def test_none_without_a_match():
-    assert NgramProposer().propose([1, 2, 3, 4]) == []
-    assert NgramProposer().propose([]) == []
-    assert NgramProposer().propose([5]) == []
+    assert NgramProposer().propose_for("r", [1, 2, 3, 4]) == []
+    assert NgramProposer().propose_for("r", []) == []
+    assert NgramProposer().propose_for("r", [5]) == []
     # Only a 1-gram matches; with min_n = 2 that is not enough.
-    assert NgramProposer(min_n=2).propose([4, 8, 1, 2, 8]) == []
-    assert NgramProposer(min_n=1).propose([4, 8, 1, 2, 8]) == [1, 2, 8]
+    assert NgramProposer(min_n=2).propose_for("r", [4, 8, 1, 2, 8]) == []
+    assert NgramProposer(min_n=1).propose_for("r", [4, 8, 1, 2, 8]) == [1, 2, 8]
 
 
 def test_match_running_into_the_end_of_the_sequence():
-    assert NgramProposer(k=5).propose([1, 2, 3, 1, 2]) == [3, 1, 2]
-    assert NgramProposer(k=4).propose([7, 7, 7, 7]) == [7]  # 3-gram ending at 2, overlapping
-    assert NgramProposer(k=4).propose([3, 4, 3, 4, 3, 4]) == [3, 4]
+    assert NgramProposer(k=5).propose_for("r", [1, 2, 3, 1, 2]) == [3, 1, 2]
+    assert NgramProposer(k=4).propose_for("r", [7, 7, 7, 7]) == [7]  # 3-gram ending at 2, overlapping
+    assert NgramProposer(k=4).propose_for("r", [3, 4, 3, 4, 3, 4]) == [3, 4]
 
 
 def test_matches_brute_force_on_random_sequences():
@@ -70,7 +70,8 @@ def test_incremental_buffers_agree_with_stateless_search():
     rng = random.Random(1)
     tokens = [rng.randrange(4) for _ in range(10)]
     for _ in range(100):  # tokens only grow, as a request's do
-        assert proposer.propose_for("a", tokens) == proposer.propose(tokens)
+        stateless = find_ngram_continuation(np.array(tokens, dtype=np.int64), 3, 1, 4).tolist()
+        assert proposer.propose_for("a", tokens) == stateless
         tokens.append(rng.randrange(4))
     other = [9, 8, 9]  # a different list under the same id is converted afresh
     assert proposer.propose_for("a", other) == [8, 9]
@@ -102,11 +103,11 @@ def test_speed_on_8k_tokens():
     array = np.array(tokens, dtype=np.int64)
     start = time.perf_counter()
     for _ in range(calls):
-        proposer.propose(array)
+        find_ngram_continuation(array, 4)
     per_array_call = (time.perf_counter() - start) / calls * 1e6
     start = time.perf_counter()
     for _ in range(30):
-        proposer.propose(tokens)
+        find_ngram_continuation(np.array(tokens, dtype=np.int64), 4)
     per_list_call = (time.perf_counter() - start) / 30 * 1e6
     print(f"\n  ngram on {len(tokens)} tokens: propose_for {per_call:.0f} us/call, "
-          f"propose(ndarray) {per_array_call:.0f} us, propose(list) {per_list_call:.0f} us")
+          f"search of an array {per_array_call:.0f} us, of a list {per_list_call:.0f} us")

@@ -3,31 +3,35 @@ parsing (YAML/JSON string keys, a plain int) and validation of mistakes."""
 
 import pytest
 
-from app.engine.spec.schedule import DEFAULT_SCHEDULE, SpeculationSchedule
+from app.engine.spec.schedule import SpeculationSchedule
+
+GPU_DEFAULT = {1: 4, 8: 2, 32: 0}  # SpeculationSchedule.default(4) on a GPU
 
 
 def test_step_function_boundaries():
     s = SpeculationSchedule({1: 4, 8: 3, 16: 2, 32: 0})
     expected = {0: 4, 1: 4, 7: 4, 8: 3, 15: 3, 16: 2, 31: 2, 32: 0, 64: 0, 10_000: 0}
     assert {b: s.k_for(b) for b in expected} == expected
-    assert s(8) == 3 and s.max_k == 4
+    assert s.k_for(8) == 3 and s.max_k == 4
 
 
 def test_default_turns_speculation_off_at_large_batches():
-    s = SpeculationSchedule()
-    assert s.as_dict() == DEFAULT_SCHEDULE
+    s = SpeculationSchedule.default(4)
+    assert s.as_dict() == GPU_DEFAULT
     assert s.k_for(1) > 0 and s.k_for(1024) == 0
-    assert SpeculationSchedule.from_config(None).as_dict() == DEFAULT_SCHEDULE
+    assert SpeculationSchedule.from_config(None, 4).as_dict() == GPU_DEFAULT
+    assert SpeculationSchedule.from_config(None, 4, "cpu").as_dict() == {1: 4, 4: 0}
+    assert SpeculationSchedule.default(0).max_k == 0
 
 
 def test_from_config_forms():
-    assert SpeculationSchedule.from_config({"1": 5, "4": 2, "16": 0}).as_dict() == {1: 5, 4: 2, 16: 0}
-    assert SpeculationSchedule.from_config({16: 0, 1: 3}).k_for(20) == 0  # any key order
-    constant = SpeculationSchedule.from_config(3)
+    assert SpeculationSchedule.from_config({"1": 5, "4": 2, "16": 0}, 4).as_dict() == {1: 5, 4: 2, 16: 0}
+    assert SpeculationSchedule.from_config({16: 0, 1: 3}, 4).k_for(20) == 0  # any key order
+    constant = SpeculationSchedule.from_config(3, 4)
     assert constant.k_for(1) == constant.k_for(500) == 3
     disabled = SpeculationSchedule.disabled()
     assert disabled.max_k == 0 and disabled.k_for(1) == 0
-    assert "1: 4" in repr(SpeculationSchedule())
+    assert "1: 4" in repr(SpeculationSchedule.default(4))
 
 
 @pytest.mark.parametrize("config", [
@@ -45,15 +49,15 @@ def test_from_config_forms():
 ])
 def test_invalid_mappings(config):
     with pytest.raises(ValueError):
-        SpeculationSchedule.from_config(config)
+        SpeculationSchedule.from_config(config, 4)
 
 
 @pytest.mark.parametrize("config", [True, "4", [1, 4], 2.0])
 def test_invalid_config_types(config):
     with pytest.raises(ValueError):
-        SpeculationSchedule.from_config(config)
+        SpeculationSchedule.from_config(config, 4)
 
 
 def test_negative_batch_size():
     with pytest.raises(ValueError):
-        SpeculationSchedule().k_for(-1)
+        SpeculationSchedule.default(4).k_for(-1)

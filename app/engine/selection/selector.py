@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from app.engine.guidance import mask_guided_rows
+from app.engine.guided_rows import mask_guided_rows
 from app.engine.selection import transfer
 from app.engine.selection.distribution import row_probs
 from app.engine.selection.draws import ACCEPT, SAMPLE, step_key, uniforms

@@ -1,0 +1,1 @@
+"""Speculative decoding: proposers (draft model, n-gram), the k schedule, and verification."""

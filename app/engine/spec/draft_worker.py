@@ -29,7 +29,7 @@ class DraftWorker:
     def __init__(self, config: EngineConfig):
         self.config = config
         self.model_config = ModelConfig.from_dir(config.model)
-        self.max_model_len = config.max_model_len or self.model_config.max_position_embeddings
+        self.max_model_len = self.model_config.max_model_len(config.max_model_len)
         self.runner = ModelRunner(config, self.model_config, self.max_model_len)
         self.block_manager = BlockManager(self.runner.num_blocks, config.block_size, enable_prefix_caching=True)
         self.num_calls = 0

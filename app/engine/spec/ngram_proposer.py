@@ -61,15 +61,11 @@ class NgramProposer:
         self.k, self.min_n, self.max_n = k, min_n, max_n
         self._buffers: dict[str, tuple[np.ndarray, int]] = {}  # request id -> (array, length)
 
-    def propose(self, token_ids: Sequence[int] | np.ndarray, k: int | None = None) -> list[int]:
-        """Stateless: the proposal for this token sequence (prompt + output so far)."""
-        tokens = np.asarray(token_ids, dtype=np.int64)
-        return self._search(tokens, k)
-
     def propose_for(self, request_id: str, token_ids: Sequence[int], k: int | None = None
                     ) -> list[int]:
-        """As `propose`, but converts only the tokens added since the last call for this
-        request (token lists only grow; a shorter or changed list is converted afresh)."""
+        """The proposal for this request's tokens (prompt + output so far), converting only
+        the tokens added since its last call (token lists only grow; a shorter or changed list
+        is converted afresh)."""
         length = len(token_ids)
         buf, known = self._buffers.get(request_id, (np.empty(0, dtype=np.int64), 0))
         if known > length or (known and buf[known - 1] != token_ids[known - 1]):

@@ -13,15 +13,14 @@ from __future__ import annotations
 import bisect
 from typing import Any, Mapping
 
-DEFAULT_SCHEDULE: dict[int, int] = {1: 4, 8: 3, 16: 2, 32: 0}
 MAX_K = 64  # far beyond any useful k; larger values are config mistakes
 
 
 class SpeculationSchedule:
     """Step function from the number of running decode requests to k."""
 
-    def __init__(self, thresholds: Mapping[int | str, int] | None = None):
-        items = DEFAULT_SCHEDULE if thresholds is None else thresholds
+    def __init__(self, thresholds: Mapping[int | str, int]):
+        items = thresholds
         if not items:
             raise ValueError("speculation schedule is empty")
         parsed: dict[int, int] = {}
@@ -43,10 +42,23 @@ class SpeculationSchedule:
             raise ValueError(f"k must not increase with the batch size: {self.as_dict()}")
 
     @classmethod
-    def from_config(cls, config: Any) -> SpeculationSchedule:
-        """None -> default; an int -> that k at every batch size; a mapping -> thresholds."""
+    def default(cls, k: int, device_type: str = "cuda") -> SpeculationSchedule:
+        """On a GPU: k while the batch is small, half of it from 8 requests, none from 32 (where
+        verifying k extra positions per request costs more than the steps it saves). On a CPU a
+        step is compute-bound from a handful of rows (benchmarks/RESULTS.md: 0.5x at batch 4-16),
+        so speculation stops at 4."""
+        if k == 0:
+            return cls.disabled()
+        if device_type == "cpu":
+            return cls({1: k, 4: 0})
+        return cls({1: k, 8: max(k // 2, 1), 32: 0})
+
+    @classmethod
+    def from_config(cls, config: Any, k: int, device_type: str = "cuda") -> SpeculationSchedule:
+        """None -> `default(k, device_type)`; an int -> that k at every batch size; a mapping ->
+        thresholds."""
         if config is None:
-            return cls()
+            return cls.default(k, device_type)
         if isinstance(config, bool):
             raise ValueError("speculation schedule must be a mapping or an int, not a bool")
         if isinstance(config, int):
@@ -65,8 +77,6 @@ class SpeculationSchedule:
             raise ValueError(f"batch size must be >= 0, got {batch_size}")
         index = bisect.bisect_right(self.batch_sizes, max(batch_size, 1)) - 1
         return self.ks[index]
-
-    __call__ = k_for
 
     @property
     def max_k(self) -> int:
