@@ -109,8 +109,8 @@ def main() -> int:
         print("benchmarks/kernels.py measures GPU kernels and needs CUDA; no GPU here, nothing run.")
         return 0
 
-    from app.engine.attention_metadata import AttentionMetadata
-    from app.engine.torch_attention import paged_attention
+    from kernels.attention_interface import AttentionMetadata
+    from kernels.torch_attention import paged_attention
     from kernels.decode_attention import decode_attention
 
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  "

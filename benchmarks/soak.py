@@ -64,7 +64,7 @@ def start_app(app_args: dict, num_cpus: int) -> tuple[str, str]:
     import yaml
     from ray import serve
 
-    from app.builder import build_app
+    from deployments.builder import build_app
 
     config = yaml.safe_load((REPO / "serve_config.yaml").read_text())
     args = {**config["applications"][0]["args"], "device": "cpu", **app_args}

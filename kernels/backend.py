@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import torch
 
-from app.engine.attention_metadata import AttentionMetadata
+from kernels.attention_interface import AttentionMetadata
 from kernels.decode_attention import DEFAULT_PARTITION_SIZE, decode_attention
 from kernels.kv_cache_write import _kv_cache_write_kernel, write_kv_cache
 from kernels.prefill_attention import prefill_attention

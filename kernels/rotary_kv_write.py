@@ -1,7 +1,7 @@
 """Rotary embedding on q and k fused with the KV-cache write: one kernel per layer where
 eager PyTorch runs about ten (rotate-half copies, multiplies, adds, the write). The reference
-is `kernels.reference.rotary_write_kv_ref`: `app.models.rope.apply_rotary` on q and k, then
-`app.engine.torch_attention.write_kv_cache` of the rotated k and of v.
+is `kernels.reference.rotary_write_kv_ref`: `kernels.torch_rotary.apply_rotary` on q and k, then
+`kernels.torch_attention.write_kv_cache` of the rotated k and of v.
 
 One program per token. q is rotated in place (it is a view of the qkv projection's output,
 which nothing else reads); k is rotated on its way into the cache and v copied there, at the

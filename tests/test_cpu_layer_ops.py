@@ -51,7 +51,7 @@ def test_rotary_write_kv(ops, heads, kv_heads, head_dim):
     cos, sin = rope.cos_sin(positions, torch.float32)
     caches = [torch.full((2, 6, block, kv_heads, head_dim), float("nan")) for _ in range(2)]
     got = ops.rotary_write_kv(q, k, v, cos, sin, caches[0], meta, None)
-    from app.engine.torch_attention import TorchAttentionBackend
+    from kernels.torch_attention import TorchAttentionBackend
     want = TORCH_OPS.rotary_write_kv(q, k, v, cos, sin, caches[1], meta, TorchAttentionBackend())
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
     assert torch.equal(caches[0].isnan(), caches[1].isnan()), "other slots were written"

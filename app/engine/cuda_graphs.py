@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from app.engine.attention_metadata import AttentionMetadata
+from kernels.attention_interface import AttentionMetadata
 
 
 def capture_sizes(max_batch_size: int) -> list[int]:

@@ -5,17 +5,18 @@ from __future__ import annotations
 import torch
 
 from app.config import EngineConfig
-from app.engine.attention_metadata import AttentionMetadata
 from app.engine.request import Request
 from app.engine.selection.layout import RowLayout
 from app.engine.selection.prompt_logprobs import PromptRows
-from app.engine.torch_attention import TorchAttentionBackend
 from app.models.config import ModelConfig
 from app.models.layer_ops import select_layer_ops
 from app.models.loader import load_model
+from kernels.attention_interface import AttentionBackend, AttentionMetadata
+from kernels.torch_attention import TorchAttentionBackend
 
 
-def select_attention_backend(name: str, device: torch.device, dtype: torch.dtype = torch.float32):
+def select_attention_backend(name: str, device: torch.device, dtype: torch.dtype = torch.float32
+                             ) -> AttentionBackend:
     """auto: Triton on CUDA; on the CPU the C++ kernel where it builds, else plain PyTorch."""
     if name == "auto":
         name = "triton" if device.type == "cuda" else "cpu"

@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from app.engine.attention_metadata import AttentionMetadata
-from app.models.rope import apply_rotary
+from kernels.attention_interface import AttentionMetadata
+from kernels.torch_rotary import apply_rotary
 
 
 class TorchLayerOps:

@@ -15,10 +15,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from app.engine.attention_metadata import AttentionMetadata
 from app.models.config import ModelConfig
 from app.models.layer_ops import TORCH_OPS
 from app.models.rope import RotaryEmbedding
+from kernels.attention_interface import AttentionBackend, AttentionMetadata
 
 
 class RMSNorm(nn.Module):
@@ -45,7 +45,7 @@ class Attention(nn.Module):
         self.qkv_proj = nn.Linear(cfg.hidden_size, q_size + 2 * kv_size, bias=cfg.attention_bias)
         self.o_proj = nn.Linear(q_size, cfg.hidden_size, bias=cfg.attention_bias and cfg.model_type != "qwen2")
 
-    def forward(self, x, cos, sin, kv_cache, meta: AttentionMetadata, backend, ops) -> torch.Tensor:
+    def forward(self, x, cos, sin, kv_cache, meta: AttentionMetadata, backend: AttentionBackend, ops) -> torch.Tensor:
         t = x.shape[0]
         q, k, v = self.qkv_proj(x).split(self.split_sizes, dim=-1)
         q = q.view(t, self.num_heads, self.head_dim)
@@ -107,7 +107,7 @@ class LlamaForCausalLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                kv_caches: list[torch.Tensor], meta: AttentionMetadata, backend) -> torch.Tensor:
+                kv_caches: list[torch.Tensor], meta: AttentionMetadata, backend: AttentionBackend) -> torch.Tensor:
         ops = self.ops
         hidden = self.model.embed_tokens(input_ids)
         cos, sin = self.model.rotary_emb.cos_sin(positions, hidden.dtype)

@@ -1,4 +1,5 @@
-"""Rotary position embedding, computed as transformers does so fp32 outputs match exactly."""
+"""Rotary position embedding: the frequencies and cos/sin, computed as transformers does so fp32
+outputs match exactly (the rotation itself is kernels/torch_rotary.py)."""
 
 from __future__ import annotations
 
@@ -44,14 +45,3 @@ class RotaryEmbedding(torch.nn.Module):
         freqs = positions.float()[:, None] * self.inv_freq.float()[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos().to(dtype), emb.sin().to(dtype)
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [T, heads, head_dim]; cos/sin: [T, head_dim]."""
-    cos, sin = cos[:, None, :], sin[:, None, :]
-    return x * cos + _rotate_half(x) * sin

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from app.engine.attention_metadata import AttentionMetadata
-from app.engine.torch_attention import SHORT_QUERY_MAX, TorchAttentionBackend, attend_sequence
+from kernels.attention_interface import AttentionMetadata
+from kernels.torch_attention import SHORT_QUERY_MAX, TorchAttentionBackend, attend_sequence
 
 
 class CpuAttentionBackend(TorchAttentionBackend):

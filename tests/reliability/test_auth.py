@@ -99,8 +99,8 @@ def test_keys_are_never_logged(serve_app):
 
 
 def test_config_keys_win_over_the_environment(monkeypatch):
-    from app.app_args import AppArgs
-    from app.builder import api_keys
+    from deployments.app_args import AppArgs
+    from deployments.builder import api_keys
 
     monkeypatch.setenv("SPECSERVE_API_KEYS", "env-1, env-2,")
     assert api_keys(AppArgs(model="m", api_keys="cfg-1,cfg-2")) == ["cfg-1", "cfg-2"]

@@ -89,8 +89,8 @@ def test_graph_serves_across_three_nodes(checkpoints, ray_serve):
         assert nodes["ConstraintService"] == [worker_1.node_id], nodes
 
         # It serves, correctly: greedy text equals the engine's own, from every request.
-        from app.app_args import AppArgs
-        from app.builder import engine_config
+        from deployments.app_args import AppArgs
+        from deployments.builder import engine_config
         from app.engine.engine import LLMEngine
         from app.sampling_params import SamplingParams
         from transformers import AutoTokenizer

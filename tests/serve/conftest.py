@@ -119,7 +119,7 @@ def deploy_app(name: str, args: dict, port: int) -> ServeApp:
     """`serve.run(build_app(args))` at route "/" of the running Serve; returns a ServeApp."""
     from ray import serve
 
-    from app.builder import build_app
+    from deployments.builder import build_app
 
     serve.run(build_app(args), name=name, route_prefix="/")
     model = Path(args["model"]).name

@@ -59,7 +59,7 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def app_url(checkpoints):
     """The app on the shared test checkpoint (tests/serve/conftest.py), without a draft model."""
-    import app.builder as builder
+    import deployments.builder as builder
     from deployments.target import TargetModel
 
     ckpt = checkpoints[0]

@@ -23,7 +23,7 @@ MESSAGES = [{"role": "user", "content": "Give me JSON."}]
 @pytest.fixture(scope="module")
 def serve_app(checkpoints):
     """The app with a short compile limit (Serve user_config), no draft model."""
-    import app.builder as builder
+    import deployments.builder as builder
 
     original = builder.ConstraintService
     builder.ConstraintService = original.options(

@@ -22,8 +22,8 @@ PROMPTS = ["The quick brown fox", "def main():\n    return", "héllo wörld 日�
 @pytest.fixture(scope="module")
 def engine(serve_app):
     """The engine alone, configured as the app's target replica is."""
-    from app.builder import engine_config
-    from app.app_args import AppArgs
+    from deployments.builder import engine_config
+    from deployments.app_args import AppArgs
     from app.engine.engine import LLMEngine
 
     args = AppArgs.model_validate(serve_app.args)
@@ -408,7 +408,7 @@ def test_serve_config_yaml_names_every_stage_and_the_custom_policy():
     import yaml
     from ray.serve.schema import ServeDeploySchema
 
-    from app.app_args import AppArgs
+    from deployments.app_args import AppArgs
 
     path = Path(__file__).resolve().parents[2] / "serve_config.yaml"
     [app_cfg] = ServeDeploySchema.model_validate(yaml.safe_load(path.read_text())).applications
@@ -438,7 +438,7 @@ def test_serve_config_stages_exist_whatever_the_speculation_method(method):
     import yaml
     from ray.serve._private.build_app import build_app as build_graph
 
-    from app.builder import build_app
+    from deployments.builder import build_app
 
     path = Path(__file__).resolve().parents[2] / "serve_config.yaml"
     [app_cfg] = yaml.safe_load(path.read_text())["applications"]

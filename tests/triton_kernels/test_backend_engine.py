@@ -9,7 +9,7 @@ from safetensors.torch import save_file
 
 from app.config import EngineConfig
 from app.engine.engine import LLMEngine
-from app.engine.torch_attention import TorchAttentionBackend
+from kernels.torch_attention import TorchAttentionBackend
 from app.models.config import ModelConfig
 from app.models.llama import LlamaForCausalLM
 from app.sampling_params import SamplingParams

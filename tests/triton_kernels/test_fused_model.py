@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from app.engine.torch_attention import TorchAttentionBackend
+from kernels.torch_attention import TorchAttentionBackend
 from app.models.config import ModelConfig
 from app.models.layer_ops import TORCH_OPS, CpuLayerOps, TorchLayerOps, TritonLayerOps, select_layer_ops
 from app.models.llama import LlamaForCausalLM

@@ -42,7 +42,7 @@ def test_prefill_bf16(heads, kv_heads):
 
 
 def test_write_norm_rotary_bf16():
-    from app.engine.torch_attention import write_kv_cache as write_ref
+    from kernels.torch_attention import write_kv_cache as write_ref
     from app.models.rope import RotaryEmbedding
     from kernels.kv_cache_write import write_kv_cache
     from kernels.reference import rms_norm_ref, rotary_ref

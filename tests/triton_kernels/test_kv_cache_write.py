@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from app.engine.torch_attention import write_kv_cache as write_ref
+from kernels.torch_attention import write_kv_cache as write_ref
 from kernels.kv_cache_write import write_kv_cache
 
 

@@ -1,8 +1,11 @@
-"""The shape of one step's flattened batch, as every attention backend reads it."""
+"""What the engine and the attention backends agree on: the shape of one step's flattened batch
+(`AttentionMetadata`) and the calls a backend answers (`AttentionBackend`). A leaf module: the
+engine (app/) and the kernels (kernels/) import it, it imports neither."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -40,3 +43,18 @@ class AttentionMetadata:
     def is_decode_only(self) -> bool:
         """One query token per sequence: a plain decode step."""
         return self.max_query_len == 1
+
+
+class AttentionBackend(Protocol):
+    """One implementation of paged attention: plain PyTorch (kernels/torch_attention.py), the
+    CPU's C++ kernel (kernels/cpu/backend.py) or Triton on CUDA (kernels/backend.py)."""
+
+    name: str
+
+    def write_kv(self, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor,
+                 meta: AttentionMetadata) -> None:
+        """Store this step's new K/V ([T, kv_heads, head_dim]) at `meta.slot_mapping`."""
+
+    def attend(self, query: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata,
+               scale: float) -> torch.Tensor:
+        """query [T, heads, head_dim] -> [T, heads, head_dim], each row over its sequence's cache."""
