@@ -45,12 +45,6 @@ class EngineConfig:
     # rows where it builds ("cpu"), else plain PyTorch ("torch").
     attention_backend: str = "auto"
     enable_cuda_graphs: bool = True
-    # Requests allowed to wait for a slot in the running batch; beyond it new ones are refused
-    # with EngineOverloaded (HTTP 429). None: no cap.
-    max_num_waiting_requests: int | None = None
-    # Streaming: after a request's first chunk, send at most one chunk per this many ms (the
-    # steps in between go out together; the last one is never held back). 0: every step.
-    stream_interval_ms: float = 0.0
     # Speculative decoding: "draft" (a draft model proposes), "ngram" (prompt lookup) or None.
     speculative_method: str | None = None
     num_speculative_tokens: int = 4  # k at small batches
@@ -66,6 +60,11 @@ class EngineConfig:
             raise ValueError("block_size must be a positive power of two")
         if self.max_num_seqs <= 0 or self.max_num_batched_tokens <= 0:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")
+        for name in ("max_model_len", "num_kv_blocks"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1 (or None)")
+        if self.kv_cache_memory_gib <= 0:
+            raise ValueError("kv_cache_memory_gib must be positive")
         resolve_dtype(self.dtype)
         if self.speculative_method not in (None, "draft", "ngram"):
             raise ValueError(f"speculative_method must be draft, ngram or None, got {self.speculative_method!r}")

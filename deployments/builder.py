@@ -5,14 +5,14 @@
 
 Ingress ──▶ TargetModel ──▶ DraftModel; Ingress ──▶ ConstraintService; every stage ──▶ MetricsHub.
 
-Configuration flows one way: the arguments become one `EngineConfig` per model here, and the
-replicas get it at construction. Relative checkpoint paths resolve against the working
+Configuration flows one way: the arguments become one `EngineConfig` per model and the front's
+`FrontConfig` here, with the context length resolved once from the checkpoint, and the
+replicas get them at construction. Relative checkpoint paths resolve against the working
 directory, then against the repository root, and are made absolute before they are bound.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import ray
@@ -20,6 +20,7 @@ from ray.serve import Application
 
 from deployments.app_args import AppArgs
 from app.config import EngineConfig
+from app.models.config import ModelConfig
 from deployments.constraint import ConstraintService
 from deployments.draft import DraftModel
 from deployments.ingress import Ingress
@@ -57,9 +58,9 @@ def target_placement(device: str) -> tuple[str, float]:
 
 
 def engine_config(args: AppArgs, model: str, device: str, **overrides) -> EngineConfig:
-    names = {f.name for f in dataclasses.fields(EngineConfig)}
-    values = {k: v for k, v in args.model_dump().items() if k in names}
-    return EngineConfig(**{**values, "model": model, "device": device, **overrides})
+    """The engine's config for `model`, its context length resolved from the checkpoint."""
+    max_model_len = ModelConfig.from_dir(model).max_model_len(args.max_model_len)
+    return args.engine_config(**{"model": model, "device": device, "max_model_len": max_model_len, **overrides})
 
 
 def build_app(args: dict) -> Application:
@@ -80,9 +81,11 @@ def build_app(args: dict) -> Application:
                                               speculative_method=None, draft_model=None))
     target_resources = {**TargetModel.ray_actor_options, "num_gpus": num_gpus}  # CPUs, priority
     target = TargetModel.options(ray_actor_options=target_resources).bind(
-        target_config, name, hub, draft, a.engine_process)  # draft used only when speculative_method is "draft"
+        target_config, a.front_config(), name, hub, draft, a.engine_process)  # draft used only when speculative_method is "draft"
     constraint = ConstraintService.bind(model, hub, name)
-    return Ingress.bind(target, constraint, hub, model, name, api_keys(a), a.max_request_body_bytes)
+    vocab_size = ModelConfig.from_dir(model).vocab_size
+    return Ingress.bind(target, constraint, hub, model, name, target_config.max_model_len, vocab_size,
+                        api_keys(a), a.max_request_body_bytes)
 
 
 def api_keys(args: AppArgs) -> list[str] | None:

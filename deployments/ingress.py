@@ -140,7 +140,7 @@ async def _guarded_stream(request_id: str, choices: list[Choice], chunks: AsyncI
 @serve.ingress(app)
 class Ingress:
     def __init__(self, target, constraint, metrics_hub, model_path: str, served_model_name: str,
-                 api_keys: list[str] | None = None,
+                 max_model_len: int, vocab_size: int, api_keys: list[str] | None = None,
                  max_request_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
         self.target = target
         self.constraint = constraint
@@ -152,7 +152,8 @@ class Ingress:
         self.tool_syntax = syntax_for_template(template if isinstance(template, str) else None)
         self.native_tools = template_knows_tools(template if isinstance(template, str) else None)
         self.metrics = IngressMetrics(metrics_hub, served_model_name)
-        self._info: dict | None = None
+        self.max_model_len = max_model_len  # resolved once, by the builder
+        self.vocab_size = vocab_size
         self._token_text: dict[int, str] = {}
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -160,11 +161,6 @@ class Ingress:
         if model is not None and model != self.model_name:
             raise OpenAIError(404, f"The model `{model}` does not exist; this server serves "
                                    f"`{self.model_name}`.", "not_found_error", "model", "model_not_found")
-
-    async def _target_info(self) -> dict:
-        if self._info is None:
-            self._info = await self.target.info.remote()
-        return self._info
 
     def _token_str(self, token_id: int) -> str:
         text = self._token_text.get(token_id)
@@ -198,13 +194,12 @@ class Ingress:
                      tools: RequestedFormat | None = None,
                      prompt_logprobs: int | None = None) -> list[Choice]:
         """Check every prompt, then start n engine requests per prompt and await their first outputs."""
-        info = await self._target_info()
-        limit = info["max_model_len"]
+        limit = self.max_model_len
         params = []  # (choice index, prompt index, prompt ids, sampling params)
         bias = req.token_bias
-        if bias and max(bias) >= info["vocab_size"]:
+        if bias and max(bias) >= self.vocab_size:
             raise OpenAIError(400, f"logit_bias: token id {max(bias)} is not in the vocabulary "
-                                   f"(ids are in [0, {info['vocab_size']}))", param="logit_bias")
+                                   f"(ids are in [0, {self.vocab_size}))", param="logit_bias")
         for prompt_index, ids in enumerate(prompts):
             if not ids:
                 raise OpenAIError(400, "the prompt is empty", param=prompt_param)
@@ -326,9 +321,8 @@ class Ingress:
 
     @app.get("/v1/models")
     async def models(self) -> ModelList:
-        info = await self._target_info()
         return ModelList(data=[ModelCard(id=self.model_name, root=self.model_path,
-                                         max_model_len=info["max_model_len"])])
+                                         max_model_len=self.max_model_len)])
 
     @app.post("/tokenize")
     async def tokenize(self, body: TokenizeChatRequest | TokenizeCompletionRequest) -> TokenizeResponse:
@@ -339,8 +333,7 @@ class Ingress:
         else:
             ids = self.tokenizer.encode(body.prompt, add_special_tokens=body.add_special_tokens)
         strs = self.tokenizer.convert_ids_to_tokens(ids) if body.return_token_strs else None
-        info = await self._target_info()
-        return TokenizeResponse(count=len(ids), max_model_len=info["max_model_len"], tokens=ids,
+        return TokenizeResponse(count=len(ids), max_model_len=self.max_model_len, tokens=ids,
                                 token_strs=strs)
 
     @app.post("/detokenize")

@@ -24,6 +24,7 @@ from ray import serve
 from app.config import EngineConfig
 from app.engine.async_engine import AsyncLLMEngine
 from app.engine.engine_process import EngineProcess
+from app.engine.front_config import FrontConfig
 from app.outputs import RequestOutput
 from app.sampling_params import SamplingParams
 from deployments.autoscaling import target_autoscaling_stats
@@ -43,8 +44,8 @@ GIL_SWITCH_INTERVAL_S = 0.0005
 @serve.deployment(max_ongoing_requests=256,
                   ray_actor_options={"num_cpus": 1, "runtime_env": NORMAL_PRIORITY_RUNTIME_ENV})
 class TargetModel:
-    async def __init__(self, config: EngineConfig, model_name: str, metrics_hub=None, draft=None,
-                       engine_process: bool = True):
+    async def __init__(self, config: EngineConfig, front: FrontConfig, model_name: str, metrics_hub=None,
+                       draft=None, engine_process: bool = True):
         # Async so that the metrics reporter starts on this replica's event loop.
         self.config = config
         self.model_name = model_name
@@ -52,12 +53,12 @@ class TargetModel:
         if config.speculative_method == "draft" and draft is not None:
             proposer = DraftClient(draft, asyncio.get_running_loop())
         if engine_process:
-            self.engine = await asyncio.to_thread(EngineProcess, config, proposer)
+            self.engine = await asyncio.to_thread(EngineProcess, config, proposer, front)
         else:
             # The engine thread shares the GIL with this replica's event loop, which pickles
             # and sends every chunk; at Python's default 5 ms switch interval it waits behind it.
             sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-            self.engine = AsyncLLMEngine(config, proposer)
+            self.engine = AsyncLLMEngine(config, proposer, front)
         self.guided = GuidedIndexStore(config.model)  # compiled formats this replica received
         self.replica_id = serve.get_replica_context().replica_id.unique_id
         self.reporter = None
@@ -65,11 +66,6 @@ class TargetModel:
             self.reporter = EngineMetricsReporter(metrics_hub, self.replica_id, model_name,
                                                   self.engine.stats)
             self.reporter.start()
-
-    def info(self) -> dict:
-        """What the ingress needs to check requests before sending them."""
-        return {"max_model_len": self.engine.max_model_len, "vocab_size": self.engine.vocab_size,
-                "eos_token_ids": list(self.engine.eos_token_ids)}
 
     async def generate(self, request_id: str, prompt_token_ids: list[int], params: dict
                        ) -> AsyncIterator[RequestOutput]:

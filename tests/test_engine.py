@@ -10,6 +10,7 @@ import torch
 
 from app.config import EngineConfig
 from app.engine.async_engine import AsyncLLMEngine
+from app.engine.front_config import FrontConfig
 from app.engine.engine import LLMEngine
 from app.outputs import RequestRejected
 from app.sampling_params import SamplingParams
@@ -189,7 +190,7 @@ def test_slow_reader_gets_steps_merged_into_fewer_chunks(checkpoint):
 
 
 def test_stream_interval_groups_steps_but_never_delays_the_first_chunk(checkpoint):
-    engine = AsyncLLMEngine(EngineConfig(model=str(checkpoint), num_kv_blocks=64, stream_interval_ms=200))
+    engine = AsyncLLMEngine(EngineConfig(model=str(checkpoint), num_kv_blocks=64), front=FrontConfig(stream_interval_ms=200))
     params = SamplingParams(max_tokens=16, temperature=0, ignore_eos=True)
 
     async def read(request_id):

@@ -19,6 +19,7 @@ from typing import AsyncIterator
 from app.config import EngineConfig
 from app.engine.core_loop import CoreLoop
 from app.engine.engine import EngineStats, LLMEngine
+from app.engine.front_config import FrontConfig
 from app.engine.request_limits import RequestLimits
 from app.engine.spec.proposal import Proposer
 from app.guided.guide import CompiledFormat
@@ -34,8 +35,9 @@ class AsyncEngineFront:
     eos_token_ids: list[int]
     error: str | None = None  # set when the engine is gone for good (then every call raises EngineDied)
 
-    def __init__(self, config: EngineConfig):
+    def __init__(self, config: EngineConfig, front: FrontConfig):
         self.config = config
+        self.front = front
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         self._stats: EngineStats | None = None
 
@@ -59,7 +61,7 @@ class AsyncEngineFront:
         self.limits.check(prompt_token_ids, params)
         if request_id in self._streams:
             raise ValueError(f"request id {request_id!r} is already in use")
-        cap = self.config.max_num_waiting_requests
+        cap = self.front.max_num_waiting_requests
         if cap is not None and self.num_waiting() >= cap:
             raise EngineOverloaded(f"the server is overloaded: {cap} requests are already waiting "
                                    "for this model replica; retry later")
@@ -68,7 +70,7 @@ class AsyncEngineFront:
         loop = asyncio.get_running_loop()
         self._streams[request_id] = (loop, stream)
         self._submit(("add", request_id, prompt_token_ids, params, guide))
-        interval = self.config.stream_interval_ms / 1000
+        interval = self.front.stream_interval_ms / 1000
         finished = False
         next_chunk_at = 0.0  # the first chunk goes at once
         try:
@@ -117,8 +119,8 @@ class AsyncEngineFront:
 class AsyncLLMEngine(AsyncEngineFront):
     """The engine and its step loop in a background thread of this process."""
 
-    def __init__(self, config: EngineConfig, proposer: Proposer | None = None):
-        super().__init__(config)
+    def __init__(self, config: EngineConfig, proposer: Proposer | None = None, front: FrontConfig = FrontConfig()):
+        super().__init__(config, front)
         self.engine = LLMEngine(config, proposer)
         self.limits = self.engine.limits
         self.eos_token_ids = list(self.engine.model_config.eos_token_ids)

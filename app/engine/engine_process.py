@@ -35,6 +35,7 @@ from app.config import EngineConfig
 from app.engine.async_engine import AsyncEngineFront
 from app.engine.core_loop import CoreLoop
 from app.engine.engine import EngineStats, LLMEngine
+from app.engine.front_config import FrontConfig
 from app.engine.spec.proposal import DraftInput, Proposal, Proposer
 from app.guided.guide import CompiledFormat
 from app.guided.vocabulary import load_guided_vocabulary
@@ -50,8 +51,8 @@ class EngineProcess(AsyncEngineFront):
     `proposer`: the engine's draft proposer, called here on the child's behalf."""
 
     def __init__(self, config: EngineConfig, proposer: Proposer | None = None,
-                 startup_timeout_s: float = 600.0):
-        super().__init__(config)
+                 front: FrontConfig = FrontConfig(), startup_timeout_s: float = 600.0):
+        super().__init__(config, front)
         self.proposer = proposer
         self._closing = False
         self._send_lock = threading.Lock()

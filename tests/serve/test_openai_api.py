@@ -61,6 +61,9 @@ def wait_for_free_kv(serve_app, timeout_s: float = 30.0) -> dict:
 
 def test_models_and_health(serve_app, client):
     assert [m.id for m in client.models.list().data] == [serve_app.model]
+    assert max_model_len(serve_app) == 2048  # resolved from the checkpoint by the builder
+    # An argument given to the app reaches the engine.
+    assert serve_app.target_handle().stats.remote().result()["num_blocks_total"] == serve_app.args["num_kv_blocks"]
     assert requests.get(serve_app.url + "/health", timeout=30).status_code == 200
 
 
