@@ -39,7 +39,7 @@ from deployments.best_of import keep_likeliest
 from deployments.echo import echo_logprobs, joined, vllm_prompt_logprobs
 from deployments.errors import REPLICA_LOST, replica_lost
 from deployments.guided_formats import FormatRequestError, RequestedFormat, requested_format
-from deployments.request_gate import DEFAULT_MAX_BODY_BYTES, RequestGate, configure_gate
+from deployments.request_gate import DEFAULT_MAX_BODY_BYTES, GateSettings, RequestGate
 from deployments.metrics import IngressMetrics, RequestTimer
 from deployments.tool_calls import (ToolStream, parse_calls, render_messages, requested_tool_format,
                                     syntax_for_template, template_knows_tools)
@@ -146,7 +146,7 @@ class Ingress:
         self.constraint = constraint
         self.model_path = model_path
         self.model_name = served_model_name
-        configure_gate(api_keys, max_request_body_bytes)  # checked by RequestGate
+        app.state.gate = GateSettings.of(api_keys, max_request_body_bytes)  # read by RequestGate
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         template = getattr(self.tokenizer, "chat_template", None)
         self.tool_syntax = syntax_for_template(template if isinstance(template, str) else None)

@@ -13,8 +13,9 @@ FastAPI parses anything:
 - A JSON body that is not UTF-8 gets a 400 that says so (FastAPI would say only that it could
   not parse it).
 
-Errors are OpenAI error bodies. The settings are per process (one ingress replica per
-process); `configure_gate` is called by the Ingress replica at construction.
+Errors are OpenAI error bodies. The settings (`GateSettings`) hang on the FastAPI app the gate
+guards (`app.state.gate`), set by the Ingress replica that serves it; until then the gate lets
+everything through with the default body limit.
 """
 
 from __future__ import annotations
@@ -35,18 +36,14 @@ def api_keys_from_env() -> list[str] | None:
     return keys or None
 
 
-@dataclass
-class Limits:
+@dataclass(frozen=True)
+class GateSettings:
     api_keys: list[bytes] = field(default_factory=list)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
-
-_limits = Limits()
-
-
-def configure_gate(api_keys: list[str] | None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
-    global _limits
-    _limits = Limits([k.encode() for k in api_keys or []], max_body_bytes)
+    @classmethod
+    def of(cls, api_keys: list[str] | None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> "GateSettings":
+        return cls([k.encode() for k in api_keys or []], max_body_bytes)
 
 
 def key_allowed(header: bytes | None, keys: list[bytes]) -> bool:
@@ -79,7 +76,7 @@ class RequestGate:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        limits = _limits
+        limits = getattr(scope["app"].state, "gate", None) or GateSettings()
         headers = dict(scope.get("headers") or [])
         path, root = scope.get("path", ""), scope.get("root_path", "")
         if root and path.startswith(root):
