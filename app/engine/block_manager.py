@@ -5,6 +5,7 @@ share a request's blocks (beam search), copied on the first write into a shared 
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Callable
 
 from app.engine.request import Request
 
@@ -121,6 +122,18 @@ class BlockManager:
         for _ in range(max(num_new, 0)):
             blocks.append(self._take_free_block())
         return True
+
+    def admit(self, req: Request, num_tokens: Callable[[int], int], use_cache: bool = True) -> int | None:
+        """Give a new request its blocks, reusing the cached blocks of its leading tokens:
+        `num_tokens(num_cached)` is how many of its tokens to hold. Its cached tokens count as
+        computed. Returns how many there are, or None (nothing changed) when the pool is short."""
+        prefix = self.find_cached_prefix(req) if use_cache else []
+        num_cached = len(prefix) * self.block_size
+        if not self.allocate(req, num_tokens(num_cached), prefix):
+            return None
+        self.record_prefix_lookup(req.num_tokens, num_cached)
+        req.num_computed_tokens = num_cached
+        return num_cached
 
     def _take_free_block(self) -> KVBlock:
         _, block = self.free_blocks.popitem(last=False)

@@ -94,16 +94,14 @@ class Scheduler:
         bm = self.block_manager
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
-            prefix = bm.find_cached_prefix(req) if req.prompt_logprobs is None else []  # cached blocks have no logits
-            num_cached = len(prefix) * bm.block_size
-            num_new = min(req.num_tokens - num_cached, budget)
-            if not bm.allocate(req, num_cached + num_new, prefix):
+            num_cached = bm.admit(req, lambda cached: cached + min(req.num_tokens - cached, budget),
+                                  use_cache=req.prompt_logprobs is None)  # cached blocks have no logits
+            if num_cached is None:
                 break
-            bm.record_prefix_lookup(req.num_tokens, num_cached)
+            num_new = min(req.num_tokens - num_cached, budget)
             self.waiting.popleft()
             if req.num_preemptions == 0:
                 req.num_cached_tokens = num_cached
-            req.num_computed_tokens = num_cached
             req.status = RequestStatus.RUNNING
             self.running.append(req)
             out.num_scheduled_tokens[req] = num_new

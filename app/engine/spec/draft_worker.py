@@ -76,11 +76,8 @@ class DraftWorker:
         if inp.k <= 0 or not inp.token_ids or len(inp.token_ids) + inp.k > self.max_model_len:
             return None
         req = Request(f"draft-{i}", inp.token_ids, SamplingParams(max_tokens=inp.k, ignore_eos=True))
-        prefix = self.block_manager.find_cached_prefix(req)
-        if not self.block_manager.allocate(req, req.num_tokens + inp.k - 1, prefix):
+        if self.block_manager.admit(req, lambda _: req.num_tokens + inp.k - 1) is None:
             return None
-        self.block_manager.record_prefix_lookup(req.num_tokens, len(prefix) * self.block_manager.block_size)
-        req.num_computed_tokens = len(prefix) * self.block_manager.block_size
         return req
 
     @staticmethod
