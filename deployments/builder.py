@@ -3,7 +3,7 @@
     serve run serve_config.yaml                                   # the default tiny pair
     serve run app.builder:build_app model=/path/to/checkpoint     # any local checkpoint
 
-Ingress ──▶ TargetModel ──▶ DraftModel; Ingress ──▶ ConstraintService; every stage ──▶ MetricsHub.
+Ingress ──▶ TargetModel ──▶ DraftModel; TargetModel ──▶ ConstraintService; every stage ──▶ MetricsHub.
 
 Configuration flows one way: the arguments become one `EngineConfig` per model and the front's
 `FrontConfig` here, with the context length resolved once from the checkpoint, and the
@@ -79,12 +79,12 @@ def build_app(args: dict) -> Application:
         # on the CPU in its own deployment; on GPU clusters see the README.
         draft = DraftModel.bind(engine_config(a, resolve_checkpoint(a.draft_model), "cpu",
                                               speculative_method=None, draft_model=None))
+    constraint = ConstraintService.bind(model, hub, name)  # compiles for the target's vocabulary
     target_resources = {**TargetModel.ray_actor_options, "num_gpus": num_gpus}  # CPUs, priority
     target = TargetModel.options(ray_actor_options=target_resources).bind(
-        target_config, a.front_config(), name, hub, draft, a.engine_process)  # draft used only when speculative_method is "draft"
-    constraint = ConstraintService.bind(model, hub, name)
+        target_config, a.front_config(), name, hub, draft, a.engine_process, constraint)  # draft used only when speculative_method is "draft"
     vocab_size = ModelConfig.from_dir(model).vocab_size
-    return Ingress.bind(target, constraint, hub, model, name, target_config.max_model_len, vocab_size,
+    return Ingress.bind(target, hub, model, name, target_config.max_model_len, vocab_size,
                         api_keys(a), a.max_request_body_bytes)
 
 

@@ -3,7 +3,9 @@
 - `specserve:guided_compile_seconds` (histogram): time to build an index, per compile that ran;
 - `specserve:guided_compile_cache_hits_total` / `..._misses_total`: format lookups that found a
   compiled index / had to compile (or wait for a compile already running);
-- `specserve:guided_compile_errors_total{reason}`: formats refused (`invalid`, `timeout`, `busy`);
+- `specserve:guided_compile_errors_total{reason}`: formats refused (`invalid`, `timeout`, `busy`)
+  when their index was built; a format that cannot become a regex (bad schema or pattern) is
+  refused by the ingress and never gets here;
 - `specserve:guided_compiled_indexes`: indexes held in the cache.
 """
 

@@ -15,3 +15,8 @@ def replica_lost(exc: BaseException) -> bool:
     """True when a replica this request depended on died or became unreachable, or its engine
     process did (a Ray task error also subclasses the error it carries)."""
     return isinstance(exc, (RayActorError, ActorUnavailableError, EngineDied))
+
+
+def remote_cause(exc: BaseException) -> BaseException:
+    """The user exception inside a Ray task error (which also subclasses it)."""
+    return getattr(exc, "cause", None) or exc

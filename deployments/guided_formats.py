@@ -1,4 +1,4 @@
-"""Which output format a request asks for, in the one shape the ConstraintService compiles.
+"""Which output format a request asks for, and its canonical form (`OutputFormat`).
 
 Clients spell it several ways: OpenAI's `response_format` (`json_schema`, `json_object`), vLLM's
 `guided_json` / `guided_regex` / `guided_choice` (+ `guided_whitespace_pattern`), and vLLM's
@@ -7,12 +7,17 @@ All become a format dict for `app.guided.compiler.regex_for_format`:
 `{"type": "json_schema", "json_schema": {"schema": ...}}`, `{"type": "json_object"}`,
 `{"type": "regex", "pattern": ...}` or `{"type": "choice", "choices": [...]}`, plus
 `whitespace_pattern` when the client set one. Asking for two formats at once is an error.
+`RequestedFormat.output_format` turns that dict into the `OutputFormat` the rest of the server
+knows (app/guided/output_format.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from app.guided.compiler import regex_for_format
+from app.guided.output_format import OutputFormat
 
 
 class FormatRequestError(ValueError):
@@ -27,6 +32,10 @@ class FormatRequestError(ValueError):
 class RequestedFormat:
     param: str  # the request field it came from (named in errors)
     format: dict[str, Any]
+
+    def output_format(self) -> OutputFormat:
+        """The canonical form; GuidedFormatError (a ValueError) for a format that cannot be one."""
+        return OutputFormat(regex_for_format(self.format))
 
 
 def _json_schema(schema: Any) -> dict[str, Any]:

@@ -30,6 +30,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from transformers import AutoTokenizer
 
 from app.guided.compiler import CompilerBusy
+from app.guided.errors import GuidedFormatError
+from app.guided.output_format import OutputFormat
 from app.outputs import EngineOverloaded
 from app.sampling_params import SamplingParams
 from deployments.choices import Choice, Event, merge_choices, sse
@@ -37,7 +39,7 @@ from deployments.detokenizer import IncrementalDetokenizer
 from deployments.beam_choices import beam_texts
 from deployments.best_of import keep_likeliest
 from deployments.echo import echo_logprobs, joined, vllm_prompt_logprobs
-from deployments.errors import REPLICA_LOST, replica_lost
+from deployments.errors import REPLICA_LOST, remote_cause, replica_lost
 from deployments.guided_formats import FormatRequestError, RequestedFormat, requested_format
 from deployments.request_gate import DEFAULT_MAX_BODY_BYTES, GateSettings, RequestGate
 from deployments.metrics import IngressMetrics, RequestTimer
@@ -109,13 +111,8 @@ async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
                           "not_found_error" if exc.status_code == 404 else "invalid_request_error")
 
 
-def _cause(exc: BaseException) -> BaseException:
-    """The user exception inside a Ray task error (which also subclasses it)."""
-    return getattr(exc, "cause", None) or exc
-
-
 def _message(exc: BaseException) -> str:
-    cause = _cause(exc)
+    cause = remote_cause(exc)
     return str(cause.args[0]) if cause.args else str(cause)
 
 async def _guarded_stream(request_id: str, choices: list[Choice], chunks: AsyncIterator[str]
@@ -139,11 +136,10 @@ async def _guarded_stream(request_id: str, choices: list[Choice], chunks: AsyncI
 @serve.deployment(max_ongoing_requests=512, ray_actor_options={"num_cpus": 0.5})
 @serve.ingress(app)
 class Ingress:
-    def __init__(self, target, constraint, metrics_hub, model_path: str, served_model_name: str,
+    def __init__(self, target, metrics_hub, model_path: str, served_model_name: str,
                  max_model_len: int, vocab_size: int, api_keys: list[str] | None = None,
                  max_request_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
         self.target = target
-        self.constraint = constraint
         self.model_path = model_path
         self.model_name = served_model_name
         app.state.gate = GateSettings.of(api_keys, max_request_body_bytes)  # read by RequestGate
@@ -168,10 +164,13 @@ class Ingress:
             text = self._token_text[token_id] = self.tokenizer.decode([token_id])
         return text
 
-    async def _guide(self, req, tools: RequestedFormat | None = None) -> dict:
-        """{"guided": spec} for the target's params when the request asks for an output format
-        or tool calls (compiled by the ConstraintService; see deployments/guided_client.py),
-        else {}."""
+    async def _guide(self, req, tools: RequestedFormat | None = None
+                     ) -> tuple[OutputFormat | None, str | None]:
+        """(the `OutputFormat` the output must follow, the request field it came from) when the
+        request asks for an output format or tool calls, else (None, None). A format that cannot
+        become one (bad schema, bad regex, ...) is a 400 here; the target gets the format's index
+        from the ConstraintService (deployments/guided_client.py), and a regex that cannot be
+        compiled there is refused when its streams start (`_start`)."""
         try:
             requested = requested_format(req)
         except FormatRequestError as exc:
@@ -181,13 +180,11 @@ class Ingress:
                                    "tool_choice to \"none\" or drop it", param=requested.param)
         requested = requested or tools
         if requested is None:
-            return {}
-        try:
-            return {"guided": await self.constraint.compile.remote(requested.format)}
-        except ValueError as exc:  # GuidedFormatError, raised in the service
-            if isinstance(_cause(exc), CompilerBusy):  # transient and not the request's fault
-                raise OpenAIError(503, _message(exc), "service_unavailable_error") from None
-            raise OpenAIError(400, _message(exc), param=requested.param) from None
+            return None, None
+        try:  # JSON schema to regex: in a thread, so that a huge schema does not hold the loop
+            return await asyncio.to_thread(requested.output_format), requested.param
+        except GuidedFormatError as exc:
+            raise OpenAIError(400, str(exc), param=requested.param) from None
 
     async def _start(self, request_id: str, prompts: list[list[int]], req, max_tokens: int | None,
                      logprobs: int | None, prompt_param: str,
@@ -228,7 +225,8 @@ class Ingress:
                 except ValueError as exc:
                     raise OpenAIError(400, str(exc)) from None
                 params.append((len(params), prompt_index, ids, p))
-        guided = await self._guide(req, tools)
+        output_format, format_param = await self._guide(req, tools)
+        guided = {} if output_format is None else {"output_format": output_format}
 
         choices: list[Choice] = []
         handle = self.target.options(stream=True)
@@ -246,6 +244,10 @@ class Ingress:
                 c.close(record=not refused)
             if isinstance(exc, EngineOverloaded):
                 raise OpenAIError(429, _message(exc), "rate_limit_error", code="engine_overloaded") from None
+            if isinstance(remote_cause(exc), CompilerBusy):  # transient and not the request's fault
+                raise OpenAIError(503, _message(exc), "service_unavailable_error") from None
+            if isinstance(remote_cause(exc), GuidedFormatError):  # the ConstraintService refused it
+                raise OpenAIError(400, _message(exc), param=format_param) from None
             if refused:
                 raise OpenAIError(400, _message(exc), param=prompt_param) from None
             raise

@@ -5,6 +5,13 @@ the replica's event loop streams chunks while the engine steps, without the two 
 one GIL. Draft proposals are asked for by the engine and made here, through the DraftModel
 handle; the replica fails its health check if the engine process dies.
 
+A guided request carries its `OutputFormat` in `params["output_format"]`. The replica gets the
+format's compiled index from the ConstraintService, through the handle `build_app` binds here,
+and keeps the indexes it fetched (`GuidedIndexStore`, deployments/guided_client.py); the engine
+front sends each index to the engine process once. A format the service cannot compile is
+raised from `generate` before its first output: the ingress answers 400 (503 when the compiler
+is busy).
+
 `generate` streams one item per engine step that produced tokens for the request (one hop per
 chunk to the ingress). Closing or cancelling the stream on the caller's side cancels this
 method, which closes the engine's generator, which aborts the request and frees its KV blocks
@@ -45,7 +52,7 @@ GIL_SWITCH_INTERVAL_S = 0.0005
                   ray_actor_options={"num_cpus": 1, "runtime_env": NORMAL_PRIORITY_RUNTIME_ENV})
 class TargetModel:
     async def __init__(self, config: EngineConfig, front: FrontConfig, model_name: str, metrics_hub=None,
-                       draft=None, engine_process: bool = True):
+                       draft=None, engine_process: bool = True, constraint=None):
         # Async so that the metrics reporter starts on this replica's event loop.
         self.config = config
         self.model_name = model_name
@@ -59,7 +66,7 @@ class TargetModel:
             # and sends every chunk; at Python's default 5 ms switch interval it waits behind it.
             sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
             self.engine = AsyncLLMEngine(config, proposer, front)
-        self.guided = GuidedIndexStore(config.model)  # compiled formats this replica received
+        self.indexes = GuidedIndexStore(constraint)  # compiled formats, from the ConstraintService
         self.replica_id = serve.get_replica_context().replica_id.unique_id
         self.reporter = None
         if metrics_hub is not None:
@@ -69,13 +76,13 @@ class TargetModel:
 
     async def generate(self, request_id: str, prompt_token_ids: list[int], params: dict
                        ) -> AsyncIterator[RequestOutput]:
-        """`params`: SamplingParams fields, plus `guided` (a compiled-format reference from the
-        ConstraintService) when the output must follow a format."""
+        """`params`: SamplingParams fields, plus `output_format` (an `OutputFormat`) when the
+        output must follow a format."""
         params = dict(params)
-        guided = params.pop("guided", None)
+        output_format = params.pop("output_format", None)
         sampling = SamplingParams(**params)
-        compiled = await self.guided.resolve(guided) if guided is not None else None
-        async for out in self.engine.generate(request_id, prompt_token_ids, sampling, compiled):
+        index = await self.indexes.index(output_format) if output_format is not None else None
+        async for out in self.engine.generate(request_id, prompt_token_ids, sampling, output_format, index):
             yield out
 
     def check_health(self) -> None:
@@ -84,7 +91,10 @@ class TargetModel:
             raise RuntimeError(self.engine.error)
 
     def stats(self) -> dict:
-        return {**dataclasses.asdict(self.engine.stats()), "replica_id": self.replica_id}
+        """The engine's figures, plus how many format indexes this replica fetched from the
+        ConstraintService and sent to its engine."""
+        return {**dataclasses.asdict(self.engine.stats()), "replica_id": self.replica_id,
+                "index_fetches": self.indexes.fetches, "formats_sent": self.engine.formats_sent}
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         return target_autoscaling_stats(self.engine.stats())

@@ -22,6 +22,7 @@ from app.engine.engine_process import EngineProcess
 from app.engine.spec.draft_worker import DraftWorker
 from app.guided.compiler import compile_regex
 from app.guided.guide import CompiledFormat
+from app.guided.output_format import OutputFormat
 from app.guided.vocabulary import load_guided_vocabulary
 from app.outputs import EngineDied, RequestRejected
 from app.sampling_params import SamplingParams
@@ -41,8 +42,9 @@ def config(**overrides) -> EngineConfig:
     return EngineConfig(model=str(DEFAULT_TARGET), num_kv_blocks=128, **overrides)
 
 
-async def collect(engine, request_id, prompt, params, guided=None) -> list[int]:
-    return [t async for out in engine.generate(request_id, prompt, params, guided) for t in out.new_token_ids]
+async def collect(engine, request_id, prompt, params, guided=(None, None)) -> list[int]:
+    """`guided`: (OutputFormat, its index) when the output must follow a format."""
+    return [t async for out in engine.generate(request_id, prompt, params, *guided) for t in out.new_token_ids]
 
 
 def wait_until(predicate, timeout_s: float = 10.0) -> bool:
@@ -87,11 +89,13 @@ def test_same_tokens_as_the_engine_in_process_and_a_cancelled_stream_frees_its_b
 
 def test_a_guided_request_follows_its_format_in_the_child_and_the_index_crosses_once(tokenizer):
     vocab = load_guided_vocabulary(DEFAULT_TARGET)
-    date = CompiledFormat("date", compile_regex(DATE, vocab), vocab)
+    index = compile_regex(DATE, vocab)
+    date = (OutputFormat(DATE), index)
     prompt = tokenizer.encode("today = ")
     params = SamplingParams(max_tokens=20, temperature=0)
     in_process = LLMEngine(config())
-    in_process.add_request("ref", prompt, params, date.decoder(in_process.model_config.vocab_size))
+    in_process.add_request("ref", prompt, params,
+                           CompiledFormat(index, vocab).decoder(in_process.model_config.vocab_size))
     reference = _run_to_end(in_process)["ref"]
     engine = EngineProcess(config())
     sent = []

@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from typing import AsyncIterator
+
+from outlines_core import Index
 
 from app.config import EngineConfig
 from app.engine.core_loop import CoreLoop
@@ -22,14 +24,16 @@ from app.engine.engine import EngineStats, LLMEngine
 from app.engine.front_config import FrontConfig
 from app.engine.request_limits import RequestLimits
 from app.engine.spec.proposal import Proposer
-from app.guided.guide import CompiledFormat
+from app.guided.output_format import OutputFormat
 from app.outputs import EngineDied, EngineOverloaded, RequestOutput
 from app.sampling_params import SamplingParams
+
+MAX_FORMATS_IN_CORE = 64  # output formats the core keeps; the front drops the oldest beyond
 
 
 class AsyncEngineFront:
     """Subclasses set `limits`, `eos_token_ids` and `_stats`, and implement `_submit` (hand a
-    core-loop command over) and `_guide` (what an "add" command carries for a guided request)."""
+    core-loop command over)."""
 
     limits: RequestLimits
     eos_token_ids: list[int]
@@ -40,6 +44,8 @@ class AsyncEngineFront:
         self.front = front
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         self._stats: EngineStats | None = None
+        self._formats_in_core: OrderedDict[OutputFormat, None] = OrderedDict()
+        self.formats_sent = 0  # ("format", ...) commands: one per format the core lacked
 
     @property
     def max_model_len(self) -> int:
@@ -54,10 +60,11 @@ class AsyncEngineFront:
         return self._stats
 
     async def generate(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-                       guided: CompiledFormat | None = None) -> AsyncIterator[RequestOutput]:
-        """Stream the request's outputs (following the `guided` format, when given); raises
-        RequestRejected at once if it can never fit, EngineOverloaded if
-        `max_num_waiting_requests` are already waiting."""
+                       output_format: OutputFormat | None = None, index: Index | None = None
+                       ) -> AsyncIterator[RequestOutput]:
+        """Stream the request's outputs (following `output_format`, whose compiled `index` comes
+        with it, when given); raises RequestRejected at once if it can never fit,
+        EngineOverloaded if `max_num_waiting_requests` are already waiting."""
         self.limits.check(prompt_token_ids, params)
         if request_id in self._streams:
             raise ValueError(f"request id {request_id!r} is already in use")
@@ -65,11 +72,12 @@ class AsyncEngineFront:
         if cap is not None and self.num_waiting() >= cap:
             raise EngineOverloaded(f"the server is overloaded: {cap} requests are already waiting "
                                    "for this model replica; retry later")
-        guide = self._guide(guided) if guided is not None else None
+        if output_format is not None:
+            self._send_format(output_format, index)
         stream: asyncio.Queue = asyncio.Queue()
         loop = asyncio.get_running_loop()
         self._streams[request_id] = (loop, stream)
-        self._submit(("add", request_id, prompt_token_ids, params, guide))
+        self._submit(("add", request_id, prompt_token_ids, params, output_format))
         interval = self.front.stream_interval_ms / 1000
         finished = False
         next_chunk_at = 0.0  # the first chunk goes at once
@@ -97,8 +105,18 @@ class AsyncEngineFront:
     def _submit(self, command: tuple) -> None:
         raise NotImplementedError
 
-    def _guide(self, guided: CompiledFormat):
-        raise NotImplementedError
+    def _send_format(self, output_format: OutputFormat, index: Index) -> None:
+        """The format's index goes to the core before its first request, and again only after
+        the core dropped it (app/engine/core_loop.py)."""
+        if output_format in self._formats_in_core:
+            self._formats_in_core.move_to_end(output_format)
+            return
+        self._submit(("format", output_format, index))
+        self.formats_sent += 1
+        self._formats_in_core[output_format] = None
+        while len(self._formats_in_core) > MAX_FORMATS_IN_CORE:
+            oldest, _ = self._formats_in_core.popitem(last=False)
+            self._submit(("drop_format", oldest))
 
     def _publish(self, outputs: list[RequestOutput], stats: EngineStats) -> None:
         """From the core's side (any thread): new figures, and each output to its stream, with
@@ -142,9 +160,6 @@ class AsyncLLMEngine(AsyncEngineFront):
             return self._commands.get(timeout=timeout) if timeout > 0 else self._commands.get_nowait()
         except queue.Empty:
             return None
-
-    def _guide(self, guided: CompiledFormat):
-        return guided.decoder(self.vocab_size)
 
 
 def _put_all(items: list[tuple[asyncio.Queue, RequestOutput]]) -> None:

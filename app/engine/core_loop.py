@@ -3,8 +3,12 @@ publish the step's outputs with the engine's figures.
 
 The same loop runs in a thread beside its caller's event loop (`AsyncLLMEngine`) and in a
 process of its own (`EngineProcess`); only where commands come from and where outputs go
-differ. Commands are tuples: ("add", request_id, prompt_token_ids, params, guide),
-("abort", request_id), ("stop",); a subclass may handle more kinds.
+differ. Commands are tuples: ("add", request_id, prompt_token_ids, params, output_format),
+("abort", request_id), ("stop",), and ("format", output_format, index) / ("drop_format",
+output_format), which the front sends before a format's first request / when it forgets one.
+The loop keeps a `CompiledFormat` per format over the engine's vocabulary (built once, on the
+first format: `LLMEngine.guided_vocabulary`) and starts each guided request's `GuidedDecoder`
+from it. A subclass may handle more kinds.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import logging
 from typing import Callable
 
 from app.engine.engine import EngineStats, LLMEngine
+from app.guided.guide import CompiledFormat
+from app.guided.output_format import OutputFormat
 from app.outputs import RequestOutput
 
 logger = logging.getLogger(__name__)
@@ -31,6 +37,7 @@ class CoreLoop:
         self.receive = receive
         self.publish = publish
         self.stopped = False
+        self.formats: dict[OutputFormat, CompiledFormat] = {}
 
     def run(self) -> None:
         while not self.stopped:
@@ -62,18 +69,32 @@ class CoreLoop:
     def apply(self, command: tuple) -> None:
         kind = command[0]
         if kind == "add":
-            _, request_id, prompt, params, guide = command
+            _, request_id, prompt, params, output_format = command
             try:
-                self.engine.add_request(request_id, prompt, params, guide)
+                self.engine.add_request(request_id, prompt, params, self._decoder(output_format))
             except ValueError as exc:
                 self.publish([RequestOutput(request_id, [], finished=True, error=str(exc))],
                              self.engine.stats())
+        elif kind == "format":
+            _, output_format, index = command
+            self.formats[output_format] = CompiledFormat(index, self.engine.guided_vocabulary)
+        elif kind == "drop_format":
+            self.formats.pop(command[1], None)
         elif kind == "abort":
             self.engine.abort_request(command[1])
         elif kind == "stop":
             self.stopped = True
         else:
             raise ValueError(f"unknown engine command {kind!r}")
+
+    def _decoder(self, output_format: OutputFormat | None):
+        """A fresh GuidedDecoder for a request that follows `output_format`, else None."""
+        if output_format is None:
+            return None
+        compiled = self.formats.get(output_format)
+        if compiled is None:  # the front sends a format before its first request: a bug
+            raise ValueError("the request's output format never reached the engine")
+        return compiled.decoder(self.engine.model_config.vocab_size)
 
     def _fail_all(self, message: str) -> list[RequestOutput]:
         outputs = []

@@ -23,6 +23,7 @@ from app.engine.selection.selector import Chosen, Selector
 from app.engine.spec.proposal import Proposer
 from app.engine.spec.schedule import SpeculationSchedule
 from app.engine.spec.speculator import SpecStats, Speculator
+from app.guided.vocabulary import GuidedVocabulary, build_guided_vocabulary
 from app.models.config import ModelConfig
 from app.outputs import RequestOutput, RequestRejected
 from app.sampling_params import SamplingParams
@@ -70,6 +71,7 @@ class LLMEngine:
         self.selector = Selector(config.seed)
         self.speculator: Speculator | None = None
         self._tokenizer = None
+        self._guided_vocabulary: GuidedVocabulary | None = None
         proposer = proposer or build_proposer(config)
         if config.speculative_method and proposer is not None:
             schedule = SpeculationSchedule.from_config(config.speculation_schedule, config.num_speculative_tokens,
@@ -194,6 +196,14 @@ class LLMEngine:
         if self._tokenizer is None:
             self._tokenizer = AutoTokenizer.from_pretrained(self.config.model)
         return self._tokenizer
+
+    @property
+    def guided_vocabulary(self) -> GuidedVocabulary:
+        """The vocabulary output formats are compiled over, built from `tokenizer` on first use
+        (the core loop's first output format), so the process loads the tokenizer once."""
+        if self._guided_vocabulary is None:
+            self._guided_vocabulary = build_guided_vocabulary(self.tokenizer)
+        return self._guided_vocabulary
 
     def _append(self, req: Request, token_ids: list[int]) -> int:
         """Append tokens up to the first that finishes the request; return how many."""

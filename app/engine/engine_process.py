@@ -6,13 +6,15 @@ CPU cores that was about a tenth of its time (benchmarks/RESULTS.md). In its own
 step loop never waits for the front's Python. This is how vLLM runs its engine core too.
 
 The child is `python -m app.engine.engine_process <fd>`, talking over one socket pair with
-pickled tuples. Front → child: the core loop's commands (app/engine/core_loop.py), plus
-("format", key, index) before the first request of a compiled output format and
-("drop_format", key) when the front forgets one, so a format's index crosses once, not per
-request. Child → front: ("ready", limits, eos_token_ids, stats) once, then ("outputs", outputs,
-stats) per step, and ("propose", inputs) when the engine wants drafts from the proposer the
-front holds (a Serve handle lives in the front); the front answers ("proposal", ok, result)
-and the child keeps commands that arrive meanwhile for after the step.
+pickled tuples. Front → child: the core loop's commands (app/engine/core_loop.py), among them
+("format", output_format, index) before the first request of an output format and
+("drop_format", output_format) when the front forgets one, so a format's index crosses once,
+not per request (`AsyncEngineFront._send_format`); the child builds the guided vocabulary
+itself, once, from the engine's tokenizer. Child → front: ("ready", limits, eos_token_ids,
+stats) once, then ("outputs", outputs, stats) per step, and ("propose", inputs) when the engine
+wants drafts from the proposer the front holds (a Serve handle lives in the front); the front
+answers ("proposal", ok, result) and the child keeps commands that arrive meanwhile for after
+the step.
 
 If the child dies, every open stream ends with an error and `error` says why (a TargetModel
 then fails its health check and Serve replaces it); if the front dies, the child reads the end
@@ -28,7 +30,7 @@ import subprocess
 import sys
 import threading
 import traceback
-from collections import OrderedDict, deque
+from collections import deque
 from multiprocessing.connection import Connection
 
 from app.config import EngineConfig
@@ -37,13 +39,9 @@ from app.engine.core_loop import CoreLoop
 from app.engine.engine import EngineStats, LLMEngine
 from app.engine.front_config import FrontConfig
 from app.engine.spec.proposal import DraftInput, Proposal, Proposer
-from app.guided.guide import CompiledFormat
-from app.guided.vocabulary import load_guided_vocabulary
 from app.outputs import EngineDied, RequestOutput
 
 logger = logging.getLogger(__name__)
-
-MAX_FORMATS_IN_CORE = 64  # compiled formats the child keeps; the oldest is dropped beyond
 
 
 class EngineProcess(AsyncEngineFront):
@@ -56,7 +54,6 @@ class EngineProcess(AsyncEngineFront):
         self.proposer = proposer
         self._closing = False
         self._send_lock = threading.Lock()
-        self._formats_in_core: OrderedDict[str, None] = OrderedDict()
         ours, theirs = socket.socketpair()
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self._process = subprocess.Popen(
@@ -114,18 +111,6 @@ class EngineProcess(AsyncEngineFront):
         except OSError:
             if command[0] == "add":
                 raise EngineDied("the engine process is gone") from None
-
-    def _guide(self, guided: CompiledFormat) -> str:
-        """The format's key; its index goes to the child first if the child lacks it."""
-        if guided.key in self._formats_in_core:
-            self._formats_in_core.move_to_end(guided.key)
-            return guided.key
-        self._submit(("format", guided.key, guided.index))
-        self._formats_in_core[guided.key] = None
-        while len(self._formats_in_core) > MAX_FORMATS_IN_CORE:
-            oldest, _ = self._formats_in_core.popitem(last=False)
-            self._submit(("drop_format", oldest))
-        return guided.key
 
     def _read(self) -> None:
         try:
@@ -188,8 +173,6 @@ class _ChildLoop(CoreLoop):
         super().__init__(engine, self._receive, self._publish)
         self.conn = conn
         self.pending = pending
-        self.formats: dict[str, CompiledFormat] = {}
-        self._vocab = None
 
     def _receive(self, timeout: float) -> tuple | None:
         if self.pending:
@@ -206,28 +189,6 @@ class _ChildLoop(CoreLoop):
             self.conn.send(("outputs", outputs, stats))
         except OSError:
             self.stopped = True
-
-    def apply(self, command: tuple) -> None:
-        kind = command[0]
-        if kind == "format":
-            _, key, index = command
-            self.formats[key] = CompiledFormat(key, index, self._vocabulary())
-        elif kind == "drop_format":
-            self.formats.pop(command[1], None)
-        elif kind == "add" and command[4] is not None:
-            compiled = self.formats.get(command[4])
-            if compiled is None:  # the front sends a format before its first request: a bug
-                self.publish([RequestOutput(command[1], [], finished=True, error="the request's output "
-                                            "format never reached the engine process")], self.engine.stats())
-                return
-            super().apply(command[:4] + (compiled.decoder(self.engine.model_config.vocab_size),))
-        else:
-            super().apply(command)
-
-    def _vocabulary(self):
-        if self._vocab is None:
-            self._vocab = load_guided_vocabulary(self.engine.config.model)
-        return self._vocab
 
 
 def _child_main(fd: int) -> int:

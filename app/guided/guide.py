@@ -90,7 +90,7 @@ def _utf8_prefix(data: bytes) -> str:
 
 class GuidedDecoder:
     """Per-request guide state. `memo` is shared by all decoders of one index and one tokenizer
-    (the target's index store hands one out per compiled format): it caches forced tokens and
+    (the engine's core loop keeps one per compiled format): it caches forced tokens and
     terminal states per automaton state. `max_rollback` bounds the drafts (forced tokens
     included) one `fill_draft_bitmasks` or `rollback` can walk back over."""
 
@@ -260,9 +260,8 @@ class GuidedDecoder:
 
 @dataclass
 class CompiledFormat:
-    """A compiled output format as a target replica keeps it: the index, the vocabulary it was
-    built over, and the memo its decoders share."""
-    key: str
+    """An output format compiled for an engine: its index, the vocabulary it was built over, and
+    the memo its decoders share (the engine's core loop keeps one per `OutputFormat`)."""
     index: Index
     vocab: GuidedVocabulary
     memo: dict = field(default_factory=dict)

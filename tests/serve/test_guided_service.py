@@ -1,17 +1,25 @@
-"""The ConstraintService in the real Serve app: bad formats get a 400 naming the problem, a
-compile past the limit too (and the service keeps serving), repeated formats hit the cache
-(metrics), and a target-side store fetches each index once. Nothing here needs the engine to
-apply masks (tests/guided/test_served_guided.py does)."""
+"""Output formats in the real Serve app: bad formats get a 400 naming the problem, a compile
+past the limit too (and the service keeps serving), a repeated format is compiled once
+(metrics), a target-side store fetches each index once, and one `response_format` followed
+from the HTTP request to the engine's mask is compiled once and crosses to the engine process
+once. tests/guided/test_served_guided.py checks the masked output at length."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 
+import jsonschema
 import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
+from transformers import AutoTokenizer
 
+from app.guided.compiler import regex_for_format
+from app.guided.guide import CompiledFormat
+from app.guided.output_format import OutputFormat
 from app.guided.vocabulary import load_guided_vocabulary
 from tests.serve.conftest import start_serve_app, stop_serve_app
 
@@ -105,8 +113,8 @@ def test_compile_past_the_limit_is_400_and_the_service_keeps_serving(serve_app, 
     assert "longer than" in r.json()["error"]["message"]
     again = chat(serve_app, guided_regex=SLOW_REGEX)  # remembered: refused without compiling
     assert again.status_code == 400 and "longer than" in again.json()["error"]["message"]
-    spec = constraint.compile.remote({"type": "regex", "pattern": "[0-9]{3}"}).result()
-    assert spec["regex"] == "[0-9]{3}"
+    index = constraint.index.remote(OutputFormat("[0-9]{3}")).result()
+    assert index.get_allowed_tokens(index.get_initial_state())
     r = post(serve_app, "/completions", {"prompt": "still serving", "max_tokens": 3})
     assert r.status_code == 200, r.text
     assert metric_after(serve_app, "specserve:guided_compile_errors_total|timeout", 2) >= 2
@@ -120,35 +128,75 @@ def test_repeated_format_hits_the_cache(serve_app):
     compiles = before.get("specserve:guided_compile_seconds_count", 0.0)
     for _ in range(3):
         assert chat(serve_app, **fmt).status_code != 400  # the format itself is accepted
-    # Compiles: one miss, then two hits; the target replica then fetches the index once (a hit
-    # too) and serves the later requests from its own store.
-    assert metric_after(serve_app, "specserve:guided_compile_cache_hits_total", hits + 3) == hits + 3
+    # Only the target replica asks the service, once: one miss, one compile; it serves the
+    # later requests from its own store, so the service sees no more lookups (no hits).
+    assert metric_after(serve_app, "specserve:guided_compile_cache_misses_total", misses + 1) == misses + 1
     after = scrape(serve_app)
-    assert after["specserve:guided_compile_cache_misses_total"] == misses + 1
+    assert after.get("specserve:guided_compile_cache_hits_total", 0.0) == hits
     assert after["specserve:guided_compile_seconds_count"] == compiles + 1
 
 
-def test_spec_and_target_side_store(serve_app, constraint):
+def test_target_side_store(serve_app, constraint):
     from deployments.guided_client import GuidedIndexStore
 
-    fmt = {**schema_format({"type": "object", "properties": {"ok": {"type": "boolean"}},
-                            "required": ["ok"]}), "whitespace_pattern": ""}
-    spec = constraint.compile.remote(fmt).result()
+    fmt = OutputFormat(regex_for_format({**schema_format({
+        "type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}),
+        "whitespace_pattern": ""}))
     vocab = load_guided_vocabulary(serve_app.checkpoint)
-    assert set(spec) == {"vocab_hash", "regex", "key"} and spec["vocab_hash"] == vocab.vocab_hash
-    assert constraint.compile.remote(fmt).result() == spec  # same format, same spec
 
-    async def resolve_twice():
-        store = GuidedIndexStore(str(serve_app.checkpoint), constraint)
-        first, second = await asyncio.gather(store.resolve(spec), store.resolve(spec))
-        third = await store.resolve(spec)
-        with pytest.raises(ValueError, match="another vocabulary"):
-            await store.resolve({**spec, "vocab_hash": "0" * 64})
+    async def fetch_twice():
+        store = GuidedIndexStore(constraint)
+        first, second = await asyncio.gather(store.index(fmt), store.index(fmt))
+        third = await store.index(OutputFormat(fmt.regex))  # an equal format is the same key
+        with pytest.raises(ValueError, match="longer than"):  # the service's error, as raised there
+            await store.index(OutputFormat(SLOW_REGEX))
         return store, first, second, third
 
-    store, first, second, third = asyncio.run(resolve_twice())
-    assert first is second is third and store.fetches == 1
-    dec = first.decoder(logits_width=4096)
-    forced = dec.forced_token_ids(store.tokenizer)  # compact JSON: '{"ok":' is forced
-    assert forced and dec.accept_prefix(forced) == len(forced)
+    store, first, second, third = asyncio.run(fetch_twice())
+    assert first is second is third and store.fetches == 2 and store.hits == 1
+    dec = CompiledFormat(first, vocab).decoder(logits_width=4096)
+    forced = dec.forced_token_ids(AutoTokenizer.from_pretrained(serve_app.checkpoint))
+    assert forced and dec.accept_prefix(forced) == len(forced)  # compact JSON: '{"ok":' is forced
     assert b'{"ok":'.startswith(b"".join(vocab.token_bytes[t] for t in forced))
+
+
+def test_a_response_format_is_compiled_once_and_crosses_to_the_engine_once(serve_app, constraint):
+    """One `response_format` from the HTTP request to the engine's mask: two identical requests
+    give valid output; the ConstraintService was asked once and compiled once (the ingress no
+    longer asks it), the target fetched the index once and sent it to its engine process once."""
+    schema = {"type": "object", "properties": {"one_hop": {"enum": ["yes", "no"]}},
+              "required": ["one_hop"]}
+    target = serve_app.target_handle()
+    service_before, target_before = constraint.stats.remote().result(), target.stats.remote().result()
+    for _ in range(2):
+        r = chat(serve_app, response_format=schema_format(schema), max_tokens=40)
+        assert r.status_code == 200, r.text
+        choice = r.json()["choices"][0]
+        assert choice["finish_reason"] == "stop", choice
+        jsonschema.validate(json.loads(choice["message"]["content"]), schema)
+    service, target_after = constraint.stats.remote().result(), target.stats.remote().result()
+
+    def grew(after: dict, before: dict, *keys: str) -> int:
+        return sum(after[k] - before[k] for k in keys)
+
+    assert grew(service, service_before, "hits", "misses") == 1  # asked once, by the target
+    assert grew(service, service_before, "compiles") == 1
+    assert grew(target_after, target_before, "index_fetches") == 1
+    assert grew(target_after, target_before, "formats_sent") == 1  # ("format", ...) to the engine
+
+
+def test_all_compile_slots_busy_is_503(serve_app):
+    """More slow formats at once than the compiler has slots (4): those that find no free slot
+    within the limit get a 503 (transient), the others time out (400). Last in the module: the
+    timed-out compiles keep their slots for a few seconds."""
+    regexes = [f"[{a}{b}]*{a}[{a}{b}]{{14}}" for a, b in ("cd", "ef", "gh", "ij", "kl", "mn")]
+    with ThreadPoolExecutor(len(regexes)) as pool:
+        answers = list(pool.map(lambda rx: chat(serve_app, guided_regex=rx), regexes))
+    statuses = sorted(r.status_code for r in answers)
+    assert set(statuses) <= {400, 503} and 503 in statuses, [r.text for r in answers]
+    for r in answers:
+        error = r.json()["error"]
+        if r.status_code == 503:
+            assert error["type"] == "service_unavailable_error" and "retry later" in error["message"]
+        else:
+            assert "longer than" in error["message"], error
