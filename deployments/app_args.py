@@ -39,6 +39,10 @@ class _GraphArgs(BaseModel):
     # Run each target replica's engine in a process of its own (false: a thread of the replica,
     # where it shares the GIL with the replica's streaming; see app/engine/engine_process.py).
     engine_process: bool = True
+    # Output formats: how long one compile may take, and how many compiled indexes the
+    # ConstraintService keeps (deployments/constraint.py).
+    guided_compile_timeout_s: float = Field(10.0, gt=0)
+    guided_max_cached_indexes: int = Field(64, ge=1)
 
     @field_validator("*", mode="before")
     @classmethod

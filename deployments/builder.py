@@ -79,7 +79,8 @@ def build_app(args: dict) -> Application:
         # on the CPU in its own deployment; on GPU clusters see the README.
         draft = DraftModel.bind(engine_config(a, resolve_checkpoint(a.draft_model), "cpu",
                                               speculative_method=None, draft_model=None))
-    constraint = ConstraintService.bind(model, hub, name)  # compiles for the target's vocabulary
+    constraint = ConstraintService.bind(model, hub, name, a.guided_compile_timeout_s,
+                                        a.guided_max_cached_indexes)  # compiles for the target's vocabulary
     target_resources = {**TargetModel.ray_actor_options, "num_gpus": num_gpus}  # CPUs, priority
     target = TargetModel.options(ray_actor_options=target_resources).bind(
         target_config, a.front_config(), name, hub, draft, a.engine_process, constraint)  # draft used only when speculative_method is "draft"

@@ -13,8 +13,8 @@ index of the default model; benchmarks/guided.py), once per target replica and f
 A regex that cannot be compiled raises `GuidedFormatError` (a ValueError): the target raises
 it from `generate` before its first output and the ingress answers 400 with the message
 (`CompilerBusy`: 503); this replica keeps serving. The vocabulary is the checkpoint's that
-`build_app` gives both this service and the target. Limits come from Serve's `user_config`
-(`compile_timeout_s`, `max_cached_indexes`).
+`build_app` gives both this service and the target, and so are the limits (the app arguments
+`guided_compile_timeout_s` and `guided_max_cached_indexes`).
 """
 
 from __future__ import annotations
@@ -44,11 +44,6 @@ class ConstraintService:
         self.cache = IndexCache(max_entries=max_cached_indexes)
         self.metrics = ConstraintMetrics(metrics_hub, model_name, self.cache)
         self.metrics.start()
-
-    def reconfigure(self, config: dict) -> None:
-        """Serve `user_config`: {"compile_timeout_s": float, "max_cached_indexes": int}."""
-        self.compile_timeout_s = float(config.get("compile_timeout_s", self.compile_timeout_s))
-        self.cache.max_entries = int(config.get("max_cached_indexes", self.cache.max_entries))
 
     async def index(self, output_format: OutputFormat) -> Index:
         """The compiled index of `output_format` (from the cache, or compiled now)."""

@@ -30,17 +30,10 @@ MESSAGES = [{"role": "user", "content": "Give me JSON."}]
 
 @pytest.fixture(scope="module")
 def serve_app(checkpoints):
-    """The app with a short compile limit (Serve user_config), no draft model."""
-    import deployments.builder as builder
-
-    original = builder.ConstraintService
-    builder.ConstraintService = original.options(
-        user_config={"compile_timeout_s": COMPILE_TIMEOUT_S})
-    try:
-        app = start_serve_app("test_guided_service", {
-            "model": str(checkpoints[0]), "device": "cpu", "num_kv_blocks": 128, "max_num_seqs": 8})
-    finally:
-        builder.ConstraintService = original
+    """The app with a short compile limit (an app argument), no draft model."""
+    app = start_serve_app("test_guided_service", {
+        "model": str(checkpoints[0]), "device": "cpu", "num_kv_blocks": 128, "max_num_seqs": 8,
+        "guided_compile_timeout_s": COMPILE_TIMEOUT_S})
     try:
         yield app
     finally:
