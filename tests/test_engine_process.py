@@ -19,6 +19,8 @@ from transformers import AutoTokenizer
 from app.config import EngineConfig
 from app.engine.engine import LLMEngine
 from app.engine.engine_process import EngineProcess
+from app.engine.messages import (AbortRequest, AddRequest, DropFormat, Drafts, EngineFailed, EngineReady, FormatIndex,
+                                 ProposeDrafts, StartEngine, StepOutputs, Stop)
 from app.engine.spec.draft_worker import DraftWorker
 from app.guided.compiler import compile_regex
 from app.guided.guide import CompiledFormat
@@ -100,7 +102,7 @@ def test_a_guided_request_follows_its_format_in_the_child_and_the_index_crosses_
     engine = EngineProcess(config())
     sent = []
     submit = engine._submit
-    engine._submit = lambda command: (sent.append(command[0]), submit(command))
+    engine._submit = lambda command: (sent.append(type(command)), submit(command))
     try:
         first = asyncio.run(collect(engine, "a", prompt, params, date))
         second = asyncio.run(collect(engine, "b", prompt, params, date))
@@ -108,7 +110,7 @@ def test_a_guided_request_follows_its_format_in_the_child_and_the_index_crosses_
         engine.shutdown()
     assert first == second == reference
     assert re.fullmatch(DATE, tokenizer.decode(first, skip_special_tokens=True))
-    assert sent.count("format") == 1 and sent.count("add") == 2
+    assert sent.count(FormatIndex) == 1 and sent.count(AddRequest) == 2
 
 
 def _run_to_end(engine: LLMEngine) -> dict[str, list[int]]:
@@ -188,3 +190,43 @@ def test_the_engine_process_exits_when_its_front_is_killed():
         assert wait_until(lambda: not is_running(child))
     finally:
         front.kill()
+
+
+def test_every_message_round_trips_across_the_process_boundary():
+    """The typed records the front and the engine process exchange come out of a real socket
+    pair, in a child process, equal to what went in (what the engine loop's dispatch matches)."""
+    import multiprocessing
+
+    from app.engine.engine import EngineStats
+    from app.engine.request_limits import RequestLimits
+    from app.engine.spec.proposal import DraftInput, Proposal
+    from app.outputs import BeamHypothesis, RequestOutput, TokenLogprob
+
+    fmt = OutputFormat("[0-9]{3}")
+    stats = EngineStats(1, 0, 64, 3, 0.05, 10, 4, 0, 10, 5, 7)
+    messages = [
+        StartEngine(config(), True), EngineReady(RequestLimits(2048, 16, 64, 4096), [0, 4], stats),
+        EngineFailed("Traceback ..."), AddRequest("r", [1, 2, 3], SamplingParams(max_tokens=4, seed=3), fmt),
+        AddRequest("plain", [5], SamplingParams(beam_width=2, temperature=0)), AbortRequest("r"),
+        DropFormat(fmt), Stop(),
+        StepOutputs([RequestOutput("r", [7], new_logprobs=[TokenLogprob(7, -0.5, {7: -0.5})]),
+                     RequestOutput("b", [], finished=True, beams=[BeamHypothesis([1, 0], -1.0, -0.5, "stop")])],
+                    stats),
+        ProposeDrafts([DraftInput("r", [1, 2], 3, True, 1.0, 1.0, 0, 0.0, 9)]),
+        Drafts([Proposal([4, 5])]), Drafts(None, "ConnectionError: gone")]
+    ours, theirs = multiprocessing.Pipe()
+    echo = multiprocessing.get_context("spawn").Process(target=_echo, args=(theirs, len(messages)))
+    echo.start()
+    try:
+        for message in messages:
+            ours.send(message)
+            assert ours.recv() == message
+    finally:
+        echo.join(timeout=30)
+    assert echo.exitcode == 0
+
+
+def _echo(conn, count: int) -> None:
+    for _ in range(count):
+        conn.send(conn.recv())
+

@@ -22,6 +22,7 @@ from app.config import EngineConfig
 from app.engine.core_loop import CoreLoop
 from app.engine.engine import EngineStats, LLMEngine
 from app.engine.front_config import FrontConfig
+from app.engine.messages import AbortRequest, AddRequest, Command, DropFormat, FormatIndex, Stop
 from app.engine.request_limits import RequestLimits
 from app.engine.spec.proposal import Proposer
 from app.guided.output_format import OutputFormat
@@ -45,7 +46,7 @@ class AsyncEngineFront:
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         self._stats: EngineStats | None = None
         self._formats_in_core: OrderedDict[OutputFormat, None] = OrderedDict()
-        self.formats_sent = 0  # ("format", ...) commands: one per format the core lacked
+        self.formats_sent = 0  # FormatIndex commands: one per format the core lacked
 
     @property
     def max_model_len(self) -> int:
@@ -77,7 +78,7 @@ class AsyncEngineFront:
         stream: asyncio.Queue = asyncio.Queue()
         loop = asyncio.get_running_loop()
         self._streams[request_id] = (loop, stream)
-        self._submit(("add", request_id, prompt_token_ids, params, output_format))
+        self._submit(AddRequest(request_id, prompt_token_ids, params, output_format))
         interval = self.front.stream_interval_ms / 1000
         finished = False
         next_chunk_at = 0.0  # the first chunk goes at once
@@ -92,7 +93,7 @@ class AsyncEngineFront:
         finally:
             self._streams.pop(request_id, None)
             if not finished:
-                self._submit(("abort", request_id))
+                self._submit(AbortRequest(request_id))
 
     def num_waiting(self) -> int:
         """Requests accepted but not running as of the last step (queued commands included)."""
@@ -102,7 +103,7 @@ class AsyncEngineFront:
     def shutdown(self) -> None:
         raise NotImplementedError
 
-    def _submit(self, command: tuple) -> None:
+    def _submit(self, command: Command) -> None:
         raise NotImplementedError
 
     def _send_format(self, output_format: OutputFormat, index: Index) -> None:
@@ -111,12 +112,12 @@ class AsyncEngineFront:
         if output_format in self._formats_in_core:
             self._formats_in_core.move_to_end(output_format)
             return
-        self._submit(("format", output_format, index))
+        self._submit(FormatIndex(output_format, index))
         self.formats_sent += 1
         self._formats_in_core[output_format] = None
         while len(self._formats_in_core) > MAX_FORMATS_IN_CORE:
             oldest, _ = self._formats_in_core.popitem(last=False)
-            self._submit(("drop_format", oldest))
+            self._submit(DropFormat(oldest))
 
     def _publish(self, outputs: list[RequestOutput], stats: EngineStats) -> None:
         """From the core's side (any thread): new figures, and each output to its stream, with
@@ -149,13 +150,13 @@ class AsyncLLMEngine(AsyncEngineFront):
         self._thread.start()
 
     def shutdown(self) -> None:
-        self._submit(("stop",))
+        self._submit(Stop())
         self._thread.join(timeout=10)
 
-    def _submit(self, command: tuple) -> None:
+    def _submit(self, command: Command) -> None:
         self._commands.put(command)
 
-    def _receive(self, timeout: float) -> tuple | None:
+    def _receive(self, timeout: float) -> Command | None:
         try:
             return self._commands.get(timeout=timeout) if timeout > 0 else self._commands.get_nowait()
         except queue.Empty:

@@ -3,12 +3,11 @@ publish the step's outputs with the engine's figures.
 
 The same loop runs in a thread beside its caller's event loop (`AsyncLLMEngine`) and in a
 process of its own (`EngineProcess`); only where commands come from and where outputs go
-differ. Commands are tuples: ("add", request_id, prompt_token_ids, params, output_format),
-("abort", request_id), ("stop",), and ("format", output_format, index) / ("drop_format",
-output_format), which the front sends before a format's first request / when it forgets one.
-The loop keeps a `CompiledFormat` per format over the engine's vocabulary (built once, on the
-first format: `LLMEngine.guided_vocabulary`) and starts each guided request's `GuidedDecoder`
-from it. A subclass may handle more kinds.
+differ. Commands are the typed records of app/engine/messages.py: `AddRequest`,
+`AbortRequest`, `Stop`, and `FormatIndex` / `DropFormat`, which the front sends before a
+format's first request / when it forgets one. The loop keeps a `CompiledFormat` per format
+over the engine's vocabulary (built once, on the first format: `LLMEngine.guided_vocabulary`)
+and starts each guided request's `GuidedDecoder` from it.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ import logging
 from typing import Callable
 
 from app.engine.engine import EngineStats, LLMEngine
+from app.engine.messages import AbortRequest, AddRequest, Command, DropFormat, FormatIndex, Stop
 from app.guided.guide import CompiledFormat
 from app.guided.output_format import OutputFormat
 from app.outputs import RequestOutput
@@ -31,7 +31,7 @@ class CoreLoop:
     do not wait). `publish(outputs, stats)`: called after every step, and after commands that
     were not followed by a step (so the figures a caller reads are never older than that)."""
 
-    def __init__(self, engine: LLMEngine, receive: Callable[[float], tuple | None],
+    def __init__(self, engine: LLMEngine, receive: Callable[[float], Command | None],
                  publish: Callable[[list[RequestOutput], EngineStats], None]):
         self.engine = engine
         self.receive = receive
@@ -66,26 +66,24 @@ class CoreLoop:
             command = self.receive(0)
         return applied
 
-    def apply(self, command: tuple) -> None:
-        kind = command[0]
-        if kind == "add":
-            _, request_id, prompt, params, output_format = command
-            try:
-                self.engine.add_request(request_id, prompt, params, self._decoder(output_format))
-            except ValueError as exc:
-                self.publish([RequestOutput(request_id, [], finished=True, error=str(exc))],
-                             self.engine.stats())
-        elif kind == "format":
-            _, output_format, index = command
-            self.formats[output_format] = CompiledFormat(index, self.engine.guided_vocabulary)
-        elif kind == "drop_format":
-            self.formats.pop(command[1], None)
-        elif kind == "abort":
-            self.engine.abort_request(command[1])
-        elif kind == "stop":
-            self.stopped = True
-        else:
-            raise ValueError(f"unknown engine command {kind!r}")
+    def apply(self, command: Command) -> None:
+        match command:
+            case AddRequest(request_id, prompt_token_ids, params, output_format):
+                try:
+                    self.engine.add_request(request_id, prompt_token_ids, params, self._decoder(output_format))
+                except ValueError as exc:
+                    self.publish([RequestOutput(request_id, [], finished=True, error=str(exc))],
+                                 self.engine.stats())
+            case FormatIndex(output_format, index):
+                self.formats[output_format] = CompiledFormat(index, self.engine.guided_vocabulary)
+            case DropFormat(output_format):
+                self.formats.pop(output_format, None)
+            case AbortRequest(request_id):
+                self.engine.abort_request(request_id)
+            case Stop():
+                self.stopped = True
+            case _:
+                raise ValueError(f"unknown engine command {command!r}")
 
     def _decoder(self, output_format: OutputFormat | None):
         """A fresh GuidedDecoder for a request that follows `output_format`, else None."""

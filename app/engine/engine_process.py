@@ -6,15 +6,14 @@ CPU cores that was about a tenth of its time (benchmarks/RESULTS.md). In its own
 step loop never waits for the front's Python. This is how vLLM runs its engine core too.
 
 The child is `python -m app.engine.engine_process <fd>`, talking over one socket pair with
-pickled tuples. Front → child: the core loop's commands (app/engine/core_loop.py), among them
-("format", output_format, index) before the first request of an output format and
-("drop_format", output_format) when the front forgets one, so a format's index crosses once,
-not per request (`AsyncEngineFront._send_format`); the child builds the guided vocabulary
-itself, once, from the engine's tokenizer. Child → front: ("ready", limits, eos_token_ids,
-stats) once, then ("outputs", outputs, stats) per step, and ("propose", inputs) when the engine
-wants drafts from the proposer the front holds (a Serve handle lives in the front); the front
-answers ("proposal", ok, result) and the child keeps commands that arrive meanwhile for after
-the step.
+the pickled records of app/engine/messages.py. Front → child: `StartEngine`, then the core
+loop's commands, among them `FormatIndex` before the first request of an output format and
+`DropFormat` when the front forgets one, so a format's index crosses once, not per request
+(`AsyncEngineFront._send_format`); the child builds the guided vocabulary itself, once, from
+the engine's tokenizer. Child → front: `EngineReady` (or `EngineFailed`) once, then
+`StepOutputs` per step, and `ProposeDrafts` when the engine wants drafts from the proposer the
+front holds (a Serve handle lives in the front); the front answers `Drafts` and the child keeps
+commands that arrive meanwhile for after the step.
 
 If the child dies, every open stream ends with an error and `error` says why (a TargetModel
 then fails its health check and Serve replaces it); if the front dies, the child reads the end
@@ -38,6 +37,8 @@ from app.engine.async_engine import AsyncEngineFront
 from app.engine.core_loop import CoreLoop
 from app.engine.engine import EngineStats, LLMEngine
 from app.engine.front_config import FrontConfig
+from app.engine.messages import (AddRequest, Command, Drafts, EngineFailed, EngineReady, ProposeDrafts, StartEngine,
+                                 StepOutputs, Stop)
 from app.engine.spec.proposal import DraftInput, Proposal, Proposer
 from app.outputs import EngineDied, RequestOutput
 
@@ -61,8 +62,9 @@ class EngineProcess(AsyncEngineFront):
             pass_fds=(theirs.fileno(),), env=env)
         theirs.close()
         self._conn = Connection(ours.detach())
-        self._send(("init", config, proposer is not None))
-        _, self.limits, self.eos_token_ids, self._stats = self._await_ready(startup_timeout_s)
+        self._send(StartEngine(config, proposer is not None))
+        ready = self._await_ready(startup_timeout_s)
+        self.limits, self.eos_token_ids, self._stats = ready.limits, ready.eos_token_ids, ready.stats
         self._reader = threading.Thread(target=self._read, name="specserve-engine-reader", daemon=True)
         self._reader.start()
 
@@ -73,7 +75,7 @@ class EngineProcess(AsyncEngineFront):
     def shutdown(self) -> None:
         self._closing = True
         try:
-            self._send(("stop",))
+            self._send(Stop())
             self._process.wait(timeout=10)
         except (OSError, subprocess.TimeoutExpired):
             self._process.kill()
@@ -81,7 +83,7 @@ class EngineProcess(AsyncEngineFront):
         self._conn.close()
 
     # -- the front's side ---------------------------------------------------------------------
-    def _await_ready(self, timeout_s: float) -> tuple:
+    def _await_ready(self, timeout_s: float) -> EngineReady:
         try:
             if not self._conn.poll(timeout_s):
                 raise TimeoutError(f"the engine process did not start within {timeout_s:.0f} s")
@@ -92,34 +94,34 @@ class EngineProcess(AsyncEngineFront):
         except TimeoutError:
             self._process.kill()
             raise
-        if message[0] != "ready":
+        if not isinstance(message, EngineReady):
             self._process.wait()
-            raise RuntimeError(f"the engine failed to start:\n{message[1]}")
+            raise RuntimeError(f"the engine failed to start:\n{message.traceback}")
         return message
 
-    def _send(self, message: tuple) -> None:
+    def _send(self, message) -> None:
         with self._send_lock:
             self._conn.send(message)
 
-    def _submit(self, command: tuple) -> None:
+    def _submit(self, command: Command) -> None:
         if self.error is not None:
-            if command[0] == "add":
+            if isinstance(command, AddRequest):
                 raise EngineDied(self.error)
             return  # nothing to abort in a dead engine
         try:
             self._send(command)
         except OSError:
-            if command[0] == "add":
+            if isinstance(command, AddRequest):
                 raise EngineDied("the engine process is gone") from None
 
     def _read(self) -> None:
         try:
             while True:
-                message = self._conn.recv()
-                if message[0] == "outputs":
-                    self._publish(message[1], message[2])
-                elif message[0] == "propose":
-                    self._propose(message[1])
+                match self._conn.recv():
+                    case StepOutputs(outputs, stats):
+                        self._publish(outputs, stats)
+                    case ProposeDrafts(inputs):
+                        self._propose(inputs)
         except (EOFError, OSError):
             pass
         if not self._closing:
@@ -127,9 +129,9 @@ class EngineProcess(AsyncEngineFront):
 
     def _propose(self, inputs: list[DraftInput]) -> None:
         try:
-            answer = ("proposal", True, self.proposer.propose_batch(inputs))
+            answer = Drafts(self.proposer.propose_batch(inputs))
         except Exception as exc:  # noqa: BLE001 - the engine counts it and decodes without drafts
-            answer = ("proposal", False, f"{type(exc).__name__}: {exc}")
+            answer = Drafts(None, f"{type(exc).__name__}: {exc}")
         try:
             self._send(answer)
         except OSError:
@@ -157,14 +159,13 @@ class _ProposerInFront:
         self.pending = pending  # commands that arrive while waiting, for the core loop
 
     def propose_batch(self, inputs: list[DraftInput]) -> list[Proposal]:
-        self.conn.send(("propose", inputs))
+        self.conn.send(ProposeDrafts(inputs))
         while True:
             message = self.conn.recv()
-            if message[0] == "proposal":
-                _, ok, result = message
-                if not ok:
-                    raise RuntimeError(f"draft proposal failed in the front: {result}")
-                return result
+            if isinstance(message, Drafts):
+                if message.error is not None:
+                    raise RuntimeError(f"draft proposal failed in the front: {message.error}")
+                return message.proposals
             self.pending.append(message)
 
 
@@ -174,7 +175,7 @@ class _ChildLoop(CoreLoop):
         self.conn = conn
         self.pending = pending
 
-    def _receive(self, timeout: float) -> tuple | None:
+    def _receive(self, timeout: float) -> Command | None:
         if self.pending:
             return self.pending.popleft()
         try:
@@ -182,11 +183,11 @@ class _ChildLoop(CoreLoop):
                 return None
             return self.conn.recv()
         except (EOFError, OSError):  # the front is gone
-            return ("stop",)
+            return Stop()
 
     def _publish(self, outputs: list[RequestOutput], stats: EngineStats) -> None:
         try:
-            self.conn.send(("outputs", outputs, stats))
+            self.conn.send(StepOutputs(outputs, stats))
         except OSError:
             self.stopped = True
 
@@ -194,15 +195,15 @@ class _ChildLoop(CoreLoop):
 def _child_main(fd: int) -> int:
     conn = Connection(fd)
     try:
-        _, config, proposer_in_front = conn.recv()
+        start: StartEngine = conn.recv()
         pending: deque = deque()
-        engine = LLMEngine(config, _ProposerInFront(conn, pending) if proposer_in_front else None)
+        engine = LLMEngine(start.config, _ProposerInFront(conn, pending) if start.proposer_in_front else None)
     except (EOFError, OSError):
         return 1
     except Exception:  # noqa: BLE001 - reported to the front, which raises it
-        conn.send(("failed", traceback.format_exc()))
+        conn.send(EngineFailed(traceback.format_exc()))
         return 1
-    conn.send(("ready", engine.limits, list(engine.model_config.eos_token_ids), engine.stats()))
+    conn.send(EngineReady(engine.limits, list(engine.model_config.eos_token_ids), engine.stats()))
     _ChildLoop(engine, conn, pending).run()
     return 0
 

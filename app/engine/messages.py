@@ -1,0 +1,94 @@
+"""The messages between an engine's streaming front and its core loop, as typed records.
+
+Commands go front -> core, whether the core is a thread of the front's process
+(`AsyncLLMEngine`) or a process of its own (`EngineProcess`); each side has one dispatcher
+(`CoreLoop.apply`, `EngineProcess._read`). Across the process boundary they travel pickled,
+so a reader or a tool can follow one request by its type from the ingress to the step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from app.config import EngineConfig
+from app.guided.output_format import OutputFormat
+from app.outputs import RequestOutput
+from app.sampling_params import SamplingParams
+
+
+# -- front -> core: the core loop's commands --------------------------------------------------
+@dataclass(frozen=True)
+class AddRequest:
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    output_format: OutputFormat | None = None  # its index was sent before (`FormatIndex`)
+
+
+@dataclass(frozen=True)
+class AbortRequest:
+    request_id: str
+
+
+@dataclass(frozen=True)
+class FormatIndex:
+    """An output format's compiled index, sent once before the format's first request."""
+    output_format: OutputFormat
+    index: Any  # outlines_core.Index
+
+
+@dataclass(frozen=True)
+class DropFormat:
+    """The front forgot this format: the core may forget its index too."""
+    output_format: OutputFormat
+
+
+@dataclass(frozen=True)
+class Stop:
+    pass
+
+
+Command = AddRequest | AbortRequest | FormatIndex | DropFormat | Stop
+
+
+# -- the engine process's own: start-up and draft proposals -----------------------------------
+@dataclass(frozen=True)
+class StartEngine:
+    """Front -> child, first: build the engine; `proposer_in_front`: drafts come from the front."""
+    config: EngineConfig
+    proposer_in_front: bool
+
+
+@dataclass(frozen=True)
+class EngineReady:
+    """Child -> front, once the engine is built."""
+    limits: Any  # app.engine.request_limits.RequestLimits
+    eos_token_ids: list[int]
+    stats: Any  # app.engine.engine.EngineStats
+
+
+@dataclass(frozen=True)
+class EngineFailed:
+    """Child -> front, instead of `EngineReady`."""
+    traceback: str
+
+
+@dataclass(frozen=True)
+class StepOutputs:
+    """Child -> front, after every step (and after commands no step followed)."""
+    outputs: list[RequestOutput]
+    stats: Any  # app.engine.engine.EngineStats
+
+
+@dataclass(frozen=True)
+class ProposeDrafts:
+    """Child -> front: the engine wants drafts from the proposer the front holds."""
+    inputs: list  # list[app.engine.spec.proposal.DraftInput]
+
+
+@dataclass(frozen=True)
+class Drafts:
+    """Front -> child, the answer to `ProposeDrafts`: proposals, or why there are none."""
+    proposals: list | None  # list[app.engine.spec.proposal.Proposal]
+    error: str | None = None
