@@ -1,3 +1,5 @@
+"""Every test runs offline (no model hub) and skips the GPU-only tests on a machine without CUDA."""
+
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
