@@ -13,6 +13,7 @@ directory, then against the repository root, and are made absolute before they a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import ray
@@ -50,11 +51,28 @@ def cluster_gpus() -> float:
     return float(torch.cuda.device_count())
 
 
-def target_placement(device: str) -> tuple[str, float]:
-    """(engine device, GPUs per target replica) for the `device` argument."""
+DRAFT_GPU_SHARE = 0.2  # of one GPU, for a draft replica placed beside a target replica
+
+
+@dataclass(frozen=True)
+class Placement:
+    device: str  # the model stages' engines: "cuda..." or "cpu"
+    target_gpus: float  # per TargetModel replica
+    draft_gpus: float  # per DraftModel replica
+
+
+def placement(device: str, with_draft: bool) -> Placement:
+    """Where the model stages run for the `device` argument. With GPUs a target replica takes a
+    whole GPU, or all but DRAFT_GPU_SHARE of one when a draft model is deployed, so that Ray can
+    put a draft replica beside it on the same GPU: the draft never falls back to the CPU there.
+    Without GPUs both run on the CPU."""
     if device == "auto":
-        return ("cuda", 1.0) if cluster_gpus() > 0 else ("cpu", 0.0)
-    return device, (1.0 if device.startswith("cuda") else 0.0)
+        device = "cuda" if cluster_gpus() > 0 else "cpu"
+    if not device.startswith("cuda"):
+        return Placement(device, 0.0, 0.0)
+    if not with_draft:
+        return Placement(device, 1.0, 0.0)
+    return Placement(device, 1.0 - DRAFT_GPU_SHARE, DRAFT_GPU_SHARE)
 
 
 def engine_config(args: AppArgs, model: str, device: str, **overrides) -> EngineConfig:
@@ -67,21 +85,22 @@ def build_app(args: dict) -> Application:
     a = args if isinstance(args, AppArgs) else AppArgs.model_validate(args)
     model = resolve_checkpoint(a.model)
     name = a.served_model_name or Path(model).name
-    device, num_gpus = target_placement(a.device)
+    # The draft is deployed whenever a draft checkpoint is configured (Serve deploys what the
+    # graph reaches, hence passed to the target even when unused), so that a config naming the
+    # DraftModel stage stays valid when speculation is switched to ngram or off.
+    with_draft = a.draft_model is not None or a.speculative_method == "draft"
+    place = placement(a.device, with_draft)
 
     hub = MetricsHub.bind()
-    target_config = engine_config(a, model, device, draft_model=None)
+    target_config = engine_config(a, model, place.device, draft_model=None)
     draft = None
-    if a.draft_model is not None or a.speculative_method == "draft":
-        # Deployed whenever a draft checkpoint is configured (Serve deploys what the graph
-        # reaches, hence passed to the target even when unused), so that a config naming the
-        # DraftModel stage stays valid when speculation is switched to ngram or off. It runs
-        # on the CPU in its own deployment; on GPU clusters see the README.
-        draft = DraftModel.bind(engine_config(a, resolve_checkpoint(a.draft_model), "cpu",
-                                              speculative_method=None, draft_model=None))
+    if with_draft:
+        draft_resources = {**DraftModel.ray_actor_options, "num_gpus": place.draft_gpus}  # CPUs, priority
+        draft = DraftModel.options(ray_actor_options=draft_resources).bind(engine_config(
+            a, resolve_checkpoint(a.draft_model), place.device, speculative_method=None, draft_model=None))
     constraint = ConstraintService.bind(model, hub, name, a.guided_compile_timeout_s,
                                         a.guided_max_cached_indexes)  # compiles for the target's vocabulary
-    target_resources = {**TargetModel.ray_actor_options, "num_gpus": num_gpus}  # CPUs, priority
+    target_resources = {**TargetModel.ray_actor_options, "num_gpus": place.target_gpus}  # CPUs, priority
     target = TargetModel.options(ray_actor_options=target_resources).bind(
         target_config, a.front_config(), name, hub, draft, a.engine_process, constraint)  # draft used only when speculative_method is "draft"
     vocab_size = ModelConfig.from_dir(model).vocab_size

@@ -422,12 +422,10 @@ def test_serve_config_yaml_names_every_stage_and_the_custom_policy():
     assert set(stages) == {"Ingress", "TargetModel", "DraftModel", "ConstraintService", "MetricsHub"}
     target = stages["TargetModel"]
     assert target.max_ongoing_requests >= 100
-    # The builder gives TargetModel its resources and priority; the file sets DraftModel's,
-    # which replace the deployment's own, so they must carry the priority too.
+    # The builder gives the model stages their resources (GPU shares) and priority: a dict in
+    # the file would replace them whole.
     assert "ray_actor_options" not in target.model_fields_set
-    from deployments.worker_niceness import NORMAL_PRIORITY_RUNTIME_ENV
-
-    assert stages["DraftModel"].ray_actor_options.runtime_env == NORMAL_PRIORITY_RUNTIME_ENV
+    assert "ray_actor_options" not in stages["DraftModel"].model_fields_set
     policy = target.autoscaling_config["policy"]["policy_function"]
     assert policy == "deployments.autoscaling:engine_load_policy"
 
