@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from app.config import EngineConfig
 from app.engine.front_config import FrontConfig
+from deployments.constraint import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_MAX_CACHED_INDEXES
+from deployments.request_gate import DEFAULT_MAX_BODY_BYTES
 
 _NULLS = {"", "none", "null", "~"}
 
@@ -35,14 +37,14 @@ class _GraphArgs(BaseModel):
     served_model_name: str | None = None  # default: the checkpoint directory's name
     api_keys: list[str] | None = None  # when set, requests need `Authorization: Bearer <key>`
     # (unset: the comma-separated keys in $SPECSERVE_API_KEYS, if any)
-    max_request_body_bytes: int = Field(8 * 1024 * 1024, ge=1)  # larger bodies get a 413
+    max_request_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1)  # larger bodies get a 413
     # Run each target replica's engine in a process of its own (false: a thread of the replica,
     # where it shares the GIL with the replica's streaming; see app/engine/engine_process.py).
     engine_process: bool = True
     # Output formats: how long one compile may take, and how many compiled indexes the
     # ConstraintService keeps (deployments/constraint.py).
-    guided_compile_timeout_s: float = Field(10.0, gt=0)
-    guided_max_cached_indexes: int = Field(64, ge=1)
+    guided_compile_timeout_s: float = Field(DEFAULT_COMPILE_TIMEOUT_S, gt=0)
+    guided_max_cached_indexes: int = Field(DEFAULT_MAX_CACHED_INDEXES, ge=1)
 
     @field_validator("*", mode="before")
     @classmethod

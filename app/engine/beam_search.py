@@ -38,13 +38,13 @@ class Continuation:
 
 
 class BeamSearch:
-    def __init__(self, request_id: str, params: SamplingParams, stop_token_ids: tuple[int, ...]):
+    def __init__(self, request_id: str, params: SamplingParams, stop_token_ids: frozenset[int]):
         self.request_id = request_id
         self.width = params.beam_width
         self.max_tokens = params.max_tokens
         self.length_penalty = params.length_penalty
         self.early_stopping = params.early_stopping
-        self.stop_token_ids = frozenset(stop_token_ids)
+        self.stop_token_ids = stop_token_ids
         # As transformers: enough candidates that B survive even if every beam's likeliest
         # continuations include each stop token.
         self.num_candidates = max(2, 1 + len(self.stop_token_ids)) * self.width

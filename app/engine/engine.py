@@ -14,7 +14,7 @@ from app.engine.beam_search import BeamSearch
 from app.engine.block_manager import BlockManager
 from app.engine.guided_rows import plan_guided_drafts
 from app.engine.model_runner import ModelRunner
-from app.engine.request import Request, RequestStatus
+from app.engine.request import Request, RequestStatus, stop_token_ids
 from app.engine.request_limits import RequestLimits
 from app.engine.scheduler import Scheduler
 from app.engine.selection.layout import RowLayout
@@ -233,9 +233,10 @@ class LLMEngine:
     def _start_beam_search(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
         """Each live beam runs as a greedy request of its own that reports its likeliest next
         tokens (its logprobs) instead of choosing one; `BeamSearch` decides what lives on."""
-        stop_ids = tuple(self.model_config.eos_token_ids if not params.ignore_eos else ()) + tuple(
-            t for t in params.stop_token_ids if t not in self.model_config.eos_token_ids)
-        search = BeamSearch(request_id, params, stop_ids)
+        search = BeamSearch(request_id, params, stop_token_ids(params, self.model_config.eos_token_ids))
+        if search.num_candidates > self.model_config.vocab_size:
+            raise RequestRejected(f"{params.beam_width} beams need {search.num_candidates} candidates per step, "
+                                  f"more than the vocabulary's {self.model_config.vocab_size} tokens")
         beam_params = dataclasses.replace(params, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, logprobs=None,
                                           prompt_logprobs=None, speculative_decoding=False, beam_width=1)
         beam_params.logprobs = search.num_candidates  # may exceed the API's 20: set past the check

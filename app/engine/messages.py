@@ -9,12 +9,19 @@ so a reader or a tool can follow one request by its type from the ingress to the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from app.config import EngineConfig
 from app.guided.output_format import OutputFormat
 from app.outputs import RequestOutput
 from app.sampling_params import SamplingParams
+
+if TYPE_CHECKING:  # names for the annotations only: the engine's modules import this one
+    from outlines_core import Index
+
+    from app.engine.engine import EngineStats
+    from app.engine.request_limits import RequestLimits
+    from app.engine.spec.proposal import DraftInput, Proposal
 
 
 # -- front -> core: the core loop's commands --------------------------------------------------
@@ -35,7 +42,7 @@ class AbortRequest:
 class FormatIndex:
     """An output format's compiled index, sent once before the format's first request."""
     output_format: OutputFormat
-    index: Any  # outlines_core.Index
+    index: Index
 
 
 @dataclass(frozen=True)
@@ -63,9 +70,9 @@ class StartEngine:
 @dataclass(frozen=True)
 class EngineReady:
     """Child -> front, once the engine is built."""
-    limits: Any  # app.engine.request_limits.RequestLimits
+    limits: RequestLimits
     eos_token_ids: list[int]
-    stats: Any  # app.engine.engine.EngineStats
+    stats: EngineStats
 
 
 @dataclass(frozen=True)
@@ -78,17 +85,17 @@ class EngineFailed:
 class StepOutputs:
     """Child -> front, after every step (and after commands no step followed)."""
     outputs: list[RequestOutput]
-    stats: Any  # app.engine.engine.EngineStats
+    stats: EngineStats
 
 
 @dataclass(frozen=True)
 class ProposeDrafts:
     """Child -> front: the engine wants drafts from the proposer the front holds."""
-    inputs: list  # list[app.engine.spec.proposal.DraftInput]
+    inputs: list[DraftInput]
 
 
 @dataclass(frozen=True)
 class Drafts:
     """Front -> child, the answer to `ProposeDrafts`: proposals, or why there are none."""
-    proposals: list | None  # list[app.engine.spec.proposal.Proposal]
+    proposals: list[Proposal] | None
     error: str | None = None

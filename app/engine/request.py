@@ -19,13 +19,18 @@ class RequestStatus(enum.Enum):
     FINISHED = "finished"
 
 
+def stop_token_ids(params: SamplingParams, eos_token_ids: tuple[int, ...]) -> frozenset[int]:
+    """The tokens that end a request: the model's EOS (unless `ignore_eos`) and the request's own."""
+    return frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else frozenset(eos_token_ids))
+
+
 class Request:
     def __init__(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                  eos_token_ids: tuple[int, ...] = ()):
         self.request_id = request_id
         self.prompt_token_ids = list(prompt_token_ids)
         self.params = params
-        self.eos_token_ids = () if params.ignore_eos else tuple(eos_token_ids)
+        self.stop_token_ids = stop_token_ids(params, eos_token_ids)
         self.all_token_ids: list[int] = list(prompt_token_ids)
         self.num_computed_tokens = 0
         self.num_cached_tokens = 0  # prefix-cache hits at first admission
@@ -89,7 +94,7 @@ class Request:
         self.all_token_ids.append(token_id)
         if self.guide is not None:
             self.guide.advance(token_id)
-        if token_id in self.eos_token_ids or token_id in self.params.stop_token_ids:
+        if token_id in self.stop_token_ids:
             self.finish("stop")
         elif self.guide is not None and self.guide.is_finished:  # the format is complete
             self.finish("stop")

@@ -49,8 +49,6 @@ class RequestLimits:
             raise RequestRejected(
                 f"beam search with {params.beam_width} beams may need {needed} KV blocks but the whole "
                 f"pool has {self.num_blocks}; lower the number of beams, max_tokens or the prompt length")
-        if 3 * params.beam_width > self.vocab_size:
-            raise RequestRejected(f"{params.beam_width} beams is too many for a vocabulary of {self.vocab_size}")
 
     def check_logit_bias(self, logit_bias: dict[int, float] | None) -> None:
         outside = [t for t in logit_bias or () if not 0 <= t < self.vocab_size]
