@@ -2,7 +2,7 @@
 highest cumulative logprob (the sum, over the completion's tokens, of the model's log
 probability of each token chosen), as OpenAI and vLLM define it."""
 
-from deployments.protocol import CompletionChoice
+from deployments.responses import CompletionChoice
 
 
 def keep_likeliest(choices: list[CompletionChoice], prompt_of: dict[int, int],

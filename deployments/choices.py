@@ -1,4 +1,5 @@
-"""One engine request per OpenAI choice, and the SSE plumbing around them.
+"""One engine request per OpenAI choice, and the SSE plumbing around them (`guarded_stream`:
+the body of a streamed response, errors reported in-band).
 
 A `Choice` owns the target-side stream of one choice, detokenizes it incrementally and closes
 (aborts) it when done; `merge_choices` interleaves the choices of a request as their steps arrive.
@@ -11,6 +12,9 @@ import logging
 from typing import AsyncIterator
 
 from deployments.detokenizer import IncrementalDetokenizer
+from deployments.errors import REPLICA_LOST, replica_lost
+from deployments.openai_errors import error_message
+from deployments.responses import ErrorInfo, ErrorResponse
 from deployments.metrics import RequestTimer
 
 logger = logging.getLogger("ray.serve")
@@ -141,3 +145,20 @@ async def merge_choices(choices: list[Choice]) -> AsyncIterator[Event]:
 def sse(payload) -> str:
     body = payload.model_dump_json() if hasattr(payload, "model_dump_json") else json.dumps(payload)
     return f"data: {body}\n\n"
+
+
+async def guarded_stream(request_id: str, choices: list[Choice], chunks: AsyncIterator[str]
+                         ) -> AsyncIterator[str]:
+    """The SSE body around a route's chunks: an error after the stream started is reported
+    in-band, every choice is closed (aborting what is still running), and `[DONE]` ends it."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except Exception as exc:  # noqa: BLE001 - the stream has started: report in-band
+        logger.exception("stream %s failed", request_id)
+        message = REPLICA_LOST if replica_lost(exc) else error_message(exc)
+        yield sse(ErrorResponse(error=ErrorInfo(message=message, type="internal_error", code="500")))
+    finally:
+        for c in choices:
+            c.close()
+    yield "data: [DONE]\n\n"

@@ -8,7 +8,7 @@ over in the request's first output; nothing scores the first prompt token, so it
 from typing import Callable
 
 from app.outputs import TokenLogprob
-from deployments.protocol import CompletionLogprobs, PromptTokenLogprob
+from deployments.responses import CompletionLogprobs, PromptTokenLogprob
 
 TokenText = Callable[[int], str]
 

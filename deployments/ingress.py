@@ -12,21 +12,18 @@ engine refuses gets a 400, not a broken stream. A client that goes away (or a st
 cancels the target-side generator, which aborts the engine request and frees its KV blocks.
 """
 
-# No `from __future__ import annotations` here: FastAPI must see real classes (Request) in
+# No `from __future__ import annotations` here: FastAPI must see real classes (the request bodies) in
 # the signatures of the routes that Serve rewraps.
 import asyncio
 import dataclasses
-import json
 import logging
 import time
 from typing import AsyncIterator
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi import FastAPI
+from fastapi.responses import Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from ray import serve
-from starlette.exceptions import HTTPException as StarletteHTTPException
 from transformers import AutoTokenizer
 
 from app.guided.compiler import CompilerBusy
@@ -34,102 +31,32 @@ from app.guided.errors import GuidedFormatError
 from app.guided.output_format import OutputFormat
 from app.outputs import EngineOverloaded
 from app.sampling_params import SamplingParams
-from deployments.choices import Choice, Event, merge_choices, sse
+from deployments.choices import Choice, Event, guarded_stream, merge_choices, sse
 from deployments.detokenizer import IncrementalDetokenizer
 from deployments.beam_choices import beam_texts
 from deployments.best_of import keep_likeliest
 from deployments.echo import echo_logprobs, joined, vllm_prompt_logprobs
-from deployments.errors import REPLICA_LOST, remote_cause, replica_lost
+from deployments.output_logprobs import chat_logprobs, completion_logprobs
+from deployments.errors import remote_cause
 from deployments.guided_formats import FormatRequestError, RequestedFormat, requested_format
 from deployments.request_gate import DEFAULT_MAX_BODY_BYTES, GateSettings, RequestGate
-from deployments.metrics import IngressMetrics, RequestTimer
+from deployments.metrics import IngressMetrics
 from deployments.tool_calls import (ToolStream, parse_calls, render_messages, requested_tool_format,
                                     syntax_for_template, template_knows_tools)
 from deployments.tokenize_protocol import (DetokenizeRequest, DetokenizeResponse, TokenizeChatRequest,
                                            TokenizeCompletionRequest, TokenizeResponse)
 from deployments.tool_protocol import FunctionCallDelta, ToolCallDelta
-from deployments.protocol import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
-                                  ChatCompletionRequest, ChatCompletionResponse, ChatLogprobs,
-                                  ChatTokenLogprob, CompletionChoice, CompletionLogprobs,
-                                  CompletionRequest, CompletionResponse, DeltaMessage, ErrorInfo,
-                                  ErrorResponse, ModelCard, ModelList, TopLogprob, UsageInfo,
-                                  random_id)
+from deployments.openai_errors import OpenAIError, error_message, install_error_handlers
+from deployments.protocol import ChatCompletionRequest, CompletionRequest, random_id
+from deployments.responses import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
+                                   ChatCompletionResponse, ChatLogprobs, CompletionChoice, CompletionResponse,
+                                   DeltaMessage, ModelCard, ModelList, UsageInfo)
 
 logger = logging.getLogger("ray.serve")
 
 app = FastAPI(title="specserve", docs_url=None, redoc_url=None)
 app.add_middleware(RequestGate)  # API keys, body size and encoding, before FastAPI parses
-
-
-# -- errors -------------------------------------------------------------------------------
-class OpenAIError(Exception):
-    def __init__(self, status: int, message: str, type: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None):
-        super().__init__(message)
-        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
-
-
-def error_response(status: int, message: str, type: str = "invalid_request_error",
-                   param: str | None = None, code: str | None = None) -> JSONResponse:
-    body = ErrorResponse(error=ErrorInfo(message=message, type=type, param=param, code=code))
-    return JSONResponse(body.model_dump(), status_code=status)
-
-
-@app.exception_handler(OpenAIError)
-async def _openai_error(_: Request, exc: OpenAIError) -> JSONResponse:
-    return error_response(exc.status, exc.message, exc.type, exc.param, exc.code)
-
-
-@app.exception_handler(RequestValidationError)
-async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-    """FastAPI answers 422; OpenAI clients expect 400 with the error body."""
-    errors = exc.errors()
-    first = errors[0] if errors else {}
-    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-    if first.get("type") == "json_invalid":
-        message, param = "the request body is not valid JSON", None
-    else:
-        parts = []
-        for e in errors[:5]:
-            where = ".".join(str(p) for p in e.get("loc", ()) if p != "body")
-            parts.append(f"{where}: {e.get('msg', '')}" if where else str(e.get("msg", "")))
-        message, param = "; ".join(parts), (loc[0] if loc else None)
-    return error_response(400, message, param=param)
-
-
-@app.exception_handler(Exception)
-async def _internal_error(_: Request, exc: Exception) -> JSONResponse:
-    logger.exception("request failed")
-    if replica_lost(exc):
-        return error_response(503, REPLICA_LOST, "server_error", code="replica_unavailable")
-    return error_response(500, f"internal error: {_message(exc)}", "internal_error")
-
-
-@app.exception_handler(StarletteHTTPException)
-async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-    return error_response(exc.status_code, str(exc.detail),
-                          "not_found_error" if exc.status_code == 404 else "invalid_request_error")
-
-
-def _message(exc: BaseException) -> str:
-    cause = remote_cause(exc)
-    return str(cause.args[0]) if cause.args else str(cause)
-
-async def _guarded_stream(request_id: str, choices: list[Choice], chunks: AsyncIterator[str]
-                          ) -> AsyncIterator[str]:
-    """The SSE body around a route's chunks: an error after the stream started is reported
-    in-band, every choice is closed (aborting what is still running), and `[DONE]` ends it."""
-    try:
-        async for chunk in chunks:
-            yield chunk
-    except Exception as exc:  # noqa: BLE001 - the stream has started: report in-band
-        logger.exception("stream %s failed", request_id)
-        message = REPLICA_LOST if replica_lost(exc) else _message(exc)
-        yield sse(ErrorResponse(error=ErrorInfo(message=message, type="internal_error", code="500")))
-    finally:
-        for c in choices:
-            c.close()
-    yield "data: [DONE]\n\n"
+install_error_handlers(app)
 
 
 # -- the deployment -----------------------------------------------------------------------
@@ -243,13 +170,13 @@ class Ingress:
             for c in choices:
                 c.close(record=not refused)
             if isinstance(exc, EngineOverloaded):
-                raise OpenAIError(429, _message(exc), "rate_limit_error", code="engine_overloaded") from None
+                raise OpenAIError(429, error_message(exc), "rate_limit_error", code="engine_overloaded") from None
             if isinstance(remote_cause(exc), CompilerBusy):  # transient and not the request's fault
-                raise OpenAIError(503, _message(exc), "service_unavailable_error") from None
+                raise OpenAIError(503, error_message(exc), "service_unavailable_error") from None
             if isinstance(remote_cause(exc), GuidedFormatError):  # the ConstraintService refused it
-                raise OpenAIError(400, _message(exc), param=format_param) from None
+                raise OpenAIError(400, error_message(exc), param=format_param) from None
             if refused:
-                raise OpenAIError(400, _message(exc), param=prompt_param) from None
+                raise OpenAIError(400, error_message(exc), param=prompt_param) from None
             raise
         return choices
 
@@ -259,13 +186,6 @@ class Ingress:
         completion = sum(c.num_output_tokens for c in choices)
         return UsageInfo(prompt_tokens=prompt, completion_tokens=completion,
                          total_tokens=prompt + completion)
-
-    @staticmethod
-    def _beam_usage(choices: list[Choice], beams) -> UsageInfo:
-        """Prompts once each; the completion tokens of the beams returned."""
-        prompt = sum(len(c.prompt_ids) for c in choices)
-        completion = sum(b.num_tokens for b in beams)
-        return UsageInfo(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
 
     def _chat_prompt(self, body, add_special_tokens: bool = False) -> list[int]:
         """The prompt ids of a chat (or chat tokenize) request: messages and tools through the
@@ -284,33 +204,6 @@ class Ingress:
             raise OpenAIError(400, f"the chat template could not render the messages: {exc}",
                               param="messages") from None
         return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
-
-    # -- logprobs -----------------------------------------------------------------------------
-    def _completion_logprobs(self, event: Event, offset: int) -> CompletionLogprobs | None:
-        if not event.logprobs:
-            return None
-        out = CompletionLogprobs()
-        for lp in event.logprobs:
-            token = self._token_str(lp.token_id)
-            out.tokens.append(token)
-            out.token_logprobs.append(lp.logprob)
-            out.top_logprobs.append({self._token_str(t): v for t, v in lp.top.items()})
-            out.text_offset.append(offset)
-            offset += len(token)
-        return out
-
-    def _chat_logprobs(self, event: Event) -> ChatLogprobs | None:
-        if not event.logprobs:
-            return None
-        content = []
-        for lp in event.logprobs:
-            token = self._token_str(lp.token_id)
-            top = [TopLogprob(token=self._token_str(t), logprob=v,
-                              bytes=list(self._token_str(t).encode()))
-                   for t, v in lp.top.items()]
-            content.append(ChatTokenLogprob(token=token, logprob=lp.logprob,
-                                            bytes=list(token.encode()), top_logprobs=top))
-        return ChatLogprobs(content=content)
 
     # -- routes -------------------------------------------------------------------------------
     @app.get("/health")
@@ -360,14 +253,14 @@ class Ingress:
         if body.use_beam_search:
             beams = beam_texts(choices, body.n, self.tokenizer, body.stop_strings)
             return CompletionResponse(
-                id=request_id, created=created, model=self.model_name, usage=self._beam_usage(choices, beams),
+                id=request_id, created=created, model=self.model_name, usage=self._usage(choices),
                 choices=[CompletionChoice(index=b.index, text=b.text, finish_reason=b.finish_reason) for b in beams])
         to_echo = {}  # the prompt text still to put before each choice's first chunk
         if body.echo:
             texts = [p if isinstance(p, str) else self.tokenizer.decode(p) for p in body.prompts()]
             to_echo = {c.index: texts[c.prompt_index] for c in choices}
         if body.stream:
-            return StreamingResponse(_guarded_stream(request_id, choices, self._stream_completion(request_id, created, body, choices, to_echo)),
+            return StreamingResponse(guarded_stream(request_id, choices, self._stream_completion(request_id, created, body, choices, to_echo)),
                                      media_type="text/event-stream")
         merged = {c.index: CompletionChoice(index=c.index, text="") for c in choices}
         cumulative_logprob = {c.index: 0.0 for c in choices}
@@ -397,7 +290,7 @@ class Ingress:
         if prefix and body.logprobs is not None and event.prompt_logprobs:
             prefix_logprobs = echo_logprobs(c.prompt_ids, event.prompt_logprobs, body.logprobs, self._token_str)
         c.text_len += len(prefix)
-        logprobs = joined(prefix_logprobs, self._completion_logprobs(event, c.text_len))
+        logprobs = joined(prefix_logprobs, completion_logprobs(event.logprobs, c.text_len, self._token_str))
         c.text_len += len(event.text)
         scored = None
         if body.prompt_logprobs is not None and event.prompt_logprobs:
@@ -429,18 +322,18 @@ class Ingress:
         if body.use_beam_search:
             beams = beam_texts(choices, body.n, self.tokenizer, body.stop_strings)
             return ChatCompletionResponse(
-                id=request_id, created=created, model=self.model_name, usage=self._beam_usage(choices, beams),
+                id=request_id, created=created, model=self.model_name, usage=self._usage(choices),
                 choices=[ChatChoice(index=b.index, message=AssistantMessage(content=b.text),
                                     finish_reason=b.finish_reason) for b in beams])
         calls_possible = tools is not None
         if body.stream:
-            return StreamingResponse(_guarded_stream(request_id, choices, self._stream_chat(
+            return StreamingResponse(guarded_stream(request_id, choices, self._stream_chat(
                 request_id, created, body, choices, calls_possible)), media_type="text/event-stream")
         texts = {c.index: [] for c in choices}
         logprobs: dict[int, list] = {c.index: [] for c in choices}
         async for event in merge_choices(choices):
             texts[event.choice.index].append(event.text)
-            lp = self._chat_logprobs(event)
+            lp = chat_logprobs(event.logprobs, self._token_str)
             if lp is not None:
                 logprobs[event.choice.index].extend(lp.content)
         out = []
@@ -478,7 +371,7 @@ class Ingress:
                     continue  # held: part of a call, or maybe the start of one
             if calls:
                 yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(content=text or None),
-                                             logprobs=self._chat_logprobs(event))])
+                                             logprobs=chat_logprobs(event.logprobs, self._token_str))])
                 for k, call in enumerate(calls):
                     for delta in (ToolCallDelta(index=k, id=call.id, type="function", function=
                                                 FunctionCallDelta(name=call.function.name, arguments="")),
@@ -489,7 +382,7 @@ class Ingress:
                                              "tool_calls" if finish == "stop" else finish)])
                 continue
             yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(content=text or None),
-                                         logprobs=self._chat_logprobs(event), finish_reason=finish)])
+                                         logprobs=chat_logprobs(event.logprobs, self._token_str), finish_reason=finish)])
         if body.include_usage:
             yield chunk([], self._usage(choices))
 

@@ -1,4 +1,5 @@
-"""The OpenAI request and response shapes the ingress speaks (completions and chat).
+"""The OpenAI request shapes the ingress reads (completions and chat); what it writes back is in
+deployments/responses.py.
 
 Field names and defaults are OpenAI's, plus vLLM's extras users already send (`top_k`,
 `min_p`, `ignore_eos`, `stop_token_ids`). Fields are checked for shape here; what depends on
@@ -7,18 +8,17 @@ the model (context length, vocabulary) is checked by the ingress and the engine.
 Output formats: `response_format` (`json_object`, `json_schema`; `{"type": "text"}` is plain
 output), vLLM's `guided_json` / `guided_regex` / `guided_choice` and its newer
 `structured_outputs` are checked in shape here; deployments/guided_formats.py turns whichever
-one a request uses into the format the ConstraintService compiles.
+one a request uses into the `OutputFormat` the target's engine follows.
 """
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from deployments.tool_protocol import ToolCall, ToolCallDelta, ToolChoice, ToolDefinition
+from deployments.tool_protocol import ToolCall, ToolChoice, ToolDefinition
 
 MAX_N = 16
 MAX_LOGPROBS = 20
@@ -290,125 +290,3 @@ class ChatCompletionRequest(SamplingFields):
     def beam_search_conflicts(self) -> list[str]:
         tools = ["tools"] if self.tools and self.tool_choice != "none" else []
         return super().beam_search_conflicts() + (["logprobs"] if self.logprobs else []) + tools
-
-
-# -- responses ----------------------------------------------------------------------------
-class UsageInfo(BaseModel):
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
-
-
-class CompletionLogprobs(BaseModel):
-    tokens: list[str] = Field(default_factory=list)
-    token_logprobs: list[float | None] = Field(default_factory=list)
-    top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
-    text_offset: list[int] = Field(default_factory=list)
-
-
-class PromptTokenLogprob(BaseModel):
-    """vLLM's shape for one entry of `prompt_logprobs`."""
-    logprob: float
-    rank: int | None = None
-    decoded_token: str
-
-
-class CompletionChoice(BaseModel):
-    index: int
-    text: str
-    logprobs: CompletionLogprobs | None = None
-    finish_reason: str | None = None
-    # vLLM's: per prompt token (the first None), the token and its top alternatives by id.
-    prompt_logprobs: list[dict[int, PromptTokenLogprob] | None] | None = None
-
-
-class CompletionResponse(BaseModel):
-    id: str
-    object: Literal["text_completion"] = "text_completion"
-    created: int = Field(default_factory=lambda: int(time.time()))
-    model: str
-    choices: list[CompletionChoice]
-    usage: UsageInfo | None = None
-
-
-class TopLogprob(BaseModel):
-    token: str
-    logprob: float
-    bytes: list[int] | None = None
-
-
-class ChatTokenLogprob(TopLogprob):
-    top_logprobs: list[TopLogprob] = Field(default_factory=list)
-
-
-class ChatLogprobs(BaseModel):
-    content: list[ChatTokenLogprob] | None = None
-
-
-class AssistantMessage(BaseModel):
-    role: Literal["assistant"] = "assistant"
-    content: str | None = None
-    tool_calls: list[ToolCall] | None = None
-
-
-class ChatChoice(BaseModel):
-    index: int
-    message: AssistantMessage
-    logprobs: ChatLogprobs | None = None
-    finish_reason: str | None = None
-
-
-class ChatCompletionResponse(BaseModel):
-    id: str
-    object: Literal["chat.completion"] = "chat.completion"
-    created: int = Field(default_factory=lambda: int(time.time()))
-    model: str
-    choices: list[ChatChoice]
-    usage: UsageInfo | None = None
-
-
-class DeltaMessage(BaseModel):
-    role: Literal["assistant"] | None = None
-    content: str | None = None
-    tool_calls: list[ToolCallDelta] | None = None
-
-
-class ChatChunkChoice(BaseModel):
-    index: int
-    delta: DeltaMessage
-    logprobs: ChatLogprobs | None = None
-    finish_reason: str | None = None
-
-
-class ChatCompletionChunk(BaseModel):
-    id: str
-    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
-    created: int
-    model: str
-    choices: list[ChatChunkChoice]
-    usage: UsageInfo | None = None
-
-
-class ModelCard(BaseModel):
-    id: str
-    object: Literal["model"] = "model"
-    created: int = Field(default_factory=lambda: int(time.time()))
-    owned_by: str = "specserve"
-    root: str | None = None
-    max_model_len: int | None = None
-
-
-class ModelList(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[ModelCard]
-
-
-class ErrorInfo(BaseModel):
-    message: str
-    type: str
-    param: str | None = None
-    code: str | int | None = None
-
-
-class ErrorResponse(BaseModel):
-    error: ErrorInfo

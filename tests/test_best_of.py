@@ -2,7 +2,7 @@
 best first, numbered prompt by prompt (prompt 1's first choice is index n)."""
 
 from deployments.best_of import keep_likeliest
-from deployments.protocol import CompletionChoice
+from deployments.responses import CompletionChoice
 
 
 def test_keeps_the_likeliest_per_prompt_and_renumbers():

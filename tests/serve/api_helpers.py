@@ -1,0 +1,51 @@
+"""What the served API tests share: prompts, the engine alone configured as the app's target
+replica (to hold the app's output to), and waits on the replica's KV blocks."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import requests
+
+PROMPTS = ["The quick brown fox", "def main():\n    return", "héllo wörld 日本"]
+
+
+@pytest.fixture(scope="module")
+def engine(serve_app):
+    """The engine alone, configured as the app's target replica is."""
+    from deployments.builder import engine_config
+    from deployments.app_args import AppArgs
+    from app.engine.engine import LLMEngine
+
+    args = AppArgs.model_validate(serve_app.args)
+    return LLMEngine(engine_config(args, str(serve_app.checkpoint), "cpu"))
+
+
+def engine_text(engine, tokenizer, prompt_ids: list[int], max_tokens: int) -> tuple[str, int]:
+    from app.sampling_params import SamplingParams
+
+    [ids] = engine.generate([prompt_ids], SamplingParams(max_tokens=max_tokens, temperature=0))
+    return tokenizer.decode(ids, skip_special_tokens=True), len(ids)
+
+
+def chat_ids(tokenizer, messages) -> list[int]:
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def max_model_len(serve_app) -> int:
+    models = requests.get(serve_app.base_url + "/models", timeout=30).json()
+    return models["data"][0]["max_model_len"]
+
+
+def wait_for_free_kv(serve_app, timeout_s: float = 30.0) -> dict:
+    handle = serve_app.target_handle()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        stats = handle.stats.remote().result()
+        if stats["num_blocks_used"] == 0 and stats["num_requests_running"] == 0:
+            return stats
+        if time.monotonic() > deadline:
+            raise AssertionError(f"KV blocks still in use after {timeout_s}s: {stats}")
+        time.sleep(0.2)
