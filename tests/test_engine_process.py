@@ -19,8 +19,10 @@ from transformers import AutoTokenizer
 from app.config import EngineConfig
 from app.engine.engine import LLMEngine
 from app.engine.engine_process import EngineProcess
-from app.engine.messages import (AbortRequest, AddRequest, DropFormat, Drafts, EngineFailed, EngineReady, FormatIndex,
-                                 ProposeDrafts, StartEngine, StepOutputs, Stop)
+from app.engine.async_engine import AsyncLLMEngine
+from app.engine.block_manager import block_hashes
+from app.engine.messages import (AbortRequest, AddRequest, CacheReport, DropFormat, Drafts, EngineFailed, EngineReady,
+                                 FormatIndex, ProposeDrafts, ReportCache, StartEngine, StepOutputs, Stop)
 from app.engine.spec.draft_worker import DraftWorker
 from app.guided.compiler import compile_regex
 from app.guided.guide import CompiledFormat
@@ -176,6 +178,39 @@ def test_a_dead_engine_process_ends_open_streams_with_an_error_and_refuses_new_r
         engine.shutdown()
 
 
+@pytest.mark.parametrize("front", [EngineProcess, AsyncLLMEngine])
+def test_the_cache_report_holds_the_hashes_a_router_computes_from_the_prompt(tokenizer, front):
+    """What a prefix-aware router relies on: the full blocks of a finished prompt are reported
+    with the hashes `block_hashes` gives for the same tokens in another process, newest last,
+    bounded by `max_blocks`."""
+    engine = front(config())
+    prompt = tokenizer.encode("The quick brown fox jumps over the lazy dog. " * 8)
+
+    async def run():
+        await collect(engine, "r", prompt, SamplingParams(max_tokens=1, temperature=0))
+        return await asyncio.wait_for(engine.cache_report(4096), 30), await engine.cache_report(2)
+
+    try:
+        report, newest_two = asyncio.run(run())
+    finally:
+        engine.shutdown()
+    expected = block_hashes(prompt, report.block_size)
+    assert len(expected) >= 4
+    assert set(expected) <= set(report.block_hashes)
+    assert newest_two.block_hashes == report.block_hashes[-2:]
+
+
+def test_a_cache_report_asked_of_a_dead_engine_process_raises_instead_of_hanging(tokenizer):
+    engine = EngineProcess(config())
+    try:
+        os.kill(engine.pid, signal.SIGKILL)
+        assert wait_until(lambda: engine.error is not None)
+        with pytest.raises(EngineDied):
+            asyncio.run(asyncio.wait_for(engine.cache_report(16), 10))
+    finally:
+        engine.shutdown()
+
+
 def test_the_engine_process_exits_when_its_front_is_killed():
     """A replica killed outright leaves no engine (and no KV pool) behind."""
     script = ("import time; from app.config import EngineConfig; from app.engine.engine_process import "
@@ -208,7 +243,7 @@ def test_every_message_round_trips_across_the_process_boundary():
         StartEngine(config(), True), EngineReady(RequestLimits(2048, 16, 64, 4096), [0, 4], stats),
         EngineFailed("Traceback ..."), AddRequest("r", [1, 2, 3], SamplingParams(max_tokens=4, seed=3), fmt),
         AddRequest("plain", [5], SamplingParams(beam_width=2, temperature=0)), AbortRequest("r"),
-        DropFormat(fmt), Stop(),
+        DropFormat(fmt), ReportCache(4096), CacheReport(16, [-5048900421954299991, 7]), Stop(),
         StepOutputs([RequestOutput("r", [7], new_logprobs=[TokenLogprob(7, -0.5, {7: -0.5})]),
                      RequestOutput("b", [], finished=True, beams=[BeamHypothesis([1, 0], -1.0, -0.5, "stop")])],
                     stats),

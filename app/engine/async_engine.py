@@ -22,7 +22,8 @@ from app.config import EngineConfig
 from app.engine.core_loop import CoreLoop
 from app.engine.engine import EngineStats, LLMEngine
 from app.engine.front_config import FrontConfig
-from app.engine.messages import AbortRequest, AddRequest, Command, DropFormat, FormatIndex, Stop
+from app.engine.messages import (AbortRequest, AddRequest, CacheReport, Command, DropFormat, FormatIndex,
+                                 ReportCache, Stop)
 from app.engine.request_limits import RequestLimits
 from app.engine.spec.proposal import Proposer
 from app.guided.output_format import OutputFormat
@@ -47,6 +48,7 @@ class AsyncEngineFront:
         self._stats: EngineStats | None = None
         self._formats_in_core: OrderedDict[OutputFormat, None] = OrderedDict()
         self.formats_sent = 0  # FormatIndex commands: one per format the core lacked
+        self._cache_report: tuple[asyncio.AbstractEventLoop, asyncio.Future] | None = None
 
     @property
     def max_model_len(self) -> int:
@@ -94,6 +96,23 @@ class AsyncEngineFront:
             self._streams.pop(request_id, None)
             if not finished:
                 self._submit(AbortRequest(request_id))
+
+    async def cache_report(self, max_blocks: int) -> CacheReport:
+        """What the KV pool holds (app/engine/messages.py: CacheReport); callers that ask while
+        an answer is on its way share it."""
+        if self.error is not None:
+            raise EngineDied(self.error)
+        if self._cache_report is None or self._cache_report[1].done():
+            loop = asyncio.get_running_loop()
+            self._cache_report = (loop, loop.create_future())
+            self._submit(ReportCache(max_blocks))
+        return await asyncio.shield(self._cache_report[1])
+
+    def _answer(self, report: CacheReport | EngineDied) -> None:
+        """From the core's side (any thread): the answer to `ReportCache`, or why none comes."""
+        if self._cache_report is not None:
+            loop, future = self._cache_report
+            loop.call_soon_threadsafe(_resolve, future, report)
 
     def num_waiting(self) -> int:
         """Requests accepted but not running as of the last step (queued commands included)."""
@@ -145,7 +164,7 @@ class AsyncLLMEngine(AsyncEngineFront):
         self.eos_token_ids = list(self.engine.model_config.eos_token_ids)
         self._stats = self.engine.stats()
         self._commands: queue.Queue = queue.Queue()
-        self._loop = CoreLoop(self.engine, self._receive, self._publish)
+        self._loop = CoreLoop(self.engine, self._receive, self._publish, self._answer)
         self._thread = threading.Thread(target=self._loop.run, name="specserve-engine", daemon=True)
         self._thread.start()
 
@@ -161,6 +180,14 @@ class AsyncLLMEngine(AsyncEngineFront):
             return self._commands.get(timeout=timeout) if timeout > 0 else self._commands.get_nowait()
         except queue.Empty:
             return None
+
+
+def _resolve(future: asyncio.Future, value) -> None:
+    if not future.done():
+        if isinstance(value, BaseException):
+            future.set_exception(value)
+        else:
+            future.set_result(value)
 
 
 def _put_all(items: list[tuple[asyncio.Queue, RequestOutput]]) -> None:

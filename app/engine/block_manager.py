@@ -19,8 +19,23 @@ class KVBlock:
         self.block_hash: int | None = None
 
 
-def chain_hash(parent_hash: int | None, token_ids: list[int]) -> int:
+ROOT_BLOCK_HASH = 0  # the parent of a request's first block
+
+
+def chain_hash(parent_hash: int, token_ids: list[int]) -> int:
+    """A block's hash: its parent's and its tokens'. Tuples of ints hash the same in every
+    process (unlike `None`, whose hash is its address before Python 3.12), so a router can
+    compute a prompt's hashes and find them in a replica's report (deployments/prefix_routing.py)."""
     return hash((parent_hash, tuple(token_ids)))
+
+
+def block_hashes(token_ids: list[int], block_size: int) -> list[int]:
+    """The chain hashes of the full blocks of `token_ids`, as the pool computes them."""
+    hashes, parent = [], ROOT_BLOCK_HASH
+    for start in range(0, len(token_ids) - block_size + 1, block_size):
+        parent = chain_hash(parent, token_ids[start:start + block_size])
+        hashes.append(parent)
+    return hashes
 
 
 class BlockManager:
@@ -66,7 +81,7 @@ class BlockManager:
         bs = self.block_size
         while len(hashes) < num_full_blocks:
             j = len(hashes)
-            hashes.append(chain_hash(hashes[-1] if hashes else None, req.all_token_ids[j * bs:(j + 1) * bs]))
+            hashes.append(chain_hash(hashes[-1] if hashes else ROOT_BLOCK_HASH, req.all_token_ids[j * bs:(j + 1) * bs]))
         return hashes[:num_full_blocks]
 
     def find_cached_prefix(self, req: Request) -> list[KVBlock]:
@@ -81,6 +96,11 @@ class BlockManager:
                 break
             hits.append(block)
         return hits
+
+    def cached_block_hashes(self, limit: int) -> list[int]:
+        """The hashes of the cached blocks, at most `limit`, the most recently published last."""
+        hashes = list(self.cached_blocks)
+        return hashes[-limit:] if len(hashes) > limit else hashes
 
     def record_prefix_lookup(self, num_tokens: int, num_hit_tokens: int) -> None:
         self.prefix_cache_queries += num_tokens

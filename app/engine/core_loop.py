@@ -4,8 +4,9 @@ publish the step's outputs with the engine's figures.
 The same loop runs in a thread beside its caller's event loop (`AsyncLLMEngine`) and in a
 process of its own (`EngineProcess`); only where commands come from and where outputs go
 differ. Commands are the typed records of app/engine/messages.py: `AddRequest`,
-`AbortRequest`, `Stop`, and `FormatIndex` / `DropFormat`, which the front sends before a
-format's first request / when it forgets one. The loop keeps a `CompiledFormat` per format
+`AbortRequest`, `Stop`, `ReportCache` (answered with a `CacheReport` through `answer`), and
+`FormatIndex` / `DropFormat`, which the front sends before a format's first request / when it
+forgets one. The loop keeps a `CompiledFormat` per format
 over the engine's vocabulary (built once, on the first format: `LLMEngine.guided_vocabulary`)
 and starts each guided request's `GuidedDecoder` from it.
 """
@@ -16,7 +17,8 @@ import logging
 from typing import Callable
 
 from app.engine.engine import EngineStats, LLMEngine
-from app.engine.messages import AbortRequest, AddRequest, Command, DropFormat, FormatIndex, Stop
+from app.engine.messages import (AbortRequest, AddRequest, CacheReport, Command, DropFormat, FormatIndex,
+                                 ReportCache, Stop)
 from app.guided.guide import CompiledFormat
 from app.guided.output_format import OutputFormat
 from app.outputs import RequestOutput
@@ -29,13 +31,16 @@ IDLE_WAIT_S = 0.5  # how long an idle loop waits for a command before checking `
 class CoreLoop:
     """`receive(timeout)`: the next command, or None if none came within `timeout` seconds (0:
     do not wait). `publish(outputs, stats)`: called after every step, and after commands that
-    were not followed by a step (so the figures a caller reads are never older than that)."""
+    were not followed by a step (so the figures a caller reads are never older than that).
+    `answer(report)`: where a `CacheReport` goes."""
 
     def __init__(self, engine: LLMEngine, receive: Callable[[float], Command | None],
-                 publish: Callable[[list[RequestOutput], EngineStats], None]):
+                 publish: Callable[[list[RequestOutput], EngineStats], None],
+                 answer: Callable[[CacheReport], None]):
         self.engine = engine
         self.receive = receive
         self.publish = publish
+        self.answer = answer
         self.stopped = False
         self.formats: dict[OutputFormat, CompiledFormat] = {}
 
@@ -80,6 +85,9 @@ class CoreLoop:
                 self.formats.pop(output_format, None)
             case AbortRequest(request_id):
                 self.engine.abort_request(request_id)
+            case ReportCache(max_blocks):
+                pool = self.engine.block_manager
+                self.answer(CacheReport(pool.block_size, pool.cached_block_hashes(max_blocks)))
             case Stop():
                 self.stopped = True
             case _:

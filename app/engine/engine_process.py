@@ -11,7 +11,7 @@ loop's commands, among them `FormatIndex` before the first request of an output 
 `DropFormat` when the front forgets one, so a format's index crosses once, not per request
 (`AsyncEngineFront._send_format`); the child builds the guided vocabulary itself, once, from
 the engine's tokenizer. Child → front: `EngineReady` (or `EngineFailed`) once, then
-`StepOutputs` per step, and `ProposeDrafts` when the engine wants drafts from the proposer the
+`StepOutputs` per step, `CacheReport` when the front asked with `ReportCache`, and `ProposeDrafts` when the engine wants drafts from the proposer the
 front holds (a Serve handle lives in the front); the front answers `Drafts` and the child keeps
 commands that arrive meanwhile for after the step.
 
@@ -37,8 +37,8 @@ from app.engine.async_engine import AsyncEngineFront
 from app.engine.core_loop import CoreLoop
 from app.engine.engine import EngineStats, LLMEngine
 from app.engine.front_config import FrontConfig
-from app.engine.messages import (AddRequest, Command, Drafts, EngineFailed, EngineReady, ProposeDrafts, StartEngine,
-                                 StepOutputs, Stop)
+from app.engine.messages import (AddRequest, CacheReport, Command, Drafts, EngineFailed, EngineReady, ProposeDrafts,
+                                 StartEngine, StepOutputs, Stop)
 from app.engine.spec.proposal import DraftInput, Proposal, Proposer
 from app.outputs import EngineDied, RequestOutput
 
@@ -122,6 +122,8 @@ class EngineProcess(AsyncEngineFront):
                         self._publish(outputs, stats)
                     case ProposeDrafts(inputs):
                         self._propose(inputs)
+                    case CacheReport() as report:
+                        self._answer(report)
         except (EOFError, OSError):
             pass
         if not self._closing:
@@ -148,6 +150,7 @@ class EngineProcess(AsyncEngineFront):
         failed = [RequestOutput(rid, [], finished=True, finish_reason="abort", error=self.error)
                   for rid in list(self._streams)]
         self._publish(failed, self._stats)
+        self._answer(EngineDied(self.error))
 
 
 # -- the child's side -------------------------------------------------------------------------
@@ -171,7 +174,7 @@ class _ProposerInFront:
 
 class _ChildLoop(CoreLoop):
     def __init__(self, engine: LLMEngine, conn: Connection, pending: deque):
-        super().__init__(engine, self._receive, self._publish)
+        super().__init__(engine, self._receive, self._publish, self._answer)
         self.conn = conn
         self.pending = pending
 
@@ -186,8 +189,14 @@ class _ChildLoop(CoreLoop):
             return Stop()
 
     def _publish(self, outputs: list[RequestOutput], stats: EngineStats) -> None:
+        self._send(StepOutputs(outputs, stats))
+
+    def _answer(self, report: CacheReport) -> None:
+        self._send(report)
+
+    def _send(self, message) -> None:
         try:
-            self.conn.send(StepOutputs(outputs, stats))
+            self.conn.send(message)
         except OSError:
             self.stopped = True
 

@@ -52,11 +52,26 @@ class DropFormat:
 
 
 @dataclass(frozen=True)
+class ReportCache:
+    """Which prefixes does the pool hold? Answered with a `CacheReport` (for the router)."""
+    max_blocks: int
+
+
+@dataclass(frozen=True)
 class Stop:
     pass
 
 
-Command = AddRequest | AbortRequest | FormatIndex | DropFormat | Stop
+Command = AddRequest | AbortRequest | FormatIndex | DropFormat | ReportCache | Stop
+
+
+# -- core -> front, besides the step outputs ----------------------------------------------------
+@dataclass(frozen=True)
+class CacheReport:
+    """The chain hashes of the pool's cached full blocks (app/engine/block_manager.py), the most
+    recently published last, and the block size they were computed with."""
+    block_size: int
+    block_hashes: list[int]
 
 
 # -- the engine process's own: start-up and draft proposals -----------------------------------
