@@ -12,7 +12,7 @@ The command line hands every value over as a string, so fields coerce: "128" -> 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, get_type_hints
+from typing import Any, Literal, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
@@ -41,6 +41,10 @@ class _GraphArgs(BaseModel):
     # Run each target replica's engine in a process of its own (false: a thread of the replica,
     # where it shares the GIL with the replica's streaming; see app/engine/engine_process.py).
     engine_process: bool = True
+    # How the ingress picks a target replica: "prefix_aware", the one whose KV cache holds the
+    # longest prefix of the prompt unless it is loaded (deployments/prefix_routing.py), or
+    # "power_of_two", Serve's default (two random replicas, the shorter queue).
+    request_router: Literal["prefix_aware", "power_of_two"] = "prefix_aware"
     # Output formats: how long one compile may take, and how many compiled indexes the
     # ConstraintService keeps (deployments/constraint.py).
     guided_compile_timeout_s: float = Field(DEFAULT_COMPILE_TIMEOUT_S, gt=0)

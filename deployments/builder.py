@@ -18,6 +18,7 @@ from pathlib import Path
 
 import ray
 from ray.serve import Application
+from ray.serve.config import RequestRouterConfig
 
 from deployments.app_args import AppArgs
 from app.config import EngineConfig
@@ -27,6 +28,7 @@ from deployments.draft import DraftModel
 from deployments.ingress import Ingress
 from deployments.request_gate import api_keys_from_env
 from deployments.metrics import MetricsHub
+from deployments.prefix_router import PrefixAwareRouter
 from deployments.target import TargetModel
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -75,6 +77,19 @@ def placement(device: str, with_draft: bool) -> Placement:
     return Placement(device, 1.0 - DRAFT_GPU_SHARE, DRAFT_GPU_SHARE)
 
 
+ROUTING_STATS_PERIOD_S = 0.5  # how often a target replica tells the routers what its cache holds
+
+
+def request_router_config(args: AppArgs) -> RequestRouterConfig | None:
+    """TargetModel's router (None: Serve's default, power of two choices)."""
+    if args.request_router != "prefix_aware":
+        return None
+    return RequestRouterConfig(
+        request_router_class=PrefixAwareRouter,
+        request_router_kwargs={"block_size": args.block_size, "remember_sent_s": 4 * ROUTING_STATS_PERIOD_S},
+        request_routing_stats_period_s=ROUTING_STATS_PERIOD_S, request_routing_stats_timeout_s=5.0)
+
+
 def engine_config(args: AppArgs, model: str, device: str, **overrides) -> EngineConfig:
     """The engine's config for `model`, its context length resolved from the checkpoint."""
     max_model_len = ModelConfig.from_dir(model).max_model_len(args.max_model_len)
@@ -101,7 +116,9 @@ def build_app(args: dict) -> Application:
     constraint = ConstraintService.bind(model, hub, name, a.guided_compile_timeout_s,
                                         a.guided_max_cached_indexes)  # compiles for the target's vocabulary
     target_resources = {**TargetModel.ray_actor_options, "num_gpus": place.target_gpus}  # CPUs, priority
-    target = TargetModel.options(ray_actor_options=target_resources).bind(
+    router = request_router_config(a)
+    target = TargetModel.options(ray_actor_options=target_resources,
+                                 **({"request_router_config": router} if router else {})).bind(
         target_config, a.front_config(), name, hub, draft, a.engine_process, constraint)  # draft used only when speculative_method is "draft"
     vocab_size = ModelConfig.from_dir(model).vocab_size
     return Ingress.bind(target, hub, model, name, target_config.max_model_len, vocab_size,

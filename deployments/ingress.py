@@ -41,6 +41,7 @@ from deployments.errors import remote_cause
 from deployments.guided_formats import FormatRequestError, RequestedFormat, requested_format
 from deployments.request_gate import DEFAULT_MAX_BODY_BYTES, GateSettings, RequestGate
 from deployments.metrics import IngressMetrics
+from deployments.prefix_router import RoutingCollector
 from deployments.tool_calls import (ToolStream, parse_calls, render_messages, requested_tool_format,
                                     syntax_for_template, template_knows_tools)
 from deployments.tokenize_protocol import (DetokenizeRequest, DetokenizeResponse, TokenizeChatRequest,
@@ -75,6 +76,7 @@ class Ingress:
         self.tool_syntax = syntax_for_template(template if isinstance(template, str) else None)
         self.native_tools = template_knows_tools(template if isinstance(template, str) else None)
         self.metrics = IngressMetrics(metrics_hub, served_model_name)
+        self.metrics.registry.register(RoutingCollector(served_model_name, self.metrics.replica))
         self.max_model_len = max_model_len  # resolved once, by the builder
         self.vocab_size = vocab_size
         self._token_text: dict[int, str] = {}

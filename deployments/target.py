@@ -24,6 +24,7 @@ import asyncio
 import dataclasses
 import logging
 import sys
+import time
 from typing import AsyncIterator
 
 from ray import serve
@@ -38,6 +39,7 @@ from deployments.autoscaling import target_autoscaling_stats
 from deployments.draft import DraftClient
 from deployments.guided_client import GuidedIndexStore
 from deployments.engine_metrics import EngineMetricsReporter
+from deployments.prefix_routing import MAX_REPORTED_BLOCKS, RoutingStats
 from deployments.worker_niceness import NORMAL_PRIORITY_RUNTIME_ENV
 
 logger = logging.getLogger("ray.serve")
@@ -98,6 +100,15 @@ class TargetModel:
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         return target_autoscaling_stats(self.engine.stats())
+
+    async def record_routing_stats(self) -> dict:
+        """For the prefix-aware router (deployments/prefix_routing.py): what the KV pool holds
+        and how loaded the engine is. Serve asks every `request_routing_stats_period_s`."""
+        report = await self.engine.cache_report(MAX_REPORTED_BLOCKS)
+        stats = self.engine.stats()
+        return RoutingStats(report.block_size, report.block_hashes, stats.num_requests_running,
+                            self.engine.num_waiting(), self.config.max_num_seqs, stats.kv_cache_usage,
+                            time.time()).to_dict()
 
     def __del__(self):
         if getattr(self, "reporter", None) is not None:

@@ -1,0 +1,138 @@
+"""Which target replica should take a request: the one whose KV cache holds the longest prefix
+of its prompt, unless that one is loaded and another is not.
+
+Each TargetModel replica reports `RoutingStats` (Serve calls its `record_routing_stats` every
+`request_routing_stats_period_s` and hands the result to every router): the chain hashes of
+its cached full blocks, exactly as its block manager computes them
+(app/engine/block_manager.py: `block_hashes`), bounded to the newest `MAX_REPORTED_BLOCKS`,
+and the engine's own load. The router (deployments/prefix_router.py) keeps one `ReplicaView`
+per replica and ranks them with `rank_replicas`. The reports are the truth; between two of
+them the router also counts the requests it sent to each replica that have not ended, and
+remembers the prefixes it sent (for a few report periods), so that a burst sharing a new
+prefix is not spread before any report shows it.
+
+The rule, per request:
+1. Leave out the replicas that would queue it (waiting requests, every sequence slot taken,
+   or the KV pool full) while any replica would not.
+2. Of the rest, take the one with the longest cached prefix; ties go to the least loaded.
+3. Unless its load is more than `max_load_imbalance` requests above the least loaded one's:
+   then take that one (the cache saves prefill, but not a queue that long).
+The others follow, least loaded first, in case the first refuses.
+
+No Ray imports: the rule is tested on its own (tests/test_prefix_routing.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass, field
+
+MAX_REPORTED_BLOCKS = 8192  # hashes per report: 64 KiB on the wire, 128 Ki tokens at block 16
+KV_FULL = 0.95  # KV usage from which a replica would queue (or preempt) a new request
+DEFAULT_MAX_LOAD_IMBALANCE = 8
+
+
+@dataclass(frozen=True)
+class RoutingStats:
+    """What a TargetModel replica reports to routers, as of `reported_at` (its clock)."""
+    block_size: int
+    block_hashes: list[int]  # the cached full blocks, newest last, at most MAX_REPORTED_BLOCKS
+    num_requests_running: int
+    num_requests_waiting: int
+    max_num_seqs: int
+    kv_cache_usage: float
+    reported_at: float
+
+    def to_dict(self) -> dict:
+        """Serve's routing stats are a dict."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, stats: dict) -> "RoutingStats | None":
+        """None for an empty dict (no report yet) or one of another shape."""
+        try:
+            return cls(**stats)
+        except TypeError:
+            return None
+
+
+@dataclass
+class ReplicaView:
+    """One router's picture of one replica: its last report, plus what the router sent it since."""
+    replica_id: str
+    stats: RoutingStats | None = None
+    cached: frozenset[int] = frozenset()
+    sent_prefixes: dict[int, float] = field(default_factory=dict)  # block hash -> when sent
+    in_flight: dict[str, float] = field(default_factory=dict)  # request id -> when sent, until it ends
+
+    def take_report(self, stats: RoutingStats) -> None:
+        """A newer report replaces the last; the requests it already counts leave `in_flight`."""
+        if self.stats is not None and stats.reported_at <= self.stats.reported_at:
+            return
+        self.stats = stats
+        self.cached = frozenset(stats.block_hashes)
+        self.in_flight = {r: t for r, t in self.in_flight.items() if t > stats.reported_at}
+
+    def record_sent(self, request_id: str, hashes: list[int], now: float, remember_s: float) -> None:
+        self.in_flight[request_id] = now
+        for h in hashes:
+            self.sent_prefixes[h] = now
+        stale = [h for h, t in self.sent_prefixes.items() if now - t > remember_s]
+        for h in stale:
+            del self.sent_prefixes[h]
+
+    def record_ended(self, request_id: str) -> None:
+        self.in_flight.pop(request_id, None)
+
+    def matched_blocks(self, hashes: list[int]) -> int:
+        """How many leading blocks of a prompt with these hashes this replica holds (or was sent)."""
+        n = 0
+        for h in hashes:
+            if h not in self.cached and h not in self.sent_prefixes:
+                break
+            n += 1
+        return n
+
+    @property
+    def load(self) -> int:
+        """Requests the engine held at its report, plus those sent to it since that are still open."""
+        if self.stats is None:
+            return len(self.in_flight)
+        return self.stats.num_requests_running + self.stats.num_requests_waiting + len(self.in_flight)
+
+    @property
+    def would_queue(self) -> bool:
+        s = self.stats
+        if s is None:
+            return False
+        return (s.num_requests_waiting > 0 or s.kv_cache_usage >= KV_FULL
+                or s.num_requests_running + len(self.in_flight) >= s.max_num_seqs)
+
+
+@dataclass(frozen=True)
+class RoutingDecision:
+    ranked: list[ReplicaView]  # the first is the choice; the rest, least loaded first, if it refuses
+    reason: str  # "prefix": the longest cached prefix; "load": a longer one was passed over for load;
+    # "no_prefix": no replica holds any of it (least loaded)
+    matched_blocks: int  # of the chosen replica
+
+
+def rank_replicas(hashes: list[int], views: list[ReplicaView],
+                  max_load_imbalance: int = DEFAULT_MAX_LOAD_IMBALANCE) -> RoutingDecision:
+    if not views:
+        return RoutingDecision([], "no_prefix", 0)
+    shuffled = random.sample(views, len(views))  # equal candidates are taken at random
+    matched = {id(v): v.matched_blocks(hashes) for v in shuffled}
+    admitting = [v for v in shuffled if not v.would_queue] or shuffled
+    by_load = sorted(shuffled, key=lambda v: (v.would_queue, v.load))
+    least_loaded = min(admitting, key=lambda v: v.load)
+    best = max(admitting, key=lambda v: (matched[id(v)], -v.load))
+    longest = max(matched.values())
+    if matched[id(best)] == 0:
+        choice, reason = least_loaded, "no_prefix" if longest == 0 else "load"
+    elif best.load - least_loaded.load > max_load_imbalance:
+        choice, reason = least_loaded, "load"
+    else:
+        choice, reason = best, "prefix" if matched[id(best)] == longest else "load"
+    return RoutingDecision([choice] + [v for v in by_load if v is not choice], reason, matched[id(choice)])

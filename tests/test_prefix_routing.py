@@ -1,0 +1,117 @@
+"""The prefix-aware routing rule (deployments/prefix_routing.py) on replica views built from
+the reports replicas send, without Serve: the served behaviour is tests/serve/test_prefix_routing_served.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.engine.block_manager import block_hashes
+from deployments.prefix_routing import KV_FULL, ReplicaView, RoutingStats, rank_replicas
+
+BLOCK = 16
+SYSTEM = list(range(100, 300))  # a 200-token shared prefix: 12 full blocks
+OTHER = list(range(1000, 1200))
+
+
+def report(cached_prompts=(), running=0, waiting=0, max_num_seqs=8, kv=0.1, at=1.0) -> RoutingStats:
+    hashes = [h for p in cached_prompts for h in block_hashes(p, BLOCK)]
+    return RoutingStats(BLOCK, hashes, running, waiting, max_num_seqs, kv, at)
+
+
+def view(name, stats=None) -> ReplicaView:
+    v = ReplicaView(name)
+    if stats is not None:
+        v.take_report(stats)
+    return v
+
+
+def chosen(prompt, views, **kwargs) -> tuple[str, str]:
+    decision = rank_replicas(block_hashes(prompt, BLOCK), views, **kwargs)
+    return decision.ranked[0].replica_id, decision.reason
+
+
+def test_the_replica_holding_the_longest_prefix_wins():
+    a = view("a", report([OTHER]))
+    b = view("b", report([SYSTEM[:64]]))
+    c = view("c", report([SYSTEM]))
+    for _ in range(20):
+        assert chosen(SYSTEM + [7, 8, 9], [a, b, c]) == ("c", "prefix")
+
+
+def test_a_multi_turn_prompt_goes_back_to_the_replica_that_holds_the_previous_turn():
+    turn1 = SYSTEM + list(range(2000, 2040))
+    answer = list(range(3000, 3030))
+    turn2 = turn1 + answer + list(range(4000, 4020))
+    a, b = view("a", report([turn1 + answer])), view("b", report([SYSTEM]))
+    assert chosen(turn2, [a, b]) == ("a", "prefix")
+
+
+def test_without_any_cached_prefix_the_least_loaded_replica_wins():
+    a, b = view("a", report(running=5)), view("b", report(running=1))
+    assert chosen(SYSTEM, [a, b]) == ("b", "no_prefix")
+
+
+@pytest.mark.parametrize("busy", [dict(waiting=1), dict(running=8), dict(kv=KV_FULL)])
+def test_a_replica_that_would_queue_is_passed_over_while_another_admits(busy):
+    holder = view("holder", report([SYSTEM], **busy))
+    idle = view("idle", report())
+    name, reason = chosen(SYSTEM, [holder, idle])
+    assert (name, reason) == ("idle", "load")
+
+
+def test_when_every_replica_would_queue_the_cache_still_decides():
+    holder = view("holder", report([SYSTEM], waiting=3))
+    other = view("other", report(waiting=1))
+    assert chosen(SYSTEM, [holder, other]) == ("holder", "prefix")
+
+
+def test_a_holder_loaded_beyond_the_imbalance_loses_to_the_least_loaded():
+    holder = view("holder", report([SYSTEM], running=7, max_num_seqs=64))
+    light = view("light", report(running=1, max_num_seqs=64))
+    assert chosen(SYSTEM, [holder, light], max_load_imbalance=8) == ("holder", "prefix")
+    assert chosen(SYSTEM, [holder, light], max_load_imbalance=4) == ("light", "load")
+
+
+def test_prefixes_sent_since_the_last_report_count_until_forgotten():
+    """A burst that shares a new prefix stays together before any report shows it."""
+    a, b = view("a", report()), view("b", report())
+    first, _ = chosen(SYSTEM, [a, b])
+    sent_to = a if first == "a" else b
+    sent_to.record_sent("r1", block_hashes(SYSTEM, BLOCK), now=10.0, remember_s=2.0)
+    assert chosen(SYSTEM + [5], [a, b]) == (first, "prefix")
+    assert sent_to.load == 1  # counted while open
+    sent_to.record_sent("r2", [], now=13.0, remember_s=2.0)  # later: the prefix was forgotten
+    assert sent_to.matched_blocks(block_hashes(SYSTEM, BLOCK)) == 0
+    sent_to.record_ended("r2")
+    assert sent_to.load == 1
+    sent_to.take_report(report(at=11.0))  # the report counts r1 (sent before it) itself
+    assert sent_to.load == 0
+
+
+def test_requests_sent_after_the_report_count_until_they_end_and_fill_the_sequence_slots():
+    v = view("a", report([SYSTEM], running=2, max_num_seqs=4, at=5.0))
+    v.record_sent("x", [], now=6.0, remember_s=2.0)
+    assert v.load == 3 and not v.would_queue
+    v.record_sent("y", [], now=6.1, remember_s=2.0)
+    assert v.would_queue
+    v.record_ended("y")
+    assert v.load == 3 and not v.would_queue
+
+
+def test_an_older_report_never_replaces_a_newer_one():
+    v = view("a", report([SYSTEM], at=5.0))
+    v.take_report(report(at=4.0))
+    assert v.matched_blocks(block_hashes(SYSTEM, BLOCK)) == 12
+
+
+def test_the_others_follow_least_loaded_first_and_a_replica_without_a_report_is_a_candidate():
+    views = [view("heavy", report(running=6)), view("new"), view("light", report(running=2))]
+    decision = rank_replicas(block_hashes(SYSTEM, BLOCK), views)
+    assert [v.replica_id for v in decision.ranked] == ["new", "light", "heavy"]
+
+
+def test_stats_round_trip_through_serve_s_dict_and_a_foreign_dict_is_no_report():
+    stats = report([SYSTEM], running=2)
+    assert RoutingStats.from_dict(stats.to_dict()) == stats
+    assert RoutingStats.from_dict({}) is None
+    assert RoutingStats.from_dict({"queue": 3}) is None
