@@ -47,7 +47,8 @@ except ImportError:  # pragma: no cover - tqdm is in the `bench` extra
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `benchmarks`, and `app` for --compare-engine
 
 from benchmarks.serving_report import plot, print_summary, summarize  # noqa: E402
-from benchmarks.serving_workload import Request, file_requests, load_tokenizer, random_requests  # noqa: E402
+from benchmarks.serving_workload import (Request, Session, file_requests, load_tokenizer,  # noqa: E402
+                                         random_requests, shared_prefix_sessions)
 
 # -- one streamed request ---------------------------------------------------------------------
 @dataclass
@@ -59,6 +60,7 @@ class Result:
     prompt_len: int = 0
     output_len: int = 0
     error: str = ""
+    text: str = ""  # what was streamed (a session's next turn sends it back)
 
 
 async def send_http(session: aiohttp.ClientSession, url: str, model: str, req: Request,
@@ -89,7 +91,9 @@ async def send_http(session: aiohttp.ClientSession, url: str, model: str, req: R
                     res.error = str(body["error"])[:300]
                     return res
                 now = time.perf_counter()
-                if any(c.get("text") for c in body.get("choices") or []):
+                texts = [c.get("text") or "" for c in body.get("choices") or []]
+                res.text += "".join(texts)
+                if any(texts):
                     if chunks == 0:
                         res.ttft = now - start
                     else:
@@ -182,6 +186,36 @@ async def run_level(send, requests: list[Request], rate: float, concurrency: int
     if bar is not None:
         bar.close()
     return list(results), duration
+
+
+async def run_sessions(send, sessions: list[Session], rate: float, think_time_s: float, seed: int
+                       ) -> tuple[list[Result], float]:
+    """Sessions start at `rate` per second (Poisson); each sends its turns one after another,
+    the user thinking for a while (exponential, mean `think_time_s`) before each question after
+    the first, every prompt carrying the answers streamed so far. A failed turn ends its session."""
+    rng = np.random.default_rng(seed)
+
+    async def one(session: Session) -> list[Result]:
+        history, results = session.system, []
+        for turn, question in enumerate(session.questions):
+            if turn and think_time_s > 0:
+                await asyncio.sleep(float(rng.exponential(think_time_s)))
+            prompt = history + question
+            res = await send(Request(prompt, 0, session.output_len))
+            results.append(res)
+            if not res.success:
+                break
+            history = prompt + res.text
+        return results
+
+    tasks = []
+    start = time.perf_counter()
+    for session in sessions:
+        tasks.append(asyncio.create_task(one(session)))
+        if math.isfinite(rate):
+            await asyncio.sleep(float(rng.exponential(1.0 / rate)))
+    results = [r for rs in await asyncio.gather(*tasks) for r in rs]
+    return results, time.perf_counter() - start
 
 
 async def warm_up(send, requests: list[Request], num: int | None, concurrency: int | None
@@ -285,7 +319,37 @@ async def run_sides(sides: dict, requests: list[Request], rate: float, conc: int
     return level
 
 
+async def run_session_levels(args, send, tokenizer, goodput: dict) -> list[dict]:
+    """`--dataset sessions`: one level per `--request-rate` (sessions started per second), no
+    warm-up (the caches start cold, as after a deployment) and no engine-alone side."""
+    if tokenizer is None:
+        raise SystemExit("sessions need a tokenizer: give --tokenizer (a local checkpoint dir)")
+    if args.compare_engine:
+        raise SystemExit("--dataset sessions has no engine-alone side (--compare-engine)")
+    sessions = shared_prefix_sessions(tokenizer, args.num_prompts, args.num_system_prompts, args.system_len,
+                                      args.turns, args.input_len, args.output_len, args.seed)
+    levels = []
+    for rate in args.request_rate or [float("inf")]:
+        pooled, duration = [], 0.0
+        for _ in range(args.rounds):
+            results, seconds = await run_sessions(send, sessions, rate, args.think_time, args.seed)
+            pooled, duration = pooled + results, duration + seconds
+        level = {"concurrency": None, "request_rate": rate, "http": summarize(pooled, duration, goodput)}
+        print_summary(f"sessions, {rate} per second ({args.rounds} round{'s' if args.rounds > 1 else ''})",
+                      level["http"])
+        levels.append(level)
+    return levels
+
+
 async def run_all(args, session, url: str, model: str, tokenizer, goodput: dict) -> dict:
+    if args.dataset == "sessions":
+        report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "args": vars(args), "model": model,
+                  "levels": await run_session_levels(args, lambda req: send_http(session, url, model, req, args),
+                                                     tokenizer, goodput)}
+        if args.result_json:
+            Path(args.result_json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.result_json).write_text(json.dumps(report, indent=2, default=str))
+        return report
     if args.dataset == "random":
         if tokenizer is None:
             raise SystemExit("random prompts need a tokenizer: give --tokenizer (a local checkpoint dir)")
@@ -343,9 +407,17 @@ def build_parser() -> argparse.ArgumentParser:
                    "(then also the tokenizer); default: the first id of /v1/models")
     p.add_argument("--served-model-name", help="name to send when --model is a directory")
     p.add_argument("--tokenizer", help="local tokenizer dir (default: --model or --compare-engine)")
-    p.add_argument("--dataset", choices=["random", "file"], default="random")
+    p.add_argument("--dataset", choices=["random", "file", "sessions"], default="random",
+                   help="sessions: --num-prompts conversations of --turns turns, each opening with one of "
+                        "--num-system-prompts system prompts of --system-len tokens; a turn asks "
+                        "--input-len new tokens and gets --output-len")
     p.add_argument("--text-file", help="local text file for --dataset file")
     p.add_argument("--num-prompts", type=int, default=100)
+    p.add_argument("--num-system-prompts", type=int, default=4)
+    p.add_argument("--system-len", type=int, default=1024)
+    p.add_argument("--turns", type=int, default=3)
+    p.add_argument("--think-time", type=float, default=0.0,
+                   help="sessions: mean seconds a user takes before the next question (exponential)")
     p.add_argument("--input-len", type=int, default=128)
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--range-ratio", type=float, default=0.0,

@@ -1,5 +1,6 @@
-"""The requests `benchmarks/serving.py` sends: random-token prompts of a given length, or
-windows of a local text file."""
+"""The requests `benchmarks/serving.py` sends: random-token prompts of a given length, windows
+of a local text file, or chat-like sessions (`Session`): many users sharing a few long system
+prompts, each in a conversation whose prompt grows by the last answer and a new question."""
 
 from __future__ import annotations
 
@@ -22,6 +23,33 @@ def load_tokenizer(path: str | None):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(path)
+
+
+@dataclass
+class Session:
+    """One user's conversation: turn i's prompt is `system` + every earlier question and the
+    answer the server gave to it + `questions[i]` (sent in turn, each after the last answer)."""
+    system: str
+    questions: list[str]
+    output_len: int
+
+
+def random_text(tokenizer, rng, vocab, num_tokens: int) -> str:
+    """About `num_tokens` random tokens as text (decoding then re-encoding can merge a few)."""
+    return tokenizer.decode(rng.choice(vocab, size=num_tokens).tolist())
+
+
+def shared_prefix_sessions(tokenizer, num_sessions: int, num_system_prompts: int, system_len: int,
+                           turns: int, question_len: int, output_len: int, seed: int) -> list[Session]:
+    """`num_sessions` conversations of `turns` turns, each opening with one of
+    `num_system_prompts` system prompts of `system_len` tokens (the users of a few apps)."""
+    rng = np.random.default_rng(seed)
+    special = set(tokenizer.all_special_ids)
+    vocab = np.array([i for i in range(len(tokenizer)) if i not in special])
+    systems = [random_text(tokenizer, rng, vocab, system_len) for _ in range(num_system_prompts)]
+    return [Session(systems[int(rng.integers(num_system_prompts))],
+                    [" " + random_text(tokenizer, rng, vocab, question_len) for _ in range(turns)], output_len)
+            for _ in range(num_sessions)]
 
 
 def random_requests(tokenizer, num: int, input_len: int, output_len: int, range_ratio: float,

@@ -13,7 +13,8 @@ prefix is not spread before any report shows it.
 
 The rule, per request:
 1. Leave out the replicas that would queue it (waiting requests, every sequence slot taken,
-   or the KV pool full) while any replica would not.
+   or the KV pool full) while any replica is idle. Under load, when none is, the cache
+   decides: spreading a prefix over replicas that are all busy recomputes it on each.
 2. Of the rest, take the one with the longest cached prefix; ties go to the least loaded.
 3. Unless its load is more than `max_load_imbalance` requests above the least loaded one's:
    then take that one (the cache saves prefill, but not a queue that long).
@@ -124,7 +125,7 @@ def rank_replicas(hashes: list[int], views: list[ReplicaView],
         return RoutingDecision([], "no_prefix", 0)
     shuffled = random.sample(views, len(views))  # equal candidates are taken at random
     matched = {id(v): v.matched_blocks(hashes) for v in shuffled}
-    admitting = [v for v in shuffled if not v.would_queue] or shuffled
+    admitting = [v for v in shuffled if not v.would_queue] if any(v.load == 0 for v in shuffled) else shuffled
     by_load = sorted(shuffled, key=lambda v: (v.would_queue, v.load))
     least_loaded = min(admitting, key=lambda v: v.load)
     best = max(admitting, key=lambda v: (matched[id(v)], -v.load))

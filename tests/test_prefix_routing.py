@@ -52,16 +52,17 @@ def test_without_any_cached_prefix_the_least_loaded_replica_wins():
 
 
 @pytest.mark.parametrize("busy", [dict(waiting=1), dict(running=8), dict(kv=KV_FULL)])
-def test_a_replica_that_would_queue_is_passed_over_while_another_admits(busy):
+def test_a_replica_that_would_queue_is_passed_over_while_another_is_idle(busy):
     holder = view("holder", report([SYSTEM], **busy))
     idle = view("idle", report())
     name, reason = chosen(SYSTEM, [holder, idle])
     assert (name, reason) == ("idle", "load")
 
 
-def test_when_every_replica_would_queue_the_cache_still_decides():
+@pytest.mark.parametrize("other_load", [dict(waiting=1), dict(running=2)])
+def test_when_no_replica_is_idle_the_cache_decides_even_for_a_queueing_holder(other_load):
     holder = view("holder", report([SYSTEM], waiting=3))
-    other = view("other", report(waiting=1))
+    other = view("other", report(**other_load))
     assert chosen(SYSTEM, [holder, other]) == ("holder", "prefix")
 
 
