@@ -175,17 +175,23 @@ async def run_level(send, requests: list[Request], rate: float, concurrency: int
             bar.update(1)
         return res
 
+    results, duration = await start_at_rate(requests, one, rate, rng)
+    if bar is not None:
+        bar.close()
+    return results, duration
+
+
+async def start_at_rate(items: list, start_one, rate: float, rng) -> tuple[list, float]:
+    """`start_one(item)` for every item, started at `rate` per second (Poisson arrivals; inf:
+    all at once); their results, in order, and the wall time until the last one ended."""
     tasks = []
     start = time.perf_counter()
-    for req in requests:
-        tasks.append(asyncio.create_task(one(req)))
+    for item in items:
+        tasks.append(asyncio.create_task(start_one(item)))
         if math.isfinite(rate):
             await asyncio.sleep(float(rng.exponential(1.0 / rate)))
     results = await asyncio.gather(*tasks)
-    duration = time.perf_counter() - start
-    if bar is not None:
-        bar.close()
-    return list(results), duration
+    return list(results), time.perf_counter() - start
 
 
 async def run_sessions(send, sessions: list[Session], rate: float, think_time_s: float, seed: int
@@ -193,13 +199,14 @@ async def run_sessions(send, sessions: list[Session], rate: float, think_time_s:
     """Sessions start at `rate` per second (Poisson); each sends its turns one after another,
     the user thinking for a while (exponential, mean `think_time_s`) before each question after
     the first, every prompt carrying the answers streamed so far. A failed turn ends its session."""
-    rng = np.random.default_rng(seed)
 
-    async def one(session: Session) -> list[Result]:
+    async def one(numbered: tuple[int, Session]) -> list[Result]:
+        number, session = numbered
+        thinking = np.random.default_rng((seed, number))  # the same pauses in every run
         history, results = session.system, []
         for turn, question in enumerate(session.questions):
             if turn and think_time_s > 0:
-                await asyncio.sleep(float(rng.exponential(think_time_s)))
+                await asyncio.sleep(float(thinking.exponential(think_time_s)))
             prompt = history + question
             res = await send(Request(prompt, 0, session.output_len))
             results.append(res)
@@ -208,14 +215,8 @@ async def run_sessions(send, sessions: list[Session], rate: float, think_time_s:
             history = prompt + res.text
         return results
 
-    tasks = []
-    start = time.perf_counter()
-    for session in sessions:
-        tasks.append(asyncio.create_task(one(session)))
-        if math.isfinite(rate):
-            await asyncio.sleep(float(rng.exponential(1.0 / rate)))
-    results = [r for rs in await asyncio.gather(*tasks) for r in rs]
-    return results, time.perf_counter() - start
+    per_session, duration = await start_at_rate(list(enumerate(sessions)), one, rate, np.random.default_rng(seed))
+    return [r for rs in per_session for r in rs], duration
 
 
 async def warm_up(send, requests: list[Request], num: int | None, concurrency: int | None

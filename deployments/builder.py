@@ -77,7 +77,7 @@ def placement(device: str, with_draft: bool) -> Placement:
     return Placement(device, 1.0 - DRAFT_GPU_SHARE, DRAFT_GPU_SHARE)
 
 
-ROUTING_STATS_PERIOD_S = 0.5  # how often a target replica tells the routers what its cache holds
+ROUTING_STATS_PERIOD_S = 1.0  # how often a target replica tells the routers what its cache holds
 
 
 def request_router_config(args: AppArgs) -> RequestRouterConfig | None:

@@ -110,7 +110,7 @@ class PrefixAwareRouter(RequestRouter):
         stats = RoutingStats.from_dict(replica.routing_stats or {})
         if stats is not None:
             view.take_report(stats)
-            self.figures.cached_blocks[view.replica_id] = len(stats.block_hashes)
+            self.figures.cached_blocks[view.replica_id] = len(view.cached)
         return view
 
     async def choose_replicas(self, candidate_replicas: list[RunningReplica],

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from array import array
 from dataclasses import dataclass, field
 
-MAX_REPORTED_BLOCKS = 8192  # hashes per report: 64 KiB on the wire, 128 Ki tokens at block 16
+MAX_REPORTED_BLOCKS = 4096  # hashes per report: 32 KiB on the wire, 64 Ki tokens at block 16
 KV_FULL = 0.95  # KV usage from which a replica would queue (or preempt) a new request
 DEFAULT_MAX_LOAD_IMBALANCE = 8
 
@@ -38,12 +39,19 @@ DEFAULT_MAX_LOAD_IMBALANCE = 8
 class RoutingStats:
     """What a TargetModel replica reports to routers, as of `reported_at` (its clock)."""
     block_size: int
-    block_hashes: list[int]  # the cached full blocks, newest last, at most MAX_REPORTED_BLOCKS
+    # The cached full blocks' hashes, newest last, at most MAX_REPORTED_BLOCKS, packed as 64-bit
+    # ints: Serve's controller compares, hashes (as str) and broadcasts every report to every
+    # router, and bytes cost a fraction of a list of ints there (`pack_hashes`).
+    packed_block_hashes: bytes
     num_requests_running: int
     num_requests_waiting: int
     max_num_seqs: int
     kv_cache_usage: float
     reported_at: float
+
+    @property
+    def block_hashes(self) -> list[int]:
+        return array("q", self.packed_block_hashes).tolist()
 
     def to_dict(self) -> dict:
         """Serve's routing stats are a dict."""
@@ -56,6 +64,10 @@ class RoutingStats:
             return cls(**stats)
         except TypeError:
             return None
+
+
+def pack_hashes(hashes: list[int]) -> bytes:
+    return array("q", hashes).tobytes()
 
 
 @dataclass

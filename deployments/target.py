@@ -39,7 +39,7 @@ from deployments.autoscaling import target_autoscaling_stats
 from deployments.draft import DraftClient
 from deployments.guided_client import GuidedIndexStore
 from deployments.engine_metrics import EngineMetricsReporter
-from deployments.prefix_routing import MAX_REPORTED_BLOCKS, RoutingStats
+from deployments.prefix_routing import MAX_REPORTED_BLOCKS, RoutingStats, pack_hashes
 from deployments.worker_niceness import NORMAL_PRIORITY_RUNTIME_ENV
 
 logger = logging.getLogger("ray.serve")
@@ -106,7 +106,7 @@ class TargetModel:
         and how loaded the engine is. Serve asks every `request_routing_stats_period_s`."""
         report = await self.engine.cache_report(MAX_REPORTED_BLOCKS)
         stats = self.engine.stats()
-        return RoutingStats(report.block_size, report.block_hashes, stats.num_requests_running,
+        return RoutingStats(report.block_size, pack_hashes(report.block_hashes), stats.num_requests_running,
                             self.engine.num_waiting(), self.config.max_num_seqs, stats.kv_cache_usage,
                             time.time()).to_dict()
 

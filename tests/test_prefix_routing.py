@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app.engine.block_manager import block_hashes
-from deployments.prefix_routing import KV_FULL, ReplicaView, RoutingStats, rank_replicas
+from deployments.prefix_routing import KV_FULL, ReplicaView, RoutingStats, pack_hashes, rank_replicas
 
 BLOCK = 16
 SYSTEM = list(range(100, 300))  # a 200-token shared prefix: 12 full blocks
@@ -15,7 +15,7 @@ OTHER = list(range(1000, 1200))
 
 def report(cached_prompts=(), running=0, waiting=0, max_num_seqs=8, kv=0.1, at=1.0) -> RoutingStats:
     hashes = [h for p in cached_prompts for h in block_hashes(p, BLOCK)]
-    return RoutingStats(BLOCK, hashes, running, waiting, max_num_seqs, kv, at)
+    return RoutingStats(BLOCK, pack_hashes(hashes), running, waiting, max_num_seqs, kv, at)
 
 
 def view(name, stats=None) -> ReplicaView:
@@ -114,5 +114,6 @@ def test_the_others_follow_least_loaded_first_and_a_replica_without_a_report_is_
 def test_stats_round_trip_through_serve_s_dict_and_a_foreign_dict_is_no_report():
     stats = report([SYSTEM], running=2)
     assert RoutingStats.from_dict(stats.to_dict()) == stats
+    assert stats.block_hashes == block_hashes(SYSTEM, BLOCK)  # 64-bit hashes survive the packing
     assert RoutingStats.from_dict({}) is None
     assert RoutingStats.from_dict({"queue": 3}) is None

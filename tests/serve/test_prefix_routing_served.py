@@ -157,7 +157,7 @@ def test_when_the_preferred_replica_is_full_the_request_goes_to_the_other_and_co
             t.start()
         for _ in threads:
             assert running.acquire(timeout=120)
-        time.sleep(0.8)  # a report (every 0.5 s) from the full replica reaches the router
+        time.sleep(1.5)  # a report (every 1 s) from the full replica reaches the router
         complete(app.url, prefix + [9, 9, 9], max_tokens=4)
     finally:
         for r in streams:
