@@ -23,7 +23,7 @@ from collections import Counter, OrderedDict
 from typing import Any
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily
-from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
+from ray.serve.request_router import FIFOMixin, PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
 from app.engine.block_manager import block_hashes
 from deployments.metrics import PREFIX
@@ -86,8 +86,13 @@ def prompt_of(request: PendingRequest | None) -> list[int] | None:
     return request.args[1] if len(request.args) > 1 else None
 
 
-class PrefixAwareRouter(RequestRouter):
-    """`request_router_kwargs`: `block_size` (the engines'), `max_load_imbalance` (requests a
+class PrefixAwareRouter(FIFOMixin, RequestRouter):
+    """A replica chosen for a request goes to that request (matched by Serve's internal request
+    id); what no pending request matches goes to the oldest one (FIFOMixin). The fallback is
+    needed: the n choices of one completion are n handle calls sharing one internal id, and
+    Serve indexes only the first, so without it the others would wait forever.
+
+    `request_router_kwargs`: `block_size` (the engines'), `max_load_imbalance` (requests a
     cache-holding replica may carry above the least loaded one before the latter wins) and
     `remember_sent_s` (how long the prefixes sent to a replica count as held, until its report
     shows them: a little over the report period)."""
@@ -119,9 +124,9 @@ class PrefixAwareRouter(RequestRouter):
             return []
         prompt = prompt_of(pending_request)
         hashes = self._hashes(prompt)
-        by_view = {id(self._view(r)): r for r in candidate_replicas}
-        decision = rank_replicas(hashes, [self.views[r.replica_id] for r in candidate_replicas],
-                                 self.max_load_imbalance)
+        views = [self._view(r) for r in candidate_replicas]
+        replica_of = {id(v): r for v, r in zip(views, candidate_replicas)}
+        decision = rank_replicas(hashes, views, self.max_load_imbalance)
         if prompt is not None:
             self.figures.record(decision.reason, len(hashes) * self.block_size,
                                 decision.matched_blocks * self.block_size)
@@ -129,7 +134,7 @@ class PrefixAwareRouter(RequestRouter):
         # under strict max_ongoing_requests (`on_request_routed`), and the first choice takes it
         # unless its replica is at max_ongoing_requests, far above what an engine batches; the
         # next report of that replica corrects any miscount.
-        ranks = [[by_view[id(v)]] for v in decision.ranked]
+        ranks = [[replica_of[id(v)]] for v in decision.ranked]
         if pending_request is None:
             return ranks
         request_id = pending_request.metadata.internal_request_id
@@ -143,6 +148,10 @@ class PrefixAwareRouter(RequestRouter):
         # The first try offers the choice alone: Serve would move on to the next rank when a
         # queue-length probe is slow (a busy replica on a busy host), not only when it is full.
         return ranks if retry else ranks[:1]
+
+    def _get_pending_request_matching_metadata(self, request_metadata=None) -> PendingRequest | None:
+        """FIFOMixin's hook: the request this choice was made for, if it still waits."""
+        return self._get_pending_request_matching_internal_request_id(request_metadata)
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
         view = self.views.get(replica_id)

@@ -115,6 +115,14 @@ def test_requests_sharing_a_200_token_prefix_land_on_one_replica_and_hit_its_cac
     assert hits[replica] >= 5 * 192  # every request after the first reused the 12 shared blocks
 
 
+def test_the_n_choices_of_one_request_all_complete(app):
+    """n handle calls that share one internal request id: each is routed, none waits forever."""
+    r = requests.post(f"{app.url}/v1/completions", timeout=60, json={
+        "model": app.model, "prompt": SHARED, "max_tokens": 4, "n": 3, "temperature": 1.0, "seed": 1})
+    assert r.status_code == 200, r.text
+    assert sorted(c["index"] for c in r.json()["choices"]) == [0, 1, 2]
+
+
 def test_a_multi_turn_conversation_stays_on_its_replica(app):
     before = scrape(app.url)
     messages = [{"role": "system", "content": "You are a careful assistant. " * 20}]
