@@ -60,7 +60,7 @@ class ConstraintService:
     def stats(self) -> dict:
         """Cache lookups and compiles so far (tests; the metrics report the same figures)."""
         return {"hits": self.cache.hits, "misses": self.cache.misses,
-                "compiles": len(self.cache.compile_seconds), "cached": len(self.cache)}
+                "compiles": self.cache.compiles, "cached": len(self.cache)}
 
     def __del__(self):
         if getattr(self, "metrics", None) is not None:

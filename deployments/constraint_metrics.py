@@ -38,13 +38,10 @@ class ConstraintMetrics(HubReporter):
                          labels + ["reason"], registry=r)
         self.errors = {reason: errors.labels(model_name, self.replica, reason)
                        for reason in ERROR_REASONS}
-        self._observed = 0  # compile times of the cache already put in the histogram
 
     def samples(self) -> list[dict]:
-        times = self.cache.compile_seconds
-        for seconds in times[self._observed:]:
+        for seconds in self.cache.take_compile_seconds():
             self.compile_seconds.observe(seconds)
-        self._observed = len(times)
         values = [self.model_name, self.replica]
         hits = CounterMetricFamily(PREFIX + "guided_compile_cache_hits",
                                    "Output format lookups answered from the compiled-index cache.",

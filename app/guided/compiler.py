@@ -19,7 +19,7 @@ import json
 import re
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -232,6 +232,9 @@ def _copy_outcome(source: Future, target: Future) -> None:
         target.set_result(source.result())
 
 
+MAX_UNREAD_COMPILE_TIMES = 1024
+
+
 class IndexCache:
     """LRU of compiled indexes keyed by (vocab_hash, regex). Concurrent requests for one key share
     one compile. Failures (timeouts included) are remembered, so the same format is refused at
@@ -244,8 +247,9 @@ class IndexCache:
         self._failures: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._inflight: dict[tuple[str, str], Future] = {}
         self._lock = threading.RLock()  # a done callback can run inside the lock
-        self.hits = self.misses = 0
-        self.compile_seconds: list[float] = []
+        self.hits = self.misses = self.compiles = 0
+        # How long each compile took, until the metrics take them (bounded, in case none do).
+        self._compile_seconds: deque[float] = deque(maxlen=MAX_UNREAD_COMPILE_TIMES)
 
     def get(self, vocab_hash: str, regex: str) -> Index | None:
         with self._lock:
@@ -272,8 +276,17 @@ class IndexCache:
             self._inflight.pop(key, None)
             failed = key in self._failures
         if fut.exception() is None and not failed:
-            self.compile_seconds.append(time.perf_counter() - start)
+            with self._lock:
+                self.compiles += 1
+                self._compile_seconds.append(time.perf_counter() - start)
             self.put(*key, fut.result())
+
+    def take_compile_seconds(self) -> list[float]:
+        """The compile times since the last call (for the compile-time histogram)."""
+        with self._lock:
+            times = list(self._compile_seconds)
+            self._compile_seconds.clear()
+            return times
 
     def get_or_compile(self, regex: str, vocab: GuidedVocabulary, seconds: float) -> Index:
         key = (vocab.vocab_hash, regex)
