@@ -33,7 +33,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import aiohttp
@@ -46,23 +46,12 @@ except ImportError:  # pragma: no cover - tqdm is in the `bench` extra
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `benchmarks`, and `app` for --compare-engine
 
-from benchmarks.serving_report import plot, print_summary, summarize  # noqa: E402
-from benchmarks.serving_workload import (Request, Session, file_requests, load_tokenizer,  # noqa: E402
-                                         random_requests, shared_prefix_sessions)
+from benchmarks.engine_alone import EngineAlone  # noqa: E402
+from benchmarks.serving_report import Result, plot, print_summary, summarize  # noqa: E402
+from benchmarks.serving_sessions import run_session_levels  # noqa: E402
+from benchmarks.serving_workload import Request, file_requests, load_tokenizer, random_requests, start_at_rate  # noqa: E402
 
 # -- one streamed request ---------------------------------------------------------------------
-@dataclass
-class Result:
-    success: bool = False
-    ttft: float = 0.0
-    latency: float = 0.0
-    itl: list[float] = field(default_factory=list)
-    prompt_len: int = 0
-    output_len: int = 0
-    error: str = ""
-    text: str = ""  # what was streamed (a session's next turn sends it back)
-
-
 async def send_http(session: aiohttp.ClientSession, url: str, model: str, req: Request,
                     args) -> Result:
     payload = {"model": model, "prompt": req.prompt, "max_tokens": req.output_len,
@@ -114,50 +103,6 @@ async def send_http(session: aiohttp.ClientSession, url: str, model: str, req: R
     return res
 
 
-# -- the same request through the engine alone ------------------------------------------------
-class EngineAlone:
-    def __init__(self, checkpoint: str, tokenizer, engine_args: dict, threads: int | None):
-        import torch
-
-        from app.config import EngineConfig
-        from app.engine.async_engine import AsyncLLMEngine
-
-        if threads:
-            torch.set_num_threads(threads)
-        self.threads = torch.get_num_threads()
-        self.engine = AsyncLLMEngine(EngineConfig(model=checkpoint, **engine_args))
-        self.tokenizer = tokenizer
-        self.ids = 0
-
-    async def send(self, req: Request, args) -> Result:
-        from app.sampling_params import SamplingParams
-
-        params = SamplingParams(max_tokens=req.output_len, temperature=args.temperature,
-                                ignore_eos=args.ignore_eos)
-        prompt = self.tokenizer.encode(req.prompt)
-        res = Result(prompt_len=len(prompt))
-        self.ids += 1
-        start = last = time.perf_counter()
-        try:
-            async for out in self.engine.generate(f"bench-{self.ids}", prompt, params):
-                now = time.perf_counter()
-                if out.new_token_ids:
-                    if res.output_len == 0:
-                        res.ttft = now - start
-                    else:
-                        res.itl.append(now - last)
-                    last = now
-                    res.output_len += len(out.new_token_ids)
-            res.latency = time.perf_counter() - start
-            res.success = res.output_len > 0
-        except Exception as exc:  # noqa: BLE001
-            res.error = f"{type(exc).__name__}: {exc}"
-        return res
-
-    def shutdown(self) -> None:
-        self.engine.shutdown()
-
-
 # -- running a load level ---------------------------------------------------------------------
 async def run_level(send, requests: list[Request], rate: float, concurrency: int | None,
                     seed: int, desc: str, show_progress: bool) -> tuple[list[Result], float]:
@@ -179,44 +124,6 @@ async def run_level(send, requests: list[Request], rate: float, concurrency: int
     if bar is not None:
         bar.close()
     return results, duration
-
-
-async def start_at_rate(items: list, start_one, rate: float, rng) -> tuple[list, float]:
-    """`start_one(item)` for every item, started at `rate` per second (Poisson arrivals; inf:
-    all at once); their results, in order, and the wall time until the last one ended."""
-    tasks = []
-    start = time.perf_counter()
-    for item in items:
-        tasks.append(asyncio.create_task(start_one(item)))
-        if math.isfinite(rate):
-            await asyncio.sleep(float(rng.exponential(1.0 / rate)))
-    results = await asyncio.gather(*tasks)
-    return list(results), time.perf_counter() - start
-
-
-async def run_sessions(send, sessions: list[Session], rate: float, think_time_s: float, seed: int
-                       ) -> tuple[list[Result], float]:
-    """Sessions start at `rate` per second (Poisson); each sends its turns one after another,
-    the user thinking for a while (exponential, mean `think_time_s`) before each question after
-    the first, every prompt carrying the answers streamed so far. A failed turn ends its session."""
-
-    async def one(numbered: tuple[int, Session]) -> list[Result]:
-        number, session = numbered
-        thinking = np.random.default_rng((seed, number))  # the same pauses in every run
-        history, results = session.system, []
-        for turn, question in enumerate(session.questions):
-            if turn and think_time_s > 0:
-                await asyncio.sleep(float(thinking.exponential(think_time_s)))
-            prompt = history + question
-            res = await send(Request(prompt, 0, session.output_len))
-            results.append(res)
-            if not res.success:
-                break
-            history = prompt + res.text
-        return results
-
-    per_session, duration = await start_at_rate(list(enumerate(sessions)), one, rate, np.random.default_rng(seed))
-    return [r for rs in per_session for r in rs], duration
 
 
 async def warm_up(send, requests: list[Request], num: int | None, concurrency: int | None
@@ -318,28 +225,6 @@ async def run_sides(sides: dict, requests: list[Request], rate: float, conc: int
             print(f"note: the server counted {http['total_input_tokens']} prompt tokens, the engine-alone "
                   f"run {eng['total_input_tokens']}: the ingress tokenizes differently (special tokens?)")
     return level
-
-
-async def run_session_levels(args, send, tokenizer, goodput: dict) -> list[dict]:
-    """`--dataset sessions`: one level per `--request-rate` (sessions started per second), no
-    warm-up (the caches start cold, as after a deployment) and no engine-alone side."""
-    if tokenizer is None:
-        raise SystemExit("sessions need a tokenizer: give --tokenizer (a local checkpoint dir)")
-    if args.compare_engine:
-        raise SystemExit("--dataset sessions has no engine-alone side (--compare-engine)")
-    sessions = shared_prefix_sessions(tokenizer, args.num_prompts, args.num_system_prompts, args.system_len,
-                                      args.turns, args.input_len, args.output_len, args.seed)
-    levels = []
-    for rate in args.request_rate or [float("inf")]:
-        pooled, duration = [], 0.0
-        for _ in range(args.rounds):
-            results, seconds = await run_sessions(send, sessions, rate, args.think_time, args.seed)
-            pooled, duration = pooled + results, duration + seconds
-        level = {"concurrency": None, "request_rate": rate, "http": summarize(pooled, duration, goodput)}
-        print_summary(f"sessions, {rate} per second ({args.rounds} round{'s' if args.rounds > 1 else ''})",
-                      level["http"])
-        levels.append(level)
-    return levels
 
 
 async def run_all(args, session, url: str, model: str, tokenizer, goodput: dict) -> dict:

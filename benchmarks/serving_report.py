@@ -1,16 +1,26 @@
-"""Figures of one load level of `benchmarks/serving.py`: the summary (TTFT, TPOT, ITL, e2e
+"""Figures of one request (`Result`) and of one load level of `benchmarks/serving.py`: the summary (TTFT, TPOT, ITL, e2e
 latency percentiles, throughput, goodput), its printout in vLLM's layout, and the plot of
 latency and throughput against load."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from benchmarks.serving import Result
+@dataclass
+class Result:
+    """One request's figures, as the client saw them."""
+    success: bool = False
+    ttft: float = 0.0
+    latency: float = 0.0
+    itl: list[float] = field(default_factory=list)
+    prompt_len: int = 0
+    output_len: int = 0
+    error: str = ""
+    text: str = ""  # what was streamed (a session's next turn sends it back)
+
 
 PERCENTILES = (50, 90, 99)
 

@@ -1,9 +1,13 @@
-"""The requests `benchmarks/serving.py` sends: random-token prompts of a given length, windows
-of a local text file, or chat-like sessions (`Session`): many users sharing a few long system
-prompts, each in a conversation whose prompt grows by the last answer and a new question."""
+"""The requests `benchmarks/serving.py` sends, and when: random-token prompts of a given length,
+windows of a local text file, or chat-like sessions (`Session`): many users sharing a few long
+system prompts, each in a conversation whose prompt grows by the last answer and a new
+question; started at a given rate (`start_at_rate`)."""
 
 from __future__ import annotations
 
+import asyncio
+import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,3 +93,16 @@ def file_requests(tokenizer, path: str, num: int, input_len: int, output_len: in
         raise SystemExit(f"{path} holds only {len(ids)} tokens; need more than --input-len {input_len}")
     starts = rng.integers(0, len(ids) - input_len, size=num)
     return [Request(pieces(s, s + input_len), input_len, output_len) for s in starts]
+
+
+async def start_at_rate(items: list, start_one, rate: float, rng) -> tuple[list, float]:
+    """`start_one(item)` for every item, started at `rate` per second (Poisson arrivals; inf:
+    all at once); their results, in order, and the wall time until the last one ended."""
+    tasks = []
+    start = time.perf_counter()
+    for item in items:
+        tasks.append(asyncio.create_task(start_one(item)))
+        if math.isfinite(rate):
+            await asyncio.sleep(float(rng.exponential(1.0 / rate)))
+    results = await asyncio.gather(*tasks)
+    return list(results), time.perf_counter() - start

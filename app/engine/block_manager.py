@@ -29,9 +29,10 @@ def chain_hash(parent_hash: int, token_ids: list[int]) -> int:
     return hash((parent_hash, tuple(token_ids)))
 
 
-def block_hashes(token_ids: list[int], block_size: int) -> list[int]:
-    """The chain hashes of the full blocks of `token_ids`, as the pool computes them."""
-    hashes, parent = [], ROOT_BLOCK_HASH
+def block_hashes(token_ids: list[int], block_size: int, parent: int = ROOT_BLOCK_HASH) -> list[int]:
+    """The chain hashes of the full blocks of `token_ids` (following the block hashed `parent`),
+    as the pool computes them."""
+    hashes = []
     for start in range(0, len(token_ids) - block_size + 1, block_size):
         parent = chain_hash(parent, token_ids[start:start + block_size])
         hashes.append(parent)
@@ -78,10 +79,10 @@ class BlockManager:
     # -- prefix cache ----------------------------------------------------------------------
     def _hashes(self, req: Request, num_full_blocks: int) -> list[int]:
         hashes = self.request_hashes.setdefault(req.request_id, [])
-        bs = self.block_size
-        while len(hashes) < num_full_blocks:
-            j = len(hashes)
-            hashes.append(chain_hash(hashes[-1] if hashes else ROOT_BLOCK_HASH, req.all_token_ids[j * bs:(j + 1) * bs]))
+        if len(hashes) < num_full_blocks:
+            bs = self.block_size
+            hashes += block_hashes(req.all_token_ids[len(hashes) * bs:num_full_blocks * bs], bs,
+                                   hashes[-1] if hashes else ROOT_BLOCK_HASH)
         return hashes[:num_full_blocks]
 
     def find_cached_prefix(self, req: Request) -> list[KVBlock]:
