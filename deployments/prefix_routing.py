@@ -77,7 +77,9 @@ class ReplicaView:
     stats: RoutingStats | None = None
     cached: frozenset[int] = frozenset()
     sent_prefixes: dict[int, float] = field(default_factory=dict)  # block hash -> when sent
-    in_flight: dict[str, float] = field(default_factory=dict)  # request id -> when sent, until it ends
+    in_flight: dict[str, float] = field(default_factory=dict)  # request id -> when sent, until a report counts it
+    in_report: set[str] = field(default_factory=set)  # sent before a report (so counted there), not ended
+    ended_since_report: int = 0  # of `in_report`, those that ended after the last report
 
     def take_report(self, stats: RoutingStats) -> None:
         """A newer report replaces the last; the requests it already counts leave `in_flight`."""
@@ -85,7 +87,11 @@ class ReplicaView:
             return
         self.stats = stats
         self.cached = frozenset(stats.block_hashes)
-        self.in_flight = {r: t for r, t in self.in_flight.items() if t > stats.reported_at}
+        counted = [r for r, t in self.in_flight.items() if t <= stats.reported_at]
+        for r in counted:
+            del self.in_flight[r]
+        self.in_report.update(counted)
+        self.ended_since_report = 0
 
     def record_sent(self, request_id: str, hashes: list[int], now: float, remember_s: float) -> None:
         self.in_flight[request_id] = now
@@ -96,7 +102,11 @@ class ReplicaView:
             del self.sent_prefixes[h]
 
     def record_ended(self, request_id: str) -> None:
-        self.in_flight.pop(request_id, None)
+        """A request the last report counted leaves the report's figures until the next one: a
+        report taken while a turn of a conversation waited must not turn the next turn away."""
+        if self.in_flight.pop(request_id, None) is None and request_id in self.in_report:
+            self.in_report.remove(request_id)
+            self.ended_since_report += 1
 
     def matched_blocks(self, hashes: list[int]) -> int:
         """How many leading blocks of a prompt with these hashes this replica holds (or was sent)."""
@@ -108,19 +118,24 @@ class ReplicaView:
         return n
 
     @property
-    def load(self) -> int:
-        """Requests the engine held at its report, plus those sent to it since that are still open."""
+    def held(self) -> int:
+        """Requests of the last report the engine still holds, as far as this router saw them end."""
         if self.stats is None:
-            return len(self.in_flight)
-        return self.stats.num_requests_running + self.stats.num_requests_waiting + len(self.in_flight)
+            return 0
+        return max(0, self.stats.num_requests_running + self.stats.num_requests_waiting - self.ended_since_report)
+
+    @property
+    def load(self) -> int:
+        """Requests the engine held at its report and still holds, plus those sent to it since that are open."""
+        return self.held + len(self.in_flight)
 
     @property
     def would_queue(self) -> bool:
         s = self.stats
         if s is None:
             return False
-        return (s.num_requests_waiting > 0 or s.kv_cache_usage >= KV_FULL
-                or s.num_requests_running + len(self.in_flight) >= s.max_num_seqs)
+        still_waiting = s.num_requests_waiting - self.ended_since_report  # each end admits a waiting one
+        return still_waiting > 0 or s.kv_cache_usage >= KV_FULL or self.load >= s.max_num_seqs
 
 
 @dataclass(frozen=True)

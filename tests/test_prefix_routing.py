@@ -99,6 +99,33 @@ def test_requests_sent_after_the_report_count_until_they_end_and_fill_the_sequen
     assert v.load == 3 and not v.would_queue
 
 
+def test_a_report_taken_while_the_last_turn_waited_does_not_turn_the_next_turn_away():
+    """The previous turn was sent, counted as waiting by the holder's report, and has ended:
+    until the next report, the holder is idle again, and the next turn goes back to it."""
+    holder, idle = view("holder", report(max_num_seqs=4, at=1.0)), view("idle", report(max_num_seqs=4))
+    holder.record_sent("turn1", block_hashes(SYSTEM, BLOCK), now=2.0, remember_s=2.0)
+    holder.take_report(report([SYSTEM], waiting=1, max_num_seqs=4, at=2.5))
+    assert holder.would_queue and holder.load == 1
+    holder.record_ended("turn1")
+    assert not holder.would_queue and holder.load == 0
+    assert chosen(SYSTEM + [1, 2, 3], [holder, idle]) == ("holder", "prefix")
+    holder.take_report(report([SYSTEM], waiting=1, max_num_seqs=4, at=3.0))  # a new report is the truth again
+    assert holder.would_queue
+
+
+def test_an_end_counts_against_the_report_once_and_only_for_requests_it_counted():
+    v = view("a", report(running=1, max_num_seqs=4, at=1.0))
+    v.record_sent("counted", [], now=2.0, remember_s=2.0)
+    v.take_report(report(running=3, max_num_seqs=4, at=3.0))  # "counted" and two from other routers
+    v.record_sent("after", [], now=4.0, remember_s=2.0)
+    assert v.load == 4 and v.would_queue
+    v.record_ended("counted")
+    v.record_ended("counted")
+    v.record_ended("after")
+    v.record_ended("unknown")
+    assert v.load == 2 and not v.would_queue
+
+
 def test_an_older_report_never_replaces_a_newer_one():
     v = view("a", report([SYSTEM], at=5.0))
     v.take_report(report(at=4.0))

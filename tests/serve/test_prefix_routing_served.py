@@ -61,22 +61,41 @@ def scrape(url: str) -> dict[str, dict[str, float]]:
     return out
 
 
+PREFIX_CACHE = ("specserve:prefix_cache_queries_total", "specserve:prefix_cache_hits_total")
+
+
+def settled_scrape(url: str, quiet_s: float = 2.5) -> dict[str, dict[str, float]]:
+    """A scrape the engines' figures have caught up with: both replicas in it, and the same
+    across `quiet_s` (the engines' figures reach the scrape within two 1-s report periods), so
+    that a request of an earlier test is not counted as one of the next."""
+    last = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        now = scrape(url)
+        figures = {name: now[name] for name in PREFIX_CACHE}
+        if figures == last and len(figures[PREFIX_CACHE[0]]) == 2:
+            return now
+        last = figures
+        time.sleep(quiet_s)
+    raise AssertionError("the engines' prefix-cache figures did not settle within 60 s")
+
+
 def router_known_replicas(url: str) -> set[str]:
     return set(scrape(url)["specserve:router_replica_cached_blocks"])
 
 
 def per_replica_delta(url: str, before: dict, num_prompt_tokens: int) -> tuple[dict, dict]:
-    """(queried tokens, hit tokens) per replica since `before`, once the engines have reported
-    all `num_prompt_tokens` prompt tokens sent since."""
-    q, h = "specserve:prefix_cache_queries_total", "specserve:prefix_cache_hits_total"
+    """(queried tokens, hit tokens) per replica since `before` (a `settled_scrape`), once the
+    engines have reported all `num_prompt_tokens` prompt tokens sent since and settled."""
+    q, h = PREFIX_CACHE
 
-    def deltas():
-        now = scrape(url)
+    def deltas(now):
         return ({r: v - before[q].get(r, 0.0) for r, v in now[q].items()},
                 {r: v - before[h].get(r, 0.0) for r, v in now[h].items()})
 
-    wait_for(lambda: sum(deltas()[0].values()) >= num_prompt_tokens, 30, "the engines' prefix-cache figures")
-    queries, hits = deltas()
+    wait_for(lambda: sum(deltas(scrape(url))[0].values()) >= num_prompt_tokens, 30,
+             "the engines' prefix-cache figures")
+    queries, hits = deltas(settled_scrape(url))
     return {r: v for r, v in queries.items() if v > 0}, hits
 
 
@@ -105,7 +124,7 @@ def _model(app):
 
 
 def test_requests_sharing_a_200_token_prefix_land_on_one_replica_and_hit_its_cache(app):
-    before = scrape(app.url)
+    before = settled_scrape(app.url)
     prompts = [SHARED + [1000 + i] * 8 for i in range(6)]
     for prompt in prompts:
         complete(app.url, prompt)
@@ -115,16 +134,22 @@ def test_requests_sharing_a_200_token_prefix_land_on_one_replica_and_hit_its_cac
     assert hits[replica] >= 5 * 192  # every request after the first reused the 12 shared blocks
 
 
-def test_the_n_choices_of_one_request_all_complete(app):
-    """n handle calls that share one internal request id: each is routed, none waits forever."""
+def test_the_n_choices_of_one_request_all_complete_on_the_replica_holding_their_prompt(app):
+    """n handle calls that share one internal request id: each is routed, none waits forever,
+    and all go where the prompt is cached (the first test's shared prefix)."""
+    before = settled_scrape(app.url)
     r = requests.post(f"{app.url}/v1/completions", timeout=60, json={
         "model": app.model, "prompt": SHARED, "max_tokens": 4, "n": 3, "temperature": 1.0, "seed": 1})
     assert r.status_code == 200, r.text
     assert sorted(c["index"] for c in r.json()["choices"]) == [0, 1, 2]
+    queries, hits = per_replica_delta(app.url, before, 3 * len(SHARED))
+    assert len(queries) == 1, queries
+    [replica] = queries
+    assert hits[replica] >= 3 * 192
 
 
 def test_a_multi_turn_conversation_stays_on_its_replica(app):
-    before = scrape(app.url)
+    before = settled_scrape(app.url)
     messages = [{"role": "system", "content": "You are a careful assistant. " * 20}]
     sent = 0
     for turn in range(6):
@@ -143,7 +168,7 @@ def test_when_the_preferred_replica_is_full_the_request_goes_to_the_other_and_co
     """Every sequence slot of the replica holding the prefix is taken (MAX_NUM_SEQS long
     streams that share it): the next request with that prefix goes to the other replica,
     which has room, and completes."""
-    before = scrape(app.url)
+    before = settled_scrape(app.url)
     prefix = list(range(500, 700))
     streams, running = [], threading.Semaphore(0)
 
@@ -178,7 +203,7 @@ def test_when_the_preferred_replica_is_full_the_request_goes_to_the_other_and_co
 def test_a_replica_that_dies_is_dropped_from_the_router_and_nothing_hangs(app):
     known = router_known_replicas(app.url)
     assert len(known) == 2
-    before = scrape(app.url)
+    before = settled_scrape(app.url)
     complete(app.url, SHARED + [7] * 8)
     queries, _ = per_replica_delta(app.url, before, 208)
     [holder] = queries  # the replica that holds the shared prefix: kill it
@@ -188,4 +213,5 @@ def test_a_replica_that_dies_is_dropped_from_the_router_and_nothing_hangs(app):
         complete(app.url, SHARED + [8 + i] * 8)
         assert time.monotonic() - started < 60
     wait_for(lambda: holder not in router_known_replicas(app.url), 60, "the router to forget the dead replica")
-    assert serve.status().applications[APP].status in ("RUNNING", "DEPLOYING")
+    complete(app.url, SHARED + [11] * 8)
+    wait_for(lambda: serve.status().applications[APP].status == "RUNNING", 180, "Serve to replace the replica")
