@@ -50,6 +50,9 @@ class EngineConfig:
     num_speculative_tokens: int = 4  # k at small batches
     # Batch size -> k thresholds, e.g. {1: 4, 16: 2, 32: 0}; None: `SpeculationSchedule.default`.
     speculation_schedule: dict | None = None
+    # Pick k per batch size up to the schedule's, from the measured step times and acceptance
+    # (app/engine/spec/adaptive.py), so speculation that does not pay here turns itself off.
+    adaptive_speculation: bool = True
     draft_model: str | None = None  # a local draft checkpoint, run in-process (offline use)
     # Guided decoding: insert the text a format forces (keys, punctuation) as drafts that are
     # always accepted, instead of decoding it token by token.

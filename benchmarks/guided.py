@@ -20,12 +20,16 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import sys
 import pickle
 import statistics
 import time
+from pathlib import Path
 from typing import Callable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The repository first: run as a script, this folder would be, where kernels.py hides `kernels`.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.guided.compiler import IndexCache, regex_for_format  # noqa: E402
 from app.guided.vocabulary import GuidedVocabulary, load_guided_vocabulary  # noqa: E402

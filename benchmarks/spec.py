@@ -7,8 +7,12 @@ and the mean accepted length (tokens per speculative step).
     python benchmarks/spec.py --batch-sizes 1 4 16 64 --output-len 64
 
 The draft model runs in-process (`DraftWorker`, the code the DraftModel deployment runs), so
-this measures the engine, not the Serve hop. k follows the engine's default schedule for the
-device (`SpeculationSchedule.default`) unless `--schedule` is given.
+this measures the engine, not the Serve hop. k is the engine's default: chosen per batch size
+by adaptive speculation, up to --num-speculative-tokens (or within `--schedule`);
+`--compare-fixed` adds the draft model with k by the schedule alone (`adaptive_speculation:
+false`, the device's default schedule unless `--schedule` is given). The engines are reused
+across cells, as a server's engine is across requests, so what adaptive speculation learned
+in one cell carries into the next.
 """
 
 from __future__ import annotations
@@ -16,11 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import random
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The repository first: run as a script, this folder would be, where kernels.py hides `kernels`.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
@@ -78,7 +85,9 @@ def run(engine: LLMEngine, prompts: list[list[int]], output_len: int) -> dict:
     return {"seconds": elapsed, "tokens": tokens, "tokens_per_s": tokens / elapsed,
             "mean_latency_s": sum(finish.values()) / len(finish),
             "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
-            "mean_accepted_length": 1 + accepted / drafts if drafts else None}
+            "mean_accepted_length": 1 + accepted / drafts if drafts else None,
+            "steps_by_k": {k: n - before.steps_by_k.get(k, 0) for k, n in spec.steps_by_k.items()
+                           if n > before.steps_by_k.get(k, 0)}}
 
 
 def main() -> None:
@@ -89,6 +98,8 @@ def main() -> None:
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--num-speculative-tokens", type=int, default=4)
     parser.add_argument("--schedule", default=None, help="batch:k thresholds, e.g. 1:4,8:2,32:0")
+    parser.add_argument("--compare-fixed", action="store_true",
+                        help="also run the draft model with k by the schedule alone (no adaptation)")
     parser.add_argument("--repeats", type=int, default=2, help="best of this many runs per cell")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--seed", type=int, default=0)
@@ -108,12 +119,15 @@ def main() -> None:
                "target + draft": LLMEngine(EngineConfig(**common, speculative_method="draft",
                                                         draft_model=args.draft_model)),
                "target + n-gram": LLMEngine(EngineConfig(**common, speculative_method="ngram"))}
+    if args.compare_fixed:
+        engines["draft, fixed k"] = LLMEngine(EngineConfig(**common, speculative_method="draft",
+                                                           draft_model=args.draft_model, adaptive_speculation=False))
     for engine in engines.values():  # warm up (first-call allocations, thread pools)
         run(engine, work["open-ended"][:2], 8)
 
     results = []
     print(f"output_len={args.output_len} k={args.num_speculative_tokens} schedule="
-          f"{engines['target + draft'].speculator.schedule.as_dict()} threads={torch.get_num_threads()}")
+          f"{engines['target + draft'].speculator.schedule.as_dict()} (adaptive) threads={torch.get_num_threads()}")
     for workload, prompts in work.items():
         for batch in args.batch_sizes:
             cells = {}
@@ -127,7 +141,8 @@ def main() -> None:
                 r.update(workload=workload, batch=batch, method=name, speedup=r["tokens_per_s"] / base)
                 results.append(r)
                 acc = "" if r["acceptance_rate"] is None else (
-                    f" acceptance {r['acceptance_rate']:.2f} mean accepted length {r['mean_accepted_length']:.2f}")
+                    f" acceptance {r['acceptance_rate']:.2f} mean accepted length {r['mean_accepted_length']:.2f}"
+                    f" steps by k {dict(sorted(r['steps_by_k'].items()))}")
                 print(f"{workload:15s} batch {batch:3d} {name:16s} {r['tokens_per_s']:8.1f} tok/s "
                       f"latency {r['mean_latency_s'] * 1000:8.1f} ms  {r['speedup']:.2f}x{acc}", flush=True)
     if args.result_json:

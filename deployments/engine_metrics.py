@@ -2,7 +2,8 @@
 
 Engine figures (running, waiting, KV usage, prefix cache, preemptions) and the speculative-
 decoding counters with vLLM's names (`spec_decode_num_drafts`, `..._num_draft_tokens`,
-`..._num_accepted_tokens`, `..._num_accepted_tokens_per_pos`), plus the acceptance rate and
+`..._num_accepted_tokens`, `..._num_accepted_tokens_per_pos`), the steps by the k chosen for
+them (`spec_decode_steps{k}`: adaptive speculation's choices), plus the acceptance rate and
 mean accepted length as gauges for dashboards that do not do the division themselves.
 """
 
@@ -64,6 +65,10 @@ def spec_families(spec, labels: list[str], values: list[str]) -> list[Metric]:
                                        labels=[*labels, "position"])
     for position, accepted in enumerate(spec.accepted_per_position):
         per_position.add_metric([*values, str(position)], float(accepted))
+    steps_by_k = CounterMetricFamily(PREFIX + "spec_decode_steps", "Decoding steps, by the number of "
+                                     "draft tokens per request chosen for them (k).", labels=[*labels, "k"])
+    for k, steps in sorted(spec.steps_by_k.items()):
+        steps_by_k.add_metric([*values, str(k)], float(steps))
     return [
         one(CounterMetricFamily, "spec_decode_num_drafts", "Number of spec decoding drafts.",
             spec.num_drafts),
@@ -72,11 +77,16 @@ def spec_families(spec, labels: list[str], values: list[str]) -> list[Metric]:
         one(CounterMetricFamily, "spec_decode_num_accepted_tokens", "Number of accepted tokens.",
             spec.num_accepted_tokens),
         per_position,
+        steps_by_k,
         one(GaugeMetricFamily, "spec_decode_draft_acceptance_rate",
             "Accepted draft tokens / draft tokens, since start.", spec.acceptance_rate),
         one(GaugeMetricFamily, "spec_decode_mean_accepted_length",
             "Tokens emitted per speculative step (accepted drafts + 1), since start.",
             spec.mean_accepted_length),
+        one(CounterMetricFamily, "spec_decode_proposals", "Draft proposals asked for (one per step "
+            "with drafts, for the whole batch).", spec.num_proposals),
+        one(CounterMetricFamily, "spec_decode_proposal_seconds", "Time the engine waited for draft "
+            "proposals (served: the DraftModel round trip and the draft's forward).", spec.proposal_seconds),
         one(CounterMetricFamily, "spec_decode_num_proposer_failures",
             "Steps whose draft proposal failed (decoded without drafts).",
             spec.num_proposer_failures),

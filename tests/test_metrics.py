@@ -176,6 +176,8 @@ def test_speculative_decoding_metrics_with_vllm_names():
     spec.record(4, 1)
     spec.record(2, 0)
     spec.num_proposer_failures = 2
+    spec.steps_by_k = {0: 7, 4: 3}
+    spec.num_proposals, spec.proposal_seconds = 3, 0.25
     hub = Hub()
     reporter = em.EngineMetricsReporter(hub, "r1", MODEL, lambda: stats(spec=spec))
     run(reporter.report())
@@ -188,3 +190,7 @@ def test_speculative_decoding_metrics_with_vllm_names():
     assert values(fams, "specserve:spec_decode_draft_acceptance_rate") == [pytest.approx(0.5)]
     assert values(fams, "specserve:spec_decode_mean_accepted_length") == [pytest.approx(1 + 5 / 3)]
     assert values(fams, "specserve:spec_decode_num_proposer_failures_total") == [2]
+    by_k = {s.labels["k"]: s.value for s in fams["specserve:spec_decode_steps"]}
+    assert by_k == {"0": 7, "4": 3}
+    assert values(fams, "specserve:spec_decode_proposals_total") == [3]
+    assert values(fams, "specserve:spec_decode_proposal_seconds_total") == [0.25]

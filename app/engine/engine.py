@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -77,7 +78,7 @@ class LLMEngine:
             schedule = SpeculationSchedule.from_config(config.speculation_schedule, config.num_speculative_tokens,
                                                        config.torch_device.type)
             self.speculator = Speculator(proposer, schedule, self.max_model_len,
-                                         self.model_config.vocab_size, config.seed)
+                                         self.model_config.vocab_size, config.seed, config.adaptive_speculation)
         self.requests: dict[str, Request] = {}
         self.beam_searches: dict[str, BeamSearch] = {}  # by the caller's request id
         self._beam_ids = itertools.count()
@@ -128,19 +129,24 @@ class LLMEngine:
     # -- the step --------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         """schedule -> execute -> select -> update."""
+        started = time.perf_counter()
         scheduled = self._schedule()
         if not scheduled:
             return []
         if copies := self.block_manager.take_pending_copies():
             self.runner.copy_blocks(copies)
         batch = scheduled.num_scheduled_tokens
+        decode_only = self.speculator is not None and all(req.is_decoding for req in batch)
         logits, layout, prompt_rows = self.runner.execute_with_layout(batch, self._block_ids(batch))
         if prompt_rows is not None:
             num_sampled = logits.shape[0] - len(prompt_rows.rows)
             score_prompt_rows(logits[num_sampled:], prompt_rows)
             logits = logits[:num_sampled]
         chosen = self._select(logits, layout)
-        return self._update(batch, layout, chosen)
+        outputs = self._update(batch, layout, chosen)
+        if decode_only:  # the steps adaptive speculation compares
+            self.speculator.record_step(time.perf_counter() - started)
+        return outputs
 
     def _schedule(self):
         """Drafts (proposed, then kept inside any grammar, or forced by it), then the batch."""
@@ -183,7 +189,7 @@ class LLMEngine:
                 searches[req.beam_search.request_id] = req.beam_search
                 continue
             if req.spec_token_ids and not req.spec_forced and self.speculator is not None:
-                self.speculator.stats.record(len(req.spec_token_ids), c.num_accepted)
+                self.speculator.record_verified(len(req.spec_token_ids), c.num_accepted)
             outputs.append(self._apply_verified(req, c))
         for search in searches.values():
             if search.ready:
@@ -319,7 +325,7 @@ class LLMEngine:
             prefix_cache_hits=bm.prefix_cache_hits, num_preemptions=self.scheduler.num_preemptions,
             prompt_tokens=self.prompt_tokens, generation_tokens=self.generation_tokens,
             num_steps=self.num_steps,
-            spec=dataclasses.replace(self.speculator.stats) if self.speculator else SpecStats())
+            spec=self.speculator.stats.snapshot() if self.speculator else SpecStats())
 
     def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]
                  ) -> list[list[int]]:

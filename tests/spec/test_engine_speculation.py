@@ -31,7 +31,9 @@ def prompts() -> list[list[int]]:
 
 
 def engine(method: str | None = None, k: int = 4, **overrides) -> LLMEngine:
+    """k drafts in every step (adaptive k is tests/spec/test_adaptive_speculation.py's)."""
     overrides.setdefault("num_kv_blocks", 256)
+    overrides.setdefault("adaptive_speculation", False)
     return LLMEngine(EngineConfig(model=str(DEFAULT_TARGET), draft_model=str(DEFAULT_DRAFT),
                                   speculative_method=method, speculation_schedule={1: k},
                                   **overrides))

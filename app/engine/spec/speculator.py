@@ -1,7 +1,8 @@
 """Speculation inside one engine step: propose before scheduling, verify after the forward.
 
-`propose` gives each decoding request up to k draft tokens (k from the batch-size schedule,
-cut so a request never passes max_tokens or the context limit); the scheduler then runs the
+`propose` gives each decoding request up to k draft tokens (k from the batch-size schedule, or
+chosen within it by what speculation measurably saves; cut so a request never passes
+max_tokens or the context limit); the scheduler then runs the
 last known token and the drafts as one 1 + k query, and selection (app/engine/selection/)
 verifies them: the accepted drafts plus one token sampled by the target (corrected or bonus),
 so every step emits at least one token and greedy output equals plain decoding.
@@ -9,12 +10,15 @@ so every step emits at least one token and greedy output equals plain decoding.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 from dataclasses import dataclass, field
 
 import torch
 
 from app.engine.request import Request
+from app.engine.spec.adaptive import AdaptiveSpeculation
 from app.engine.spec.proposal import DraftInput, Proposer
 from app.engine.spec.schedule import SpeculationSchedule
 
@@ -29,6 +33,9 @@ class SpecStats:
     num_accepted_tokens: int = 0
     accepted_per_position: list[int] = field(default_factory=list)
     num_proposer_failures: int = 0  # steps whose proposer call failed (decoded without drafts)
+    steps_by_k: dict[int, int] = field(default_factory=dict)  # steps with decoding requests, by the k chosen
+    num_proposals: int = 0  # calls of the proposer
+    proposal_seconds: float = 0.0  # spent waiting for them (in the served app: the DraftModel round trip)
 
     def record(self, num_draft_tokens: int, num_accepted: int) -> None:
         self.num_drafts += 1
@@ -38,6 +45,11 @@ class SpecStats:
             self.accepted_per_position += [0] * (num_draft_tokens - len(self.accepted_per_position))
         for pos in range(num_accepted):
             self.accepted_per_position[pos] += 1
+
+    def snapshot(self) -> "SpecStats":
+        """A copy another thread may read while the engine goes on counting."""
+        return dataclasses.replace(self, accepted_per_position=list(self.accepted_per_position),
+                                   steps_by_k=dict(self.steps_by_k))
 
     @property
     def acceptance_rate(self) -> float:
@@ -57,23 +69,36 @@ def _draft_seed(req: Request, generator: torch.Generator) -> int:
 
 
 class Speculator:
+    """`schedule`: k by batch size, or, when `adaptive`, the bounds within which an
+    `AdaptiveSpeculation` picks k from what steps cost and drafts earn (app/engine/spec/adaptive.py)."""
+
     def __init__(self, proposer: Proposer, schedule: SpeculationSchedule, max_model_len: int,
-                 vocab_width: int, seed: int = 0):
+                 vocab_width: int, seed: int = 0, adaptive: bool = False):
         self.proposer = proposer
         self.schedule = schedule
+        self.adaptive = AdaptiveSpeculation(schedule) if adaptive else None
         self.max_model_len = max_model_len
         self.vocab_width = vocab_width
         self.generator = torch.Generator().manual_seed(seed + 1)
         self.stats = SpecStats()
+        self._step: tuple[int, int] | None = None  # (batch size, k) of the step being run
 
     def propose(self, running: list[Request]) -> None:
-        k = self.schedule.k_for(len(running))
+        batch_size = len(running)
+        k = self.adaptive.k_for(batch_size) if self.adaptive is not None else self.schedule.k_for(batch_size)
+        # A seeded sampled request drafts the same k in every step, alone or in any batch, so its
+        # tokens depend on its seed alone, never on the timings the adaptive k follows.
+        seeded_k = self.schedule.k_for(1) if self.adaptive is not None else k
+        self._step = (batch_size, k) if any(r.is_decoding for r in running) else None
+        if self._step is not None:
+            self.stats.steps_by_k[k] = self.stats.steps_by_k.get(k, 0) + 1
         candidates, inputs = [], []
         for req in running:
             req.set_spec([])
-            if k == 0 or not req.is_decoding or not req.params.speculative_decoding:
+            k_wanted = seeded_k if req.params.seed is not None and not req.params.greedy else k
+            if k_wanted == 0 or not req.is_decoding or not req.params.speculative_decoding:
                 continue
-            k_req = min(k, req.params.max_tokens - req.num_output_tokens - 1,
+            k_req = min(k_wanted, req.params.max_tokens - req.num_output_tokens - 1,
                         self.max_model_len - req.num_tokens)
             if k_req <= 0:
                 continue
@@ -83,18 +108,34 @@ class Speculator:
                                      p.top_p, p.top_k, p.min_p, _draft_seed(req, self.generator)))
         if not inputs:
             return
+        started = time.perf_counter()
         try:
             proposals = self.proposer.propose_batch(inputs)
         except Exception:  # noqa: BLE001 - a failed proposer means no speculation this step
             self.stats.num_proposer_failures += 1
             logger.exception("proposer failed; decoding this step without speculation")
             return
+        finally:
+            self.stats.num_proposals += 1
+            self.stats.proposal_seconds += time.perf_counter() - started
         for req, inp, prop in zip(candidates, inputs, proposals):
             token_ids = prop.token_ids[:inp.k]
             probs = None
             if prop.probs is not None and not inp.greedy and token_ids:
                 probs = prop.probs.decode(self.vocab_width)[:len(token_ids)]
             req.set_spec(token_ids, probs)
+
+    def record_verified(self, num_draft_tokens: int, num_accepted: int) -> None:
+        """One request's drafts of this step were verified: `num_accepted` of them kept."""
+        self.stats.record(num_draft_tokens, num_accepted)
+        if self.adaptive is not None:
+            self.adaptive.record_draft(num_draft_tokens, num_accepted)
+
+    def record_step(self, seconds: float) -> None:
+        """The step `propose` began took `seconds`, proposal included, and computed no prompt."""
+        if self.adaptive is not None and self._step is not None:
+            self.adaptive.record_step(*self._step, seconds)
+        self._step = None
 
     def forget(self, request_id: str) -> None:
         forget = getattr(self.proposer, "forget", None)

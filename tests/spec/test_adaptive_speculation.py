@@ -1,0 +1,183 @@
+"""Adaptive speculation (app/engine/spec/adaptive.py): k follows what speculation saves.
+
+First the rule on simulated steps (step time as a function of k, drafts accepted at a given
+rate), then the engine on the real default target with proposers whose cost and acceptance
+are known: one that is slow and always wrong (speculation must turn itself off), one that is
+free and always right (it must run at the bound). Greedy output never changes."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+
+import pytest
+
+from app.config import EngineConfig
+from app.engine.engine import LLMEngine
+from app.engine.spec.adaptive import MAX_EXPLORE_EVERY, RECENT_STEPS, AcceptanceEstimate, AdaptiveSpeculation
+from app.engine.spec.proposal import DraftInput, Proposal
+from app.engine.spec.schedule import SpeculationSchedule
+from app.sampling_params import SamplingParams
+from tests.checkpoints import DEFAULT_TARGET
+
+
+def simulate(adaptive: AdaptiveSpeculation, steps: int, batch: int, seconds_for_k, acceptance: float,
+             rng: random.Random, catch_up_s: float = 0.0) -> list[int]:
+    """The k of each step; every request's drafts are accepted position by position at
+    `acceptance`; the first step with drafts after one without also pays `catch_up_s`."""
+    ks = []
+    for _ in range(steps):
+        k = adaptive.k_for(batch)
+        for _ in range(batch if k else 0):
+            accepted = 0
+            while accepted < k and rng.random() < acceptance:
+                accepted += 1
+            adaptive.record_draft(k, accepted)
+        catching_up = k > 0 and (not ks or ks[-1] == 0)
+        adaptive.record_step(batch, k, seconds_for_k(k) * rng.uniform(0.9, 1.1) + catching_up * catch_up_s)
+        ks.append(k)
+    return ks
+
+
+def test_drafts_that_cost_more_than_they_save_turn_speculation_off():
+    adaptive = AdaptiveSpeculation(SpeculationSchedule({1: 4}))
+    ks = simulate(adaptive, 2000, 1, lambda k: 0.01 * (1 + 0.5 * k), 0.1, random.Random(0))
+    late = Counter(ks[1000:])
+    assert late[0] >= 0.97 * 1000, late  # tried now and then, at most 1 step in 32 by then
+    assert adaptive.chosen() == {1: 0}
+
+
+def test_cheap_drafts_that_are_accepted_run_at_the_bound():
+    adaptive = AdaptiveSpeculation(SpeculationSchedule({1: 4}))
+    ks = simulate(adaptive, 2000, 2, lambda k: 0.01 * (1 + 0.05 * k), 0.9, random.Random(1))
+    assert Counter(ks[1000:])[4] >= 0.97 * 1000
+    assert adaptive.chosen() == {2: 4}
+
+
+def test_the_draft_s_catch_up_after_steps_without_drafts_does_not_count_against_speculation():
+    """Tried rarely, every try would start with the draft model computing all the tokens since
+    its last call: ten steps' worth here. Counted, it would keep speculation off for good."""
+    adaptive = AdaptiveSpeculation(SpeculationSchedule({1: 4}))
+    ks = simulate(adaptive, 2000, 1, lambda k: 0.01 * (1 + 0.1 * k), 0.8, random.Random(4), catch_up_s=0.1)
+    assert adaptive.chosen() == {1: 4}
+    assert Counter(ks[1000:])[4] >= 0.95 * 1000
+
+
+def test_the_choice_follows_a_change_of_workload():
+    adaptive = AdaptiveSpeculation(SpeculationSchedule({1: 4}))
+    rng = random.Random(2)
+    simulate(adaptive, 1500, 1, lambda k: 0.01 * (1 + 0.2 * k), 0.95, rng)
+    assert adaptive.chosen() == {1: 4}
+    assert adaptive.buckets[1].explore_every == MAX_EXPLORE_EVERY  # tries got rare while nothing changed
+    ks = simulate(adaptive, 3000, 1, lambda k: 0.01 * (1 + 0.2 * k), 0.02, rng)  # drafts now miss
+    assert adaptive.chosen() == {1: 0}
+    assert Counter(ks[-500:])[0] >= 0.95 * 500
+
+
+def test_k_stays_within_the_schedule_and_each_batch_size_bucket_learns_apart():
+    """The schedule's k is the largest tried: where it says 0 (a busy engine) nothing is explored."""
+    adaptive = AdaptiveSpeculation(SpeculationSchedule({1: 4, 8: 2, 32: 0}))
+    rng = random.Random(3)
+    assert set(simulate(adaptive, 300, 40, lambda k: 1.0, 0.9, rng)) == {0}
+    assert set(simulate(adaptive, 300, 10, lambda k: 0.01 * (1 + 0.01 * k), 0.9, rng)) <= {0, 1, 2}
+    simulate(adaptive, 1500, 1, lambda k: 0.01 * (1 + 2.0 * k), 0.5, rng)
+    assert adaptive.chosen() == {1: 0, 8: 2}
+
+
+def test_a_k_only_as_good_within_noise_does_not_take_over_and_a_clearly_better_one_does():
+    adaptive = AdaptiveSpeculation(SpeculationSchedule({1: 1}))
+    for _ in range(500):
+        adaptive.record_draft(1, 0)  # drafts all missed: a step with k=1 earns ~1 token, like k=0
+
+    def steps(seconds_for_k, n=200):
+        for _ in range(n):
+            k = adaptive.k_for(1)
+            adaptive.record_step(1, k, seconds_for_k[k])
+
+    steps({0: 0.010, 1: 0.0099})  # 1% faster: noise
+    assert adaptive.chosen() == {1: 0}
+    steps({0: 0.010, 1: 0.0090}, n=2000)  # 11% faster (learned from the rare tries of k=1)
+    assert adaptive.chosen() == {1: 1}
+
+
+def test_a_step_time_is_the_fastest_recent_one_so_a_host_pause_or_a_cold_kernel_is_forgotten():
+    adaptive = AdaptiveSpeculation(SpeculationSchedule({1: 1}))
+    for _ in range(4):
+        adaptive.record_step(1, adaptive.k_for(1), 0.01)
+    adaptive.buckets[1].record(0, 5.0)  # a 5-s pause
+    assert adaptive.buckets[1].seconds(0) == 0.01
+    for _ in range(RECENT_STEPS):  # the host got slower for good: the estimate follows
+        adaptive.buckets[1].record(0, 0.02)
+    assert adaptive.buckets[1].seconds(0) == 0.02
+
+
+def test_expected_tokens_follow_the_acceptance_per_position():
+    estimate = AcceptanceEstimate(max_k=3)
+    for _ in range(2000):  # the first position always accepted, the second half the time, never the third
+        estimate.record(3, 1)
+        estimate.record(3, 2)
+    assert estimate.rate(0) == pytest.approx(1.0, abs=0.01)
+    assert estimate.rate(1) == pytest.approx(0.5, abs=0.01)
+    assert estimate.rate(2) == pytest.approx(0.0, abs=0.01)
+    assert estimate.expected_tokens(0) == 1.0
+    assert estimate.expected_tokens(3) == pytest.approx(1 + 1 + 0.5 + 0.0, abs=0.02)
+
+
+# -- the engine -------------------------------------------------------------------------------
+class SlowWrongProposer:
+    """Costs 20 ms a call and proposes a token the target never picks here."""
+
+    def propose_batch(self, inputs: list[DraftInput]) -> list[Proposal]:
+        time.sleep(0.02)
+        return [Proposal([inp.token_ids[-1]] * inp.k) for inp in inputs]
+
+
+class FreeOracleProposer:
+    """Proposes what the target will choose (its plain greedy output), at no cost."""
+
+    def __init__(self, prompt: list[int], output: list[int]):
+        self.sequence = prompt + output
+
+    def propose_batch(self, inputs: list[DraftInput]) -> list[Proposal]:
+        return [Proposal(self.sequence[len(inp.token_ids):len(inp.token_ids) + inp.k]) for inp in inputs]
+
+
+PROMPT = list(range(300, 340))
+GREEDY = SamplingParams(max_tokens=160, temperature=0.0, ignore_eos=True)
+
+
+def engine_with(proposer, **overrides) -> LLMEngine:
+    overrides.setdefault("speculation_schedule", {1: 4})
+    return LLMEngine(EngineConfig(model=str(DEFAULT_TARGET), num_kv_blocks=128, speculative_method="draft",
+                                  **overrides), proposer=proposer)
+
+
+@pytest.fixture(scope="module")
+def plain_output() -> list[int]:
+    e = LLMEngine(EngineConfig(model=str(DEFAULT_TARGET), num_kv_blocks=128))
+    return e.generate([PROMPT], GREEDY)[0]
+
+
+def test_the_engine_turns_off_speculation_that_does_not_pay(plain_output):
+    e = engine_with(SlowWrongProposer())
+    assert e.generate([PROMPT], GREEDY)[0] == plain_output
+    spec = e.stats().spec
+    assert spec.steps_by_k[0] >= 0.8 * sum(spec.steps_by_k.values()), spec.steps_by_k
+    assert e.speculator.adaptive.chosen() == {1: 0}
+    assert spec.num_proposals == sum(n for k, n in spec.steps_by_k.items() if k > 0)
+    assert spec.proposal_seconds >= 0.02 * spec.num_proposals > 0  # the wait for drafts is counted
+
+
+def test_the_engine_speculates_at_the_bound_when_drafts_are_free_and_right(plain_output):
+    e = engine_with(FreeOracleProposer(PROMPT, plain_output))
+    assert e.generate([PROMPT], GREEDY)[0] == plain_output
+    assert e.speculator.adaptive.chosen() == {1: 4}
+    assert e.stats().spec.num_accepted_tokens >= 0.9 * e.stats().spec.num_draft_tokens
+
+
+def test_without_adaptation_the_schedule_is_followed_exactly(plain_output):
+    e = engine_with(SlowWrongProposer(), adaptive_speculation=False, speculation_schedule={1: 2})
+    e.generate([PROMPT], SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True))
+    assert set(e.stats().spec.steps_by_k) == {2}
+    assert e.speculator.adaptive is None
