@@ -21,10 +21,13 @@ speculation that does not pay turns itself off.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from dataclasses import dataclass, field
 
 from app.engine.spec.schedule import SpeculationSchedule
+
+logger = logging.getLogger(__name__)
 
 ACCEPTANCE_DECAY = 0.995  # per verified draft: the workload's recent drafts weigh most
 PRIOR_ACCEPTANCE = 0.5  # before any draft at a position is verified, worth one draft
@@ -149,6 +152,10 @@ class AdaptiveSpeculation:
             bucket.explore_every = FIRST_EXPLORE_EVERY if changed else min(2 * bucket.explore_every,
                                                                             MAX_EXPLORE_EVERY)
             bucket.exploring = False
+        if best != bucket.best:
+            logger.info("adaptive speculation: batch %d-%d now runs k=%d (expected tokens per ms of step "
+                        "by k: %s)", 1 << (_bucket(batch_size) - 1), (1 << _bucket(batch_size)) - 1, best,
+                        {c: round(rate(c) / 1000, 3) for c in measured})
         bucket.best = best
 
     def chosen(self) -> dict[int, int]:
