@@ -49,7 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `benchmarks`,
 from benchmarks.engine_alone import EngineAlone  # noqa: E402
 from benchmarks.serving_report import Result, plot, print_summary, summarize  # noqa: E402
 from benchmarks.serving_sessions import run_session_levels  # noqa: E402
-from benchmarks.serving_workload import Request, file_requests, load_tokenizer, random_requests, start_at_rate  # noqa: E402
+from benchmarks.serving_workload import (Request, file_requests, grounded_requests, load_tokenizer,  # noqa: E402
+                                         random_requests, start_at_rate)
 
 # -- one streamed request ---------------------------------------------------------------------
 async def send_http(session: aiohttp.ClientSession, url: str, model: str, req: Request,
@@ -241,6 +242,8 @@ async def run_all(args, session, url: str, model: str, tokenizer, goodput: dict)
             raise SystemExit("random prompts need a tokenizer: give --tokenizer (a local checkpoint dir)")
         requests = random_requests(tokenizer, args.num_prompts, args.input_len, args.output_len,
                                    args.range_ratio, args.seed)
+    elif args.dataset == "grounded":
+        requests = grounded_requests(tokenizer, args.num_prompts, args.output_len, args.seed)
     else:
         requests = file_requests(tokenizer, args.text_file, args.num_prompts, args.input_len,
                                  args.output_len, args.seed)
@@ -293,8 +296,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "(then also the tokenizer); default: the first id of /v1/models")
     p.add_argument("--served-model-name", help="name to send when --model is a directory")
     p.add_argument("--tokenizer", help="local tokenizer dir (default: --model or --compare-engine)")
-    p.add_argument("--dataset", choices=["random", "file", "sessions"], default="random",
-                   help="sessions: --num-prompts conversations of --turns turns, each opening with one of "
+    p.add_argument("--dataset", choices=["random", "file", "grounded", "sessions"], default="random",
+                   help="grounded: prompts that ask to repeat the code they contain (speculation's best "
+                        "case; of their own lengths, not --input-len); "
+                        "sessions: --num-prompts conversations of --turns turns, each opening with one of "
                         "--num-system-prompts system prompts of --system-len tokens; a turn asks "
                         "--input-len new tokens and gets --output-len")
     p.add_argument("--text-file", help="local text file for --dataset file")

@@ -46,7 +46,7 @@ def measure(spec: ServerSpec, args, round_index: int, out_dir: Path) -> list[dic
             ["--base-url", url, "--model", str(ROOT / args.model), "--served-model-name",
              args.served_model_name, "--num-prompts", str(args.num_prompts), "--input-len",
              str(args.input_len), "--output-len", str(args.output_len), "--seed", str(args.seed),
-             "--concurrency", *map(str, args.concurrency), "--disable-tqdm",
+             "--concurrency", *map(str, args.concurrency), "--dataset", args.dataset, "--disable-tqdm",
              "--result-json", str(out_dir / f"client_{tag}.json")])
     return [level["http"] for level in report["levels"]]
 
@@ -87,6 +87,8 @@ def main() -> None:
                         "it runs, else the first)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--dataset", choices=["random", "grounded"], default="random",
+                        help="serving.py's: random-token prompts, or prompts that ask to repeat their code")
     parser.add_argument("--num-prompts", type=int, default=48)
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=64)

@@ -1,5 +1,5 @@
 """The requests `benchmarks/serving.py` sends, and when: random-token prompts of a given length,
-windows of a local text file, or chat-like sessions (`Session`): many users sharing a few long
+windows of a local text file, prompts that ask to repeat the code they contain, or chat-like sessions (`Session`): many users sharing a few long
 system prompts, each in a conversation whose prompt grows by the last answer and a new
 question; started at a given rate (`start_at_rate`)."""
 
@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from benchmarks.grounded_prompts import input_grounded_texts
 
 
 @dataclass
@@ -93,6 +95,14 @@ def file_requests(tokenizer, path: str, num: int, input_len: int, output_len: in
         raise SystemExit(f"{path} holds only {len(ids)} tokens; need more than --input-len {input_len}")
     starts = rng.integers(0, len(ids) - input_len, size=num)
     return [Request(pieces(s, s + input_len), input_len, output_len) for s in starts]
+
+
+def grounded_requests(tokenizer, num: int, output_len: int, seed: int) -> list[Request]:
+    """Prompts that ask to repeat the code they contain (`grounded_prompts.py`), where drafts
+    are mostly accepted: the workload on which speculation has to pay when served."""
+    texts = input_grounded_texts(num, seed)
+    return [Request(t, len(tokenizer.encode(t, add_special_tokens=False)) if tokenizer is not None else 0,
+                    output_len) for t in texts]
 
 
 async def start_at_rate(items: list, start_one, rate: float, rng) -> tuple[list, float]:

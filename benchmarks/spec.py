@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import sys
-import random
 import time
 from pathlib import Path
 
@@ -35,32 +34,14 @@ from transformers import AutoTokenizer  # noqa: E402
 from app.config import EngineConfig  # noqa: E402
 from app.engine.engine import LLMEngine  # noqa: E402
 from app.sampling_params import SamplingParams  # noqa: E402
-
-STDLIB = Path(json.__file__).resolve().parent.parent
-
-
-def code_snippets(n: int, seed: int) -> list[str]:
-    """n chunks of 20 lines of standard-library Python, never the same file twice in a row."""
-    rng = random.Random(seed)
-    files = sorted(p for p in STDLIB.glob("*.py") if p.stat().st_size > 4000)
-    out = []
-    while len(out) < n:
-        lines = rng.choice(files).read_text(errors="ignore").splitlines()
-        start = rng.randrange(0, max(1, len(lines) - 20))
-        chunk = "\n".join(lines[start:start + 20])
-        if len(chunk) > 300:
-            out.append(chunk[:700])
-    return out
+from benchmarks.grounded_prompts import input_grounded_texts, open_ended_texts  # noqa: E402
 
 
 def workloads(tokenizer, n: int, seed: int) -> dict[str, list[list[int]]]:
     """input-grounded: the snippet, then an instruction to repeat it and its first line again
     (the model continues by copying); open-ended: the first two lines of a snippet."""
-    snippets = code_snippets(n, seed)
-    grounded = [f"# Original:\n{s}\n\n# Copy of the code above:\n{s.splitlines()[0]}\n" for s in snippets]
-    open_ended = ["\n".join(s.splitlines()[:2]) + "\n" for s in code_snippets(n, seed + 1)]
-    return {"input-grounded": [tokenizer.encode(t) for t in grounded],
-            "open-ended": [tokenizer.encode(t) for t in open_ended]}
+    return {"input-grounded": [tokenizer.encode(t) for t in input_grounded_texts(n, seed)],
+            "open-ended": [tokenizer.encode(t) for t in open_ended_texts(n, seed)]}
 
 
 def run(engine: LLMEngine, prompts: list[list[int]], output_len: int) -> dict:
