@@ -140,7 +140,7 @@ class PrefixAwareRouter(FIFOMixin, RequestRouter):
         request_id = pending_request.metadata.internal_request_id
         retry = request_id in self._chosen
         for view in self.views.values():  # a retried request was counted at its earlier choice
-            view.record_ended(request_id)
+            view.record_withdrawn(request_id)
         decision.ranked[0].record_sent(request_id, hashes, time.time(), self.remember_sent_s)
         self._chosen[request_id] = None
         while len(self._chosen) > MAX_REMEMBERED_REQUESTS:

@@ -108,6 +108,11 @@ class ReplicaView:
             self.in_report.remove(request_id)
             self.ended_since_report += 1
 
+    def record_withdrawn(self, request_id: str) -> None:
+        """A request counted as sent here went elsewhere (Serve retried it): it never ran here."""
+        self.in_flight.pop(request_id, None)
+        self.in_report.discard(request_id)
+
     def matched_blocks(self, hashes: list[int]) -> int:
         """How many leading blocks of a prompt with these hashes this replica holds (or was sent)."""
         n = 0

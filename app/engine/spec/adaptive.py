@@ -70,7 +70,6 @@ class AcceptanceEstimate:
 class BucketTimes:
     """Step times of one batch-size bucket by k, and which k it runs."""
     recent: dict[int, deque[float]] = field(default_factory=dict)  # decode-only steps, per request
-    samples: dict[int, int] = field(default_factory=dict)
     last_tried: dict[int, int] = field(default_factory=dict)  # k -> the bucket's step it last ran
     best: int = 0
     steps: int = 0
@@ -81,7 +80,10 @@ class BucketTimes:
 
     def record(self, k: int, seconds: float) -> None:
         self.recent.setdefault(k, deque(maxlen=RECENT_STEPS)).append(seconds)
-        self.samples[k] = self.samples.get(k, 0) + 1
+
+    def num_timed(self, k: int) -> int:
+        """Recent timed steps with k drafts (at most RECENT_STEPS)."""
+        return len(self.recent.get(k, ()))
 
     def seconds(self, k: int) -> float:
         """What a step with k drafts costs when nothing else gets in its way: the fastest of the
@@ -99,10 +101,6 @@ class AdaptiveSpeculation:
         self.buckets: dict[int, BucketTimes] = {}
         self.previous_k = 0  # of the last step timed
 
-    @property
-    def max_k(self) -> int:
-        return self.bounds.max_k
-
     def k_for(self, batch_size: int) -> int:
         bound = self.bounds.k_for(batch_size)
         if bound == 0:
@@ -113,10 +111,10 @@ class AdaptiveSpeculation:
             bucket.steps_left -= 1
             return bucket.trying
         candidates = range(bound + 1)
-        untried = [k for k in candidates if bucket.samples.get(k, 0) < MIN_SAMPLES]
+        untried = [k for k in candidates if bucket.num_timed(k) < MIN_SAMPLES]
         bucket.exploring = bool(untried) or bucket.steps % bucket.explore_every == 0
         if untried:
-            k = min(untried, key=lambda k: bucket.samples.get(k, 0))
+            k = min(untried, key=bucket.num_timed)
         elif bucket.exploring:  # the candidate tried longest ago, other than the best
             k = min((k for k in candidates if k != bucket.best), key=lambda k: bucket.last_tried.get(k, -1))
         else:
@@ -138,9 +136,10 @@ class AdaptiveSpeculation:
         if bucket is None or k > bound or catching_up:
             return
         bucket.record(k, seconds / max(batch_size, 1))  # per request: the bucket holds several sizes
-        measured = [c for c in range(bound + 1) if bucket.samples.get(c, 0) >= MIN_SAMPLES]
+        measured = [c for c in range(bound + 1) if bucket.num_timed(c) >= MIN_SAMPLES]
         if not measured:
             return
+
         def rate(c: int) -> float:  # tokens per request per second of step
             return self.acceptance.expected_tokens(c) / bucket.seconds(c)
 
