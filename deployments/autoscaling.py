@@ -32,6 +32,10 @@ Configure it in `serve_config.yaml`:
         # policy_function: deployments.autoscaling:EngineLoadPolicy
         # policy_kwargs: {target_kv_usage: 0.9}
 
+DraftModel replicas report `ONGOING_PROPOSALS`, the mean number of proposal calls in progress,
+since engines call them directly (app/engine/spec/draft_channel.py) and Serve's own request
+count misses those calls; `draft_load_policy` wants sum / target_ongoing_requests replicas.
+
 Keep this module free of project imports: Serve pickles it by value to the controller.
 """
 
@@ -43,6 +47,7 @@ from typing import Any
 WAITING = "num_requests_waiting"
 RUNNING = "num_requests_running"
 KV_USAGE = "kv_cache_usage"
+ONGOING_PROPOSALS = "ongoing_proposals"
 DEFAULT_TARGET_KV_USAGE = 0.85
 
 
@@ -58,19 +63,26 @@ def desired_replicas(ctx, target_kv_usage: float = DEFAULT_TARGET_KV_USAGE) -> f
     current = ctx.current_num_replicas
     if current == 0:  # Serve's own cold-start path scales 0 -> 1 when requests arrive
         return ctx.target_num_replicas
-    target_load = float(ctx.config.target_ongoing_requests or 1.0)
     metrics = ctx.aggregated_metrics or {}
-    waiting, running = metrics.get(WAITING, {}), metrics.get(RUNNING, {})
-    reported = set(waiting) | set(running)
-    if not reported:  # no replica has reported yet: use Serve's request count
-        return ctx.total_num_requests / target_load
-    load = sum(waiting.values()) + sum(running.values())
-    # Replicas that have not reported yet carry the mean load of those that have.
-    load *= max(current, len(reported)) / len(reported)
-    by_load = load / target_load
+    by_load = _replicas_for_load(ctx, WAITING, RUNNING)
     kv = metrics.get(KV_USAGE, {})
     by_kv = current * (sum(kv.values()) / len(kv)) / target_kv_usage if kv else 0.0
     return max(by_load, by_kv)
+
+
+def _replicas_for_load(ctx, *figures: str) -> float:
+    """The sum of the replicas' `figures` over target_ongoing_requests; Serve's request count
+    until a replica has reported them."""
+    target_load = float(ctx.config.target_ongoing_requests or 1.0)
+    metrics = ctx.aggregated_metrics or {}
+    by_figure = [metrics.get(name, {}) for name in figures]
+    reported = set().union(*by_figure)
+    if not reported:
+        return ctx.total_num_requests / target_load
+    load = sum(sum(values.values()) for values in by_figure)
+    # Replicas that have not reported yet carry the mean load of those that have.
+    load *= max(ctx.current_num_replicas, len(reported)) / len(reported)
+    return load / target_load
 
 
 def _bounded(ctx, desired: float) -> int:
@@ -97,3 +109,13 @@ class EngineLoadPolicy:
 def engine_load_policy(ctx) -> tuple[int, dict[str, Any]]:
     """Ray Serve custom autoscaling policy for TargetModel (KV target 0.85)."""
     return EngineLoadPolicy()(ctx)
+
+
+def draft_load_policy(ctx) -> tuple[int, dict[str, Any]]:
+    """Ray Serve custom autoscaling policy for DraftModel: the proposal calls its replicas count."""
+    state = dict(ctx.policy_state or {})
+    if ctx.current_num_replicas == 0:
+        return ctx.target_num_replicas, state
+    desired = _replicas_for_load(ctx, ONGOING_PROPOSALS)
+    state["draft_load_desired"] = desired
+    return _bounded(ctx, desired), state

@@ -2,8 +2,10 @@
 
 The engine runs in a process of its own, started by the replica (app/engine/engine_process.py):
 the replica's event loop streams chunks while the engine steps, without the two taking turns on
-one GIL. Draft proposals are asked for by the engine and made here, through the DraftModel
-handle; the replica fails its health check if the engine process dies.
+one GIL. The engine calls a DraftModel replica directly for its drafts; the replica holds the
+DraftModel handle through which the engine finds that replica, and proposes through it while
+there is none (app/engine/spec/draft_channel.py). The replica fails its health check if the
+engine process dies.
 
 A guided request carries its `OutputFormat` in `params["output_format"]`. The replica gets the
 format's compiled index from the ConstraintService, through the handle `build_app` binds here,
@@ -33,6 +35,7 @@ from app.config import EngineConfig
 from app.engine.async_engine import AsyncLLMEngine
 from app.engine.engine_process import EngineProcess
 from app.engine.front_config import FrontConfig
+from app.engine.spec.draft_channel import DirectDraftProposer
 from app.outputs import RequestOutput
 from app.sampling_params import SamplingParams
 from deployments.autoscaling import target_autoscaling_stats
@@ -58,15 +61,16 @@ class TargetModel:
         # Async so that the metrics reporter starts on this replica's event loop.
         self.config = config
         self.model_name = model_name
-        proposer = None
+        serve_path = None
         if config.speculative_method == "draft" and draft is not None:
-            proposer = DraftClient(draft, asyncio.get_running_loop())
-        if engine_process:
-            self.engine = await asyncio.to_thread(EngineProcess, config, proposer, front)
+            serve_path = DraftClient(draft, asyncio.get_running_loop())
+        if engine_process:  # the engine process calls the draft channel itself
+            self.engine = await asyncio.to_thread(EngineProcess, config, serve_path, front)
         else:
             # The engine thread shares the GIL with this replica's event loop, which pickles
             # and sends every chunk; at Python's default 5 ms switch interval it waits behind it.
             sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+            proposer = DirectDraftProposer(serve_path) if serve_path is not None else None
             self.engine = AsyncLLMEngine(config, proposer, front)
         self.indexes = GuidedIndexStore(constraint)  # compiled formats, from the ConstraintService
         self.replica_id = serve.get_replica_context().replica_id.unique_id

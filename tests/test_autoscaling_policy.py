@@ -7,8 +7,9 @@ import pytest
 from ray.serve import autoscaling_policy as ray_policy
 from ray.serve.config import AutoscalingConfig, AutoscalingContext
 
-from deployments.autoscaling import (KV_USAGE, RUNNING, WAITING, EngineLoadPolicy,
-                                     engine_load_policy, target_autoscaling_stats)
+from deployments.autoscaling import (KV_USAGE, ONGOING_PROPOSALS, RUNNING, WAITING, EngineLoadPolicy,
+                                     draft_load_policy, engine_load_policy, target_autoscaling_stats)
+from deployments.draft import ProposalLoad
 from app.engine.engine import EngineStats
 
 
@@ -120,3 +121,37 @@ def test_serve_wrapper_applies_delays(monkeypatch):
     assert step(three_idle, 3, 15) == 3
     assert step(three_idle, 3, 6) == 1
     assert "engine_load_desired" in state
+
+
+def draft_context(ongoing: dict[str, float], config: AutoscalingConfig, total_requests: float = 0.0):
+    """`ongoing`: replica id → mean proposal calls in progress, as DraftModel replicas report."""
+    ctx = context({r: (0, 0, 0.0) for r in ongoing}, config, total_requests=total_requests)
+    ctx.aggregated_metrics = {ONGOING_PROPOSALS: ongoing} if ongoing else {}
+    return ctx
+
+
+def test_draft_replicas_follow_the_proposal_calls_they_count_direct_ones_included():
+    c = cfg(target_ongoing_requests=2)
+    assert draft_load_policy(draft_context({"a": 1.5}, c))[0] == 1
+    assert draft_load_policy(draft_context({"a": 3.2}, c))[0] == 2  # Serve itself saw no request
+    assert draft_load_policy(draft_context({"a": 0.3, "b": 0.4}, c))[0] == 1
+    before_reports = draft_context({}, c, total_requests=5)
+    before_reports.current_num_replicas = 1
+    assert draft_load_policy(before_reports)[0] == 3  # Serve's count until replicas report
+
+
+def test_proposal_load_is_the_time_mean_of_calls_in_progress(monkeypatch):
+    import deployments.draft as draft
+
+    now = [100.0]
+    monkeypatch.setattr(draft.time, "monotonic", lambda: now[0])
+    load = ProposalLoad()
+    load.begin()                 # one call for the whole second,
+    now[0] += 0.5
+    load.begin()                 # a second one for its last half
+    now[0] += 0.5
+    assert load.read() == pytest.approx(1.5)
+    load.end()
+    load.end()
+    now[0] += 1.0
+    assert load.read() == pytest.approx(0.0)

@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -23,6 +24,7 @@ from app.engine.async_engine import AsyncLLMEngine
 from app.engine.block_manager import block_hashes
 from app.engine.messages import (AbortRequest, AddRequest, CacheReport, DropFormat, Drafts, EngineFailed, EngineReady,
                                  FormatIndex, ProposeDrafts, ReportCache, StartEngine, StepOutputs, Stop)
+from app.engine.spec.draft_channel import DraftChannelServer
 from app.engine.spec.draft_worker import DraftWorker
 from app.guided.compiler import compile_regex
 from app.guided.guide import CompiledFormat
@@ -136,6 +138,53 @@ class CountingProposer:
         if self.fail:
             raise ConnectionError("draft replica unreachable")
         return self.worker.propose_batch(inputs)
+
+
+class ChannelFront(CountingProposer):
+    """A front whose Serve handle finds a draft replica with a channel; the replica's channel
+    breaks (as when it is killed) during its `break_on_call`-th proposal."""
+
+    def __init__(self, break_on_call: int | None = None):
+        super().__init__()
+        self.lock = threading.Lock()
+        self.channel_calls = 0
+        self.break_on_call = break_on_call
+        self.server = DraftChannelServer(self._over_channel, "127.0.0.1")
+
+    def find_draft_channel(self):
+        return self.server.address
+
+    def _over_channel(self, inputs):
+        self.channel_calls += 1
+        if self.channel_calls == self.break_on_call:
+            self.server.close()
+        with self.lock:
+            return self.worker.propose_batch(inputs)
+
+    def propose_batch(self, inputs):
+        with self.lock:
+            return super().propose_batch(inputs)
+
+
+@pytest.mark.parametrize("break_on_call", [None, 2], ids=["channel", "channel-breaks"])
+def test_the_engine_process_calls_the_draft_channel_its_front_finds(tokenizer, break_on_call):
+    prompt = tokenizer.encode("def fibonacci(n):\n    ")
+    params = dataclasses.replace(GREEDY, max_tokens=40)
+    reference = LLMEngine(config()).generate([prompt], params)[0]
+    front = ChannelFront(break_on_call)
+    engine = EngineProcess(config(speculative_method="draft", speculation_schedule={1: 4}), front)
+    try:
+        tokens = asyncio.run(collect(engine, "spec", prompt, params))
+        spec = engine.stats().spec
+    finally:
+        engine.shutdown()
+        front.server.close()
+    assert tokens == reference
+    assert spec.num_drafts > 0
+    if break_on_call is None:
+        assert front.calls == 0 and spec.num_proposer_failures == 0 and front.channel_calls == spec.num_proposals
+    else:  # one step without drafts, then the front's Serve path until the retry
+        assert spec.num_proposer_failures == 1 and front.channel_calls == 2 and front.calls > 0
 
 
 @pytest.mark.parametrize("fail", [False, True], ids=["drafts", "failing-proposer"])

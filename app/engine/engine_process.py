@@ -11,9 +11,12 @@ loop's commands, among them `FormatIndex` before the first request of an output 
 `DropFormat` when the front forgets one, so a format's index crosses once, not per request
 (`AsyncEngineFront._send_format`); the child builds the guided vocabulary itself, once, from
 the engine's tokenizer. Child → front: `EngineReady` (or `EngineFailed`) once, then
-`StepOutputs` per step, `CacheReport` when the front asked with `ReportCache`, and `ProposeDrafts` when the engine wants drafts from the proposer the
-front holds (a Serve handle lives in the front); the front answers `Drafts` and the child keeps
-commands that arrive meanwhile for after the step.
+`StepOutputs` per step, `CacheReport` when the front asked with `ReportCache`, and
+`FindDraftChannel` or `ProposeDrafts` when the engine wants drafts: a Serve handle lives in the
+front, so the front finds the draft replica whose channel the engine then calls directly
+(app/engine/spec/draft_channel.py), or proposes through Serve itself while there is none. The
+front answers `DraftChannelFound` or `Drafts`; the child keeps commands that arrive meanwhile
+for after the step.
 
 If the child dies, every open stream ends with an error and `error` says why (a TargetModel
 then fails its health check and Serve replaces it); if the front dies, the child reads the end
@@ -37,8 +40,9 @@ from app.engine.async_engine import AsyncEngineFront
 from app.engine.core_loop import CoreLoop
 from app.engine.engine import EngineStats, LLMEngine
 from app.engine.front_config import FrontConfig
-from app.engine.messages import (AddRequest, CacheReport, Command, Drafts, EngineFailed, EngineReady, ProposeDrafts,
-                                 StartEngine, StepOutputs, Stop)
+from app.engine.messages import (AddRequest, CacheReport, Command, DraftChannelFound, Drafts, EngineFailed,
+                                 EngineReady, FindDraftChannel, ProposeDrafts, StartEngine, StepOutputs, Stop)
+from app.engine.spec.draft_channel import DirectDraftProposer, DraftChannelAddress
 from app.engine.spec.proposal import DraftInput, Proposal, Proposer
 from app.outputs import EngineDied, RequestOutput
 
@@ -122,6 +126,8 @@ class EngineProcess(AsyncEngineFront):
                         self._publish(outputs, stats)
                     case ProposeDrafts(inputs):
                         self._propose(inputs)
+                    case FindDraftChannel():
+                        self._find_draft_channel()
                     case CacheReport() as report:
                         self._answer(report)
         except (EOFError, OSError):
@@ -136,6 +142,18 @@ class EngineProcess(AsyncEngineFront):
             answer = Drafts(None, f"{type(exc).__name__}: {exc}")
         try:
             self._send(answer)
+        except OSError:
+            pass
+
+    def _find_draft_channel(self) -> None:
+        find = getattr(self.proposer, "find_draft_channel", None)
+        try:
+            address = find() if find is not None else None
+        except Exception:  # noqa: BLE001 - the engine goes on proposing through this front
+            logger.warning("finding a draft channel failed", exc_info=True)
+            address = None
+        try:
+            self._send(DraftChannelFound(address))
         except OSError:
             pass
 
@@ -155,20 +173,27 @@ class EngineProcess(AsyncEngineFront):
 
 # -- the child's side -------------------------------------------------------------------------
 class _ProposerInFront:
-    """The child engine's proposer: asks the front and waits for its answer."""
+    """The child engine's way to the proposer the front holds: asks the front and waits."""
 
     def __init__(self, conn: Connection, pending: deque):
         self.conn = conn
         self.pending = pending  # commands that arrive while waiting, for the core loop
 
     def propose_batch(self, inputs: list[DraftInput]) -> list[Proposal]:
-        self.conn.send(ProposeDrafts(inputs))
+        answer: Drafts = self._ask(ProposeDrafts(inputs), Drafts)
+        if answer.error is not None:
+            raise RuntimeError(f"draft proposal failed in the front: {answer.error}")
+        return answer.proposals
+
+    def find_draft_channel(self) -> DraftChannelAddress | None:
+        return self._ask(FindDraftChannel(), DraftChannelFound).address
+
+    def _ask(self, question, answer_type: type):
+        self.conn.send(question)
         while True:
             message = self.conn.recv()
-            if isinstance(message, Drafts):
-                if message.error is not None:
-                    raise RuntimeError(f"draft proposal failed in the front: {message.error}")
-                return message.proposals
+            if isinstance(message, answer_type):
+                return message
             self.pending.append(message)
 
 
@@ -206,7 +231,8 @@ def _child_main(fd: int) -> int:
     try:
         start: StartEngine = conn.recv()
         pending: deque = deque()
-        engine = LLMEngine(start.config, _ProposerInFront(conn, pending) if start.proposer_in_front else None)
+        proposer = DirectDraftProposer(_ProposerInFront(conn, pending)) if start.proposer_in_front else None
+        engine = LLMEngine(start.config, proposer)
     except (EOFError, OSError):
         return 1
     except Exception:  # noqa: BLE001 - reported to the front, which raises it

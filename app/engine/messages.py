@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # names for the annotations only: the engine's modules import
 
     from app.engine.engine import EngineStats
     from app.engine.request_limits import RequestLimits
+    from app.engine.spec.draft_channel import DraftChannelAddress
     from app.engine.spec.proposal import DraftInput, Proposal
 
 
@@ -105,12 +106,24 @@ class StepOutputs:
 
 @dataclass(frozen=True)
 class ProposeDrafts:
-    """Child -> front: the engine wants drafts from the proposer the front holds."""
+    """Child -> front: the engine wants drafts from the proposer the front holds. Also engine ->
+    draft replica, on a draft channel (app/engine/spec/draft_channel.py)."""
     inputs: list[DraftInput]
 
 
 @dataclass(frozen=True)
 class Drafts:
-    """Front -> child, the answer to `ProposeDrafts`: proposals, or why there are none."""
+    """The answer to `ProposeDrafts`: proposals, or why there are none."""
     proposals: list[Proposal] | None
     error: str | None = None
+
+
+@dataclass(frozen=True)
+class FindDraftChannel:
+    """Child -> front: which draft replica may the engine call directly? (Serve picks one.)"""
+
+
+@dataclass(frozen=True)
+class DraftChannelFound:
+    """Front -> child, the answer to `FindDraftChannel`: None when there is no such replica."""
+    address: DraftChannelAddress | None

@@ -1,6 +1,7 @@
 """Speculative decoding end to end through the Serve app: the DraftModel deployment proposes,
-target replicas verify; greedy text equals the engine without speculation, the spec metrics
-move, a request can opt out, and a killed draft replica only pauses speculation."""
+over its draft channel, and target replicas verify; greedy text equals the engine without
+speculation, the spec metrics move, a request can opt out, and a killed draft replica only
+pauses speculation."""
 
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ def test_greedy_text_equals_plain_decoding_and_spec_metrics_move(serve_app, clie
         assert got.choices[0].text == expected
     draft_stats = serve.get_deployment_handle("DraftModel", serve_app.name).stats.remote().result()
     assert draft_stats["num_calls"] > 0 and draft_stats["num_blocks_used"] == 0
+    assert draft_stats["num_serve_calls"] == 0  # every proposal over the draft channel
     deadline = time.monotonic() + 10  # engine figures reach the hub about every second
     while (counters := spec_counters(serve_app)).get("specserve:spec_decode_num_accepted_tokens_total", 0) == 0:
         assert time.monotonic() < deadline, counters
