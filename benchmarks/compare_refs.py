@@ -8,6 +8,7 @@ Run it before a change on the engine's hot path lands, and put its table in the 
 
     python benchmarks/compare_refs.py HEAD~1 --rounds 3
     python benchmarks/compare_refs.py HEAD~1 --rounds 2 --serving      # + `serve run serve_config.yaml` of each side
+    python benchmarks/compare_refs.py HEAD~1 --serving --no-offline --dataset grounded --concurrency 1   # where drafts are accepted
     python benchmarks/compare_refs.py d974ebe HEAD~1 --rounds 2 --threads 1 --measure cpu   # bisecting on a busy machine
 """
 
@@ -30,8 +31,6 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import serving  # noqa: E402
 from benchmarks.servers import ServerSpec, running  # noqa: E402
-
-SERVING_LEVELS = [1, 8, 32]  # concurrency of the short served run
 
 
 @contextlib.contextmanager
@@ -74,13 +73,14 @@ def run_offline(source: Path, args) -> float:
 
 
 def run_serving(source: Path, args, log: Path) -> list[float]:
-    """Mean e2e latency (ms) at each of SERVING_LEVELS of `serve run serve_config.yaml` from
+    """Mean e2e latency (ms) at each `--concurrency` level of `serve run serve_config.yaml` from
     `source` (its own config and code, this checkout's checkpoint), with serving.py's client."""
     spec = ServerSpec("specserve", str(source), source=source)
     with running(spec, args.port, args.model, "tiny-target", log) as url:
         report = serving.main(["--base-url", url, "--model", args.model, "--served-model-name", "tiny-target",
                                "--num-prompts", "24", "--input-len", "128", "--output-len", "64",
-                               "--concurrency", *map(str, SERVING_LEVELS), "--disable-tqdm"])
+                               "--dataset", args.dataset, "--concurrency", *map(str, args.concurrency),
+                               "--disable-tqdm"])
     return [level["http"]["mean_e2el_ms"] for level in report["levels"]]
 
 
@@ -106,8 +106,12 @@ def main() -> None:
                         help="cpu: tokens per process-CPU second; with --threads 1 it hardly moves "
                              "when something else loads the machine (for bisecting)")
     parser.add_argument("--serving", action="store_true",
-                        help=f"also a short served run per side and round (concurrency {SERVING_LEVELS})")
+                        help="also a short served run per side and round")
     parser.add_argument("--no-offline", dest="offline", action="store_false")
+    parser.add_argument("--dataset", choices=["random", "grounded"], default="random",
+                        help="the served run's prompts (grounded: drafts are mostly accepted)")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32],
+                        help="the served run's load levels")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args()
     args.model = os.path.abspath(args.model)
@@ -127,12 +131,12 @@ def main() -> None:
                 if args.serving:
                     log = log_dir / f"serve_{label.split()[0]}_{round_index + 1}.log"
                     served[label].append(run_serving(sides[label], args, log))
-                    print(f"round {round_index + 1}: {label}: served mean e2e ms at c={SERVING_LEVELS}: "
+                    print(f"round {round_index + 1}: {label}: served mean e2e ms at c={args.concurrency}: "
                           + ", ".join(f"{x:.0f}" for x in served[label][-1]), flush=True)
     if args.offline:
         print_table(f"offline: {args.num_requests} requests, output tokens per {args.measure} second "
                     f"(higher is better)", "tok/s", offline)
-    for i, conc in enumerate(SERVING_LEVELS if args.serving else []):
+    for i, conc in enumerate(args.concurrency if args.serving else []):
         print_table(f"served, concurrency {conc}: mean e2e latency, ms (lower is better; ratio = side / "
                     "work tree, above 1: the work tree is faster)", "ms",
                     {label: [run[i] for run in runs] for label, runs in served.items()}, higher_is_better=False)

@@ -145,3 +145,45 @@ def test_no_channel_means_every_proposal_goes_through_serve(worker):
     for _ in range(3):
         proposer.propose_batch(inputs())
     assert serve_path.proposals == 3 and serve_path.searches == 1
+
+
+class Alternating(ServePath):
+    """Every search finds the other replica, so each step's drafts come from the replica that
+    did not draft the step before (its KV holds none of the tokens since)."""
+
+    def find_draft_channel(self) -> DraftChannelAddress:
+        self.searches += 1
+        return self.servers[self.searches % len(self.servers)].address
+
+
+def test_drafts_from_replicas_that_never_saw_the_sequence_give_the_same_tokens():
+    from app.engine.engine import LLMEngine
+    from app.sampling_params import SamplingParams
+    from tests.checkpoints import DEFAULT_TARGET
+
+    def engine(proposer=None):
+        return LLMEngine(EngineConfig(model=str(DEFAULT_TARGET), speculative_method="draft" if proposer else None,
+                                      num_kv_blocks=128, speculation_schedule={1: 4}, adaptive_speculation=False),
+                         proposer)
+
+    prompts = [list(range(100, 140)), [7, 8, 9] * 10]
+    greedy = SamplingParams(max_tokens=24, temperature=0.0)
+    seeded = SamplingParams(max_tokens=24, temperature=0.8, top_p=0.9, seed=3)
+    replicas = [LockedWorker(), LockedWorker()]  # each with a KV pool of its own
+    servers = [DraftChannelServer(r.propose_batch, "127.0.0.1") for r in replicas]
+    one_replica = DraftChannelServer(LockedWorker().propose_batch, "127.0.0.1")
+    alternating = DirectDraftProposer(Alternating(*servers), refind_after_s=0.0)
+    steady = DirectDraftProposer(ServePath(one_replica))
+    try:
+        speculating = engine(alternating)
+        assert speculating.generate(prompts, greedy) == engine().generate(prompts, greedy)
+        assert speculating.speculator.stats.num_accepted_tokens > 0
+        # A seeded sampled request drafts the same tokens whichever replica answers.
+        assert speculating.generate(prompts[:1], seeded) == engine(steady).generate(prompts[:1], seeded)
+    finally:
+        for proposer in (alternating, steady):
+            proposer.close()
+        for server in servers + [one_replica]:
+            server.close()
+    assert alternating.serve_path.proposals == 0 and alternating.num_direct_calls > 4
+    assert all(r.worker.num_calls > 1 for r in replicas)
