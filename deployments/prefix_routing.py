@@ -157,7 +157,12 @@ def rank_replicas(hashes: list[int], views: list[ReplicaView],
         return RoutingDecision([], "no_prefix", 0)
     shuffled = random.sample(views, len(views))  # equal candidates are taken at random
     matched = {id(v): v.matched_blocks(hashes) for v in shuffled}
-    admitting = [v for v in shuffled if not v.would_queue] if any(v.load == 0 for v in shuffled) else shuffled
+    # Passing over replicas that would queue only helps while another admits: an idle replica
+    # can still report a full KV pool (its requests ended after the report), and then every
+    # replica may be one that would queue.
+    admitting = shuffled
+    if any(v.load == 0 for v in shuffled):
+        admitting = [v for v in shuffled if not v.would_queue] or shuffled
     by_load = sorted(shuffled, key=lambda v: (v.would_queue, v.load))
     least_loaded = min(admitting, key=lambda v: v.load)
     best = max(admitting, key=lambda v: (matched[id(v)], -v.load))

@@ -59,6 +59,16 @@ def test_a_replica_that_would_queue_is_passed_over_while_another_is_idle(busy):
     assert (name, reason) == ("idle", "load")
 
 
+def test_when_every_replica_would_queue_though_one_is_idle_a_replica_is_still_chosen():
+    # Its report says the pool is full; its requests have ended since. Serve's router gives up on
+    # a request whose choice raises, and the request then hangs (CI, 2026-11-25).
+    lone = view("lone", report([SYSTEM], kv=KV_FULL))
+    assert lone.load == 0 and lone.would_queue
+    assert chosen(SYSTEM, [lone]) == ("lone", "prefix")
+    busy = view("busy", report(waiting=2))
+    assert chosen(OTHER, [lone, busy])[0] == "lone"
+
+
 @pytest.mark.parametrize("other_load", [dict(waiting=1), dict(running=2)])
 def test_when_no_replica_is_idle_the_cache_decides_even_for_a_queueing_holder(other_load):
     holder = view("holder", report([SYSTEM], waiting=3))
