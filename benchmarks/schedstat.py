@@ -34,12 +34,17 @@ def snapshot(patterns: list[str]) -> dict[str, list]:
     return out
 
 
-def diff(before: dict, after: dict, top: int) -> list[str]:
+def deltas(before: dict, after: dict) -> list[tuple[float, float, str, str, str]]:
+    """(CPU s, waiting s, "pid/tid", command line, thread name) of each thread between two snapshots."""
     rows = []
     for key, (cmd, name, cpu, wait) in after.items():
         cpu0, wait0 = before[key][2:] if key in before else (0, 0)
         rows.append(((cpu - cpu0) / 1e9, (wait - wait0) / 1e9, key, cmd, name))
-    rows.sort(reverse=True)
+    return rows
+
+
+def diff(before: dict, after: dict, top: int) -> list[str]:
+    rows = sorted(deltas(before, after), reverse=True)
     return [f"cpu {c:7.2f} s  waiting for a core {w:6.2f} s  {k} {cmd} [{name}]"
             for c, w, k, cmd, name in rows[:top]]
 

@@ -29,11 +29,10 @@ PATTERNS = ["ray::", "engine_process", "raylet", "gcs_server", "python"]
 def by_process(before: dict, after: dict) -> dict[str, list[float]]:
     """command line -> [CPU s, waiting s], summed over its threads."""
     rows: dict[str, list[float]] = {}
-    for key, (cmd, _name, cpu, wait) in after.items():
-        cpu0, wait0 = before[key][2:] if key in before else (0, 0)
-        row = rows.setdefault(cmd[:60], [0.0, 0.0])
-        row[0] += (cpu - cpu0) / 1e9
-        row[1] += (wait - wait0) / 1e9
+    for cpu, wait, _key, cmd, _name in schedstat.deltas(before, after):
+        row = rows.setdefault(cmd, [0.0, 0.0])
+        row[0] += cpu
+        row[1] += wait
     return rows
 
 

@@ -166,18 +166,25 @@ class ChannelFront(CountingProposer):
             return super().propose_batch(inputs)
 
 
+def speculate(front_proposer, prompt: list[int], params: SamplingParams):
+    """One request through an engine process that drafts k=4 through `front_proposer` (the
+    proposer its front holds): its tokens and the engine's speculation counters."""
+    engine = EngineProcess(config(speculative_method="draft", speculation_schedule={1: 4}), front_proposer)
+    try:
+        return asyncio.run(collect(engine, "spec", prompt, params)), engine.stats().spec
+    finally:
+        engine.shutdown()
+
+
 @pytest.mark.parametrize("break_on_call", [None, 2], ids=["channel", "channel-breaks"])
 def test_the_engine_process_calls_the_draft_channel_its_front_finds(tokenizer, break_on_call):
     prompt = tokenizer.encode("def fibonacci(n):\n    ")
     params = dataclasses.replace(GREEDY, max_tokens=40)
     reference = LLMEngine(config()).generate([prompt], params)[0]
     front = ChannelFront(break_on_call)
-    engine = EngineProcess(config(speculative_method="draft", speculation_schedule={1: 4}), front)
     try:
-        tokens = asyncio.run(collect(engine, "spec", prompt, params))
-        spec = engine.stats().spec
+        tokens, spec = speculate(front, prompt, params)
     finally:
-        engine.shutdown()
         front.server.close()
     assert tokens == reference
     assert spec.num_drafts > 0
@@ -192,12 +199,7 @@ def test_drafts_come_from_the_front_s_proposer_and_never_change_greedy_output(to
     prompt = tokenizer.encode("def fibonacci(n):\n    ")
     reference = LLMEngine(config()).generate([prompt], GREEDY)[0]
     proposer = CountingProposer(fail=fail)
-    engine = EngineProcess(config(speculative_method="draft", speculation_schedule={1: 4}), proposer)
-    try:
-        tokens = asyncio.run(collect(engine, "spec", prompt, GREEDY))
-        spec = engine.stats().spec
-    finally:
-        engine.shutdown()
+    tokens, spec = speculate(proposer, prompt, GREEDY)
     assert tokens == reference
     assert proposer.calls > 0
     if fail:

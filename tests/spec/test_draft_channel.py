@@ -12,10 +12,12 @@ import pytest
 import torch
 
 from app.config import EngineConfig
+from app.engine.engine import LLMEngine
 from app.engine.spec.draft_channel import DirectDraftProposer, DraftChannelAddress, DraftChannelServer
 from app.engine.spec.draft_worker import DraftWorker
 from app.engine.spec.proposal import DraftInput, Proposal
-from tests.checkpoints import DEFAULT_DRAFT
+from app.sampling_params import SamplingParams
+from tests.checkpoints import DEFAULT_DRAFT, DEFAULT_TARGET
 
 
 class LockedWorker:
@@ -157,10 +159,6 @@ class Alternating(ServePath):
 
 
 def test_drafts_from_replicas_that_never_saw_the_sequence_give_the_same_tokens():
-    from app.engine.engine import LLMEngine
-    from app.sampling_params import SamplingParams
-    from tests.checkpoints import DEFAULT_TARGET
-
     def engine(proposer=None):
         return LLMEngine(EngineConfig(model=str(DEFAULT_TARGET), speculative_method="draft" if proposer else None,
                                       num_kv_blocks=128, speculation_schedule={1: 4}, adaptive_speculation=False),
