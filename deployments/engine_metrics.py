@@ -87,6 +87,10 @@ def spec_families(spec, labels: list[str], values: list[str]) -> list[Metric]:
             "with drafts, for the whole batch).", spec.num_proposals),
         one(CounterMetricFamily, "spec_decode_proposal_seconds", "Time the engine waited for draft "
             "proposals (served: the DraftModel round trip and the draft's forward).", spec.proposal_seconds),
+        one(CounterMetricFamily, "spec_decode_drafts_sent_ahead", "Requests whose next step's drafts "
+            "were asked for while a step ran.", spec.num_drafts_sent_ahead),
+        one(CounterMetricFamily, "spec_decode_drafts_ahead_used", "Of those, the ones whose next step "
+            "took them (every draft and the guessed token held): no wait for drafts.", spec.num_drafts_ahead_used),
         one(CounterMetricFamily, "spec_decode_num_proposer_failures",
             "Steps whose draft proposal failed (decoded without drafts).",
             spec.num_proposer_failures),

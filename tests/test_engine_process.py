@@ -176,7 +176,7 @@ def speculate(front_proposer, prompt: list[int], params: SamplingParams):
         engine.shutdown()
 
 
-@pytest.mark.parametrize("break_on_call", [None, 2], ids=["channel", "channel-breaks"])
+@pytest.mark.parametrize("break_on_call", [None, 1], ids=["channel", "channel-breaks"])
 def test_the_engine_process_calls_the_draft_channel_its_front_finds(tokenizer, break_on_call):
     prompt = tokenizer.encode("def fibonacci(n):\n    ")
     params = dataclasses.replace(GREEDY, max_tokens=40)
@@ -188,10 +188,13 @@ def test_the_engine_process_calls_the_draft_channel_its_front_finds(tokenizer, b
         front.server.close()
     assert tokens == reference
     assert spec.num_drafts > 0
-    if break_on_call is None:
-        assert front.calls == 0 and spec.num_proposer_failures == 0 and front.channel_calls == spec.num_proposals
-    else:  # one step without drafts, then the front's Serve path until the retry
-        assert spec.num_proposer_failures == 1 and front.channel_calls == 2 and front.calls > 0
+    if break_on_call is None:  # each step's proposal, and the next step's drafts sent ahead
+        assert front.calls == 0 and spec.num_proposer_failures == 0
+        assert front.channel_calls == spec.num_proposals + spec.num_drafts_sent_ahead
+        assert 0 < spec.num_drafts_ahead_used < spec.num_drafts
+    else:  # one step without drafts, then the front's Serve path (nothing sent ahead) until the retry
+        assert spec.num_proposer_failures == 1 and front.channel_calls == 1 and front.calls > 0
+        assert spec.num_drafts_sent_ahead == 0
 
 
 @pytest.mark.parametrize("fail", [False, True], ids=["drafts", "failing-proposer"])

@@ -158,6 +158,8 @@ class LLMEngine:
         scheduled = self.scheduler.schedule()
         if scheduled:
             self.num_steps += 1
+            if self.speculator is not None:
+                self.speculator.send_ahead(scheduled.num_scheduled_tokens)
         return scheduled
 
     def _block_ids(self, batch: dict[Request, int]) -> dict[str, list[int]]:

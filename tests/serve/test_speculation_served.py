@@ -50,6 +50,8 @@ def test_greedy_text_equals_plain_decoding_and_spec_metrics_move(serve_app, clie
     draft_stats = serve.get_deployment_handle("DraftModel", serve_app.name).stats.remote().result()
     assert draft_stats["num_calls"] > 0 and draft_stats["num_blocks_used"] == 0
     assert draft_stats["num_serve_calls"] == 0  # every proposal over the draft channel
+    spec = serve_app.target_handle().stats.remote().result()["spec"]
+    assert spec["num_drafts_sent_ahead"] > spec["num_drafts_ahead_used"] > 0  # some held, some did not
     deadline = time.monotonic() + 10  # engine figures reach the hub about every second
     while (counters := spec_counters(serve_app)).get("specserve:spec_decode_num_accepted_tokens_total", 0) == 0:
         assert time.monotonic() < deadline, counters

@@ -18,6 +18,10 @@ added.
 
 Each connection proves it knows the replica's random key (the HMAC challenge of
 multiprocessing.connection) before anything is unpickled.
+
+`send_ahead` sends a proposal without waiting for it: the engine asks for the next step's drafts
+while this step's forward runs (app/engine/spec/drafts_ahead.py). The answer is read before
+anything else goes on the channel, so one call is on the wire at a time.
 """
 
 from __future__ import annotations
@@ -143,27 +147,57 @@ class DirectDraftProposer:
         self.refind_after_s = refind_after_s
         self._conn: Connection | None = None
         self._find_at = 0.0  # monotonic time of the next search for a channel
+        self._ahead: DraftsAhead | None = None  # a proposal sent ahead whose answer is unread
         self.num_direct_calls = 0
 
     def propose_batch(self, inputs: list[DraftInput]) -> list[Proposal]:
+        self._settle_ahead()
         conn = self._channel()
         if conn is None:
             return self.serve_path.propose_batch(inputs)
         try:
             conn.send(ProposeDrafts(inputs))
+        except OSError:
+            self._drop(retry_after_s=self.retry_after_s)
+            raise  # the Speculator logs and counts it; this step decodes without drafts
+        return self._answer(conn)
+
+    def send_ahead(self, inputs: list[DraftInput]) -> DraftsAhead | None:
+        """Send a proposal and return at once; its `DraftsAhead` reads the answer later. None
+        while no channel is up (through Serve, nothing is sent ahead)."""
+        self._settle_ahead()
+        conn = self._conn if time.monotonic() < self._find_at else None  # never searches: that waits on Serve
+        if conn is None:
+            return None
+        try:
+            conn.send(ProposeDrafts(inputs))
+        except OSError:
+            self._drop(retry_after_s=self.retry_after_s)
+            return None
+        self._ahead = DraftsAhead(self, conn)
+        return self._ahead
+
+    def close(self) -> None:
+        self._drop(retry_after_s=0.0)
+
+    def _answer(self, conn: Connection) -> list[Proposal]:
+        try:
             if not conn.poll(self.timeout_s):
                 raise TimeoutError(f"no drafts from the draft channel within {self.timeout_s} s")
             answer: Drafts = conn.recv()
         except (OSError, EOFError, TimeoutError):
             self._drop(retry_after_s=self.retry_after_s)
-            raise  # the Speculator logs and counts it; this step decodes without drafts
+            raise
         self.num_direct_calls += 1
         if answer.error is not None:
             raise RuntimeError(f"draft proposal failed in the draft replica: {answer.error}")
         return answer.proposals
 
-    def close(self) -> None:
-        self._drop(retry_after_s=0.0)
+    def _settle_ahead(self) -> None:
+        """Read the answer sent ahead, if nobody has, so the channel's next answer is the next
+        call's."""
+        if self._ahead is not None:
+            self._ahead.result()
 
     def _channel(self) -> Connection | None:
         now = time.monotonic()
@@ -194,7 +228,31 @@ class DirectDraftProposer:
         return conn
 
     def _drop(self, retry_after_s: float) -> None:
+        self._ahead = None  # an answer on its way is lost with the channel
         if self._conn is not None:
             self._conn.close()
             self._conn = None
         self._find_at = time.monotonic() + retry_after_s
+
+
+class DraftsAhead:
+    """A proposal sent ahead on a draft channel; `result` reads its answer once (waiting for it
+    as a direct call would), or gives None when the call failed or the channel was dropped."""
+
+    def __init__(self, proposer: DirectDraftProposer, conn: Connection):
+        self._proposer = proposer
+        self._conn = conn
+        self._result: list[Proposal] | None = None
+        self._read = False
+
+    def result(self) -> list[Proposal] | None:
+        if not self._read:
+            self._read = True
+            proposer = self._proposer
+            if proposer._ahead is self and proposer._conn is self._conn:
+                proposer._ahead = None
+                try:
+                    self._result = proposer._answer(self._conn)
+                except (OSError, EOFError, TimeoutError, RuntimeError) as exc:
+                    logger.warning("drafts sent ahead were lost: %s", exc)
+        return self._result

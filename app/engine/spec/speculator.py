@@ -6,6 +6,10 @@ max_tokens or the context limit); the scheduler then runs the
 last known token and the drafts as one 1 + k query, and selection (app/engine/selection/)
 verifies them: the accepted drafts plus one token sampled by the target (corrected or bonus),
 so every step emits at least one token and greedy output equals plain decoding.
+
+When the proposer can answer while the step runs (a draft channel), `send_ahead` asks for the
+next step's drafts of greedy rows during the forward, and `propose` takes those whose guess
+held (app/engine/spec/drafts_ahead.py).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import torch
 
 from app.engine.request import Request
 from app.engine.spec.adaptive import AdaptiveSpeculation
+from app.engine.spec.drafts_ahead import DraftsAhead
 from app.engine.spec.proposal import DraftInput, Proposer
 from app.engine.spec.schedule import SpeculationSchedule
 
@@ -36,6 +41,8 @@ class SpecStats:
     steps_by_k: dict[int, int] = field(default_factory=dict)  # steps with decoding requests, by the k chosen
     num_proposals: int = 0  # calls of the proposer
     proposal_seconds: float = 0.0  # spent waiting for them (in the served app: the DraftModel round trip)
+    num_drafts_sent_ahead: int = 0  # requests whose next step's drafts were asked for during a step
+    num_drafts_ahead_used: int = 0  # of those, the ones whose next step took them (no proposal wait)
 
     def record(self, num_draft_tokens: int, num_accepted: int) -> None:
         self.num_drafts += 1
@@ -82,6 +89,8 @@ class Speculator:
         self.generator = torch.Generator().manual_seed(seed + 1)
         self.stats = SpecStats()
         self._step: tuple[int, int] | None = None  # (batch size, k) of the step being run
+        send_ahead = getattr(proposer, "send_ahead", None)
+        self.ahead = DraftsAhead(send_ahead, max_model_len) if send_ahead is not None else None
 
     def propose(self, running: list[Request]) -> None:
         batch_size = len(running)
@@ -92,6 +101,11 @@ class Speculator:
         self._step = (batch_size, k) if any(r.is_decoding for r in running) else None
         if self._step is not None:
             self.stats.steps_by_k[k] = self.stats.steps_by_k.get(k, 0) + 1
+        ready = {}
+        if self.ahead is not None:
+            started = time.perf_counter()
+            ready = self.ahead.take()
+            self.stats.proposal_seconds += time.perf_counter() - started
         candidates, inputs = [], []
         for req in running:
             req.set_spec([])
@@ -101,6 +115,10 @@ class Speculator:
             k_req = min(k_wanted, req.params.max_tokens - req.num_output_tokens - 1,
                         self.max_model_len - req.num_tokens)
             if k_req <= 0:
+                continue
+            if req in ready:
+                req.set_spec(ready[req][:k_req])
+                self.stats.num_drafts_ahead_used += 1
                 continue
             p = req.params
             candidates.append(req)
@@ -124,6 +142,12 @@ class Speculator:
             if prop.probs is not None and not inp.greedy and token_ids:
                 probs = prop.probs.decode(self.vocab_width)[:len(token_ids)]
             req.set_spec(token_ids, probs)
+
+    def send_ahead(self, batch: dict[Request, int]) -> None:
+        """The step is scheduled (`batch`: requests and their token counts): ask for the next
+        step's drafts now, so the draft replica works while the target verifies."""
+        if self.ahead is not None and self._step is not None and self._step[1] > 0:
+            self.stats.num_drafts_sent_ahead += self.ahead.send(batch, self._step[1])
 
     def record_verified(self, num_draft_tokens: int, num_accepted: int) -> None:
         """One request's drafts of this step were verified: `num_accepted` of them kept."""
