@@ -1,8 +1,8 @@
-"""Drafts sent ahead (app/engine/spec/drafts_ahead.py): while a step verifies, the next step's
-drafts are asked for on the draft channel. Greedy output stays that of plain decoding whether
-the guess held or a draft was rejected mid-pipeline; only greedy rows that verify every
-scheduled draft are sent; the channel reads each answer in order, and a lost one costs only
-that step's head start."""
+"""Drafts sent ahead (app/engine/spec/drafts_ahead.py): while a step verifies (or reads a
+prompt), the next step's drafts are asked for on the draft channel. Greedy output stays that of
+plain decoding whether the guess held or a draft was rejected mid-pipeline; only greedy rows
+that sample after all their scheduled drafts or their prompt are sent; the channel reads each
+answer in order, and a lost one costs only that step's head start."""
 
 from __future__ import annotations
 
@@ -73,25 +73,35 @@ class Recorder:
         return None if self.answers is None else [Proposal(list(a)) for a in self.answers]
 
 
-def decoding(prompt: list[int], params: SamplingParams, drafts: list[int]) -> Request:
+GREEDY_20 = SamplingParams(max_tokens=20, temperature=0.0)
+
+
+def decoding(prompt: list[int], params: SamplingParams, drafts: list[int], outputs: tuple[int, ...] = ()
+             ) -> Request:
     req = Request("r", prompt, params)
-    req.num_computed_tokens = len(prompt) - 1
+    req.all_token_ids += outputs
+    req.num_computed_tokens = req.num_tokens - 1
     req.set_spec(drafts)
     return req
 
 
-def test_only_greedy_rows_that_verify_every_draft_are_sent_ahead():
-    greedy = decoding([5, 6, 7], SamplingParams(max_tokens=20, temperature=0.0), [8, 9])
+def test_greedy_rows_that_sample_after_their_drafts_or_their_prompt_are_sent_ahead():
+    greedy = decoding([5, 6, 7], GREEDY_20, [8, 9])
+    prompt = Request("r", [1, 2, 3, 4], GREEDY_20)  # its whole prompt this step
     sampled = decoding([5, 6, 7], SamplingParams(max_tokens=20, temperature=0.8), [8, 9])
-    trimmed = decoding([5, 6, 7], SamplingParams(max_tokens=20, temperature=0.0), [8, 9])
+    opted_out = Request("r", [1, 2, 3, 4], SamplingParams(max_tokens=20, temperature=0.0, speculative_decoding=False))
+    trimmed = decoding([5, 6, 7], GREEDY_20, [8, 9])
     near_the_end = decoding([5, 6, 7], SamplingParams(max_tokens=3, temperature=0.0), [8])
-    no_drafts = decoding([5, 6, 7], SamplingParams(max_tokens=20, temperature=0.0), [])
+    no_drafts = decoding([5, 6], GREEDY_20, [], outputs=(7,))
+    chunk = Request("r", [1, 2, 3, 4], GREEDY_20)  # a prompt chunk that samples nothing
     send = Recorder()
     ahead = DraftsAhead(send, max_model_len=64)
-    batch = {greedy: 3, sampled: 3, trimmed: 2, near_the_end: 2, no_drafts: 1}  # `trimmed`: 1 of its 2 drafts
-    assert ahead.send(batch, k=4) == 1
-    [[sent]] = send.sent
-    assert sent.token_ids == [5, 6, 7, 8, 9] and sent.k == 5 and sent.greedy  # the guess, then k drafts
+    batch = {greedy: 3, prompt: 4, sampled: 3, opted_out: 4, trimmed: 2,  # `trimmed`: 1 of its 2 drafts
+             near_the_end: 2, no_drafts: 1, chunk: 2}
+    assert ahead.send(batch, k=4) == 2
+    [[after_drafts, after_prompt]] = send.sent
+    assert after_drafts.token_ids == [5, 6, 7, 8, 9] and after_drafts.k == 5 and after_drafts.greedy  # a guess, k drafts
+    assert after_prompt.token_ids == [1, 2, 3, 4] and after_prompt.k == 5
 
 
 @pytest.mark.parametrize("accepted,target_token,expect_ready", [
@@ -100,7 +110,7 @@ def test_only_greedy_rows_that_verify_every_draft_are_sent_ahead():
     ([8], 12, False),      # the second draft rejected
 ])
 def test_drafts_are_ready_only_when_every_draft_and_the_guess_held(accepted, target_token, expect_ready):
-    req = decoding([5, 6, 7], SamplingParams(max_tokens=20, temperature=0.0), [8, 9])
+    req = decoding([5, 6, 7], GREEDY_20, [8, 9])
     ahead = DraftsAhead(Recorder(answers=[[10, 20, 21, 22, 23]]), max_model_len=64)
     ahead.send({req: 3}, k=4)
     req.set_spec([])
@@ -109,8 +119,18 @@ def test_drafts_are_ready_only_when_every_draft_and_the_guess_held(accepted, tar
     assert ahead.take() == {}  # an answer is taken once
 
 
+@pytest.mark.parametrize("first_token,expect_ready", [(10, True), (11, False)])
+def test_after_a_prompt_drafts_are_ready_when_the_first_token_was_the_guess(first_token, expect_ready):
+    req = Request("r", [1, 2, 3, 4], GREEDY_20)
+    ahead = DraftsAhead(Recorder(answers=[[10, 20, 21]]), max_model_len=64)
+    ahead.send({req: 4}, k=2)
+    req.num_computed_tokens = 4
+    req.all_token_ids.append(first_token)
+    assert ahead.take() == ({req: [20, 21]} if expect_ready else {})
+
+
 def test_lost_drafts_ahead_leave_the_next_step_to_ask():
-    req = decoding([5, 6, 7], SamplingParams(max_tokens=20, temperature=0.0), [8])
+    req = decoding([5, 6, 7], GREEDY_20, [8])
     ahead = DraftsAhead(Recorder(answers=None), max_model_len=64)
     ahead.send({req: 2}, k=4)
     req.all_token_ids += [8, 10]

@@ -123,6 +123,13 @@ class AdaptiveSpeculation:
         bucket.trying, bucket.steps_left = k, TRY_STEPS - 1
         return k
 
+    def likely_k(self, batch_size: int) -> int:
+        """The k a step of this size runs when it tries nothing (the bound before any step
+        was timed), without counting a step."""
+        bound = self.bounds.k_for(batch_size)
+        bucket = self.buckets.get(_bucket(batch_size))
+        return bound if bucket is None else min(bucket.best, bound)
+
     def record_draft(self, num_draft_tokens: int, num_accepted: int) -> None:
         self.acceptance.record(num_draft_tokens, num_accepted)
 

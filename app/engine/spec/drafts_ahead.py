@@ -5,7 +5,10 @@ Served on 2 CPU cores, a speculating step at concurrency 1 waits ~6 ms for its d
 d1..dk, the draft replica can already propose from its tokens + d1..dk: k + 1 tokens, the first
 a guess at the token the target adds after the drafts. If the target accepts every draft and
 its own token is that guess, the other k tokens are the next step's drafts, ready when it
-begins; otherwise they are dropped and the next step asks as before.
+begins; otherwise they are dropped and the next step asks as before. A prompt's last chunk is
+sent the same way (no drafts: the guess is the first output token), so the draft model reads
+the prompt while the target does, not in the first decoding step; its KV stays cached in the
+draft replica even when the guess is wrong.
 
 Greedy requests only: a greedy token is the target's argmax whatever was drafted, so drafts
 from either path give the same output, and a seeded sampled request keeps drafts that depend
@@ -45,14 +48,16 @@ class DraftsAhead:
         self._pending: tuple[PendingDrafts, list[_Sent]] | None = None
 
     def send(self, batch: dict[Request, int], k: int) -> int:
-        """Ask for the next step's k drafts of every greedy row that verifies drafts this step
-        (`batch`: the scheduled requests and their token counts); return for how many rows."""
+        """Ask for the next step's k drafts of every greedy row that samples after its drafts
+        or its prompt this step (`batch`: the scheduled requests and their token counts);
+        return for how many rows."""
         self.take()  # an answer nobody took is stale now
         sent, inputs = [], []
         for req, num_new in batch.items():
             drafts = req.spec_token_ids
-            if (not drafts or req.spec_forced or not req.params.greedy or req.guide is not None
-                    or req.beam_search is not None or req.num_computed_tokens + num_new != req.num_tokens_with_spec):
+            if (not (drafts or req.num_output_tokens == 0) or req.spec_forced or not req.params.greedy
+                    or not req.params.speculative_decoding or req.guide is not None or req.beam_search is not None
+                    or req.num_computed_tokens + num_new != req.num_tokens_with_spec):
                 continue
             num_after = req.num_tokens + len(drafts) + 1  # if every draft and the guess hold
             k_next = min(k, req.params.max_tokens - (req.num_output_tokens + len(drafts) + 1) - 1,

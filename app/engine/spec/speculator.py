@@ -94,18 +94,18 @@ class Speculator:
 
     def propose(self, running: list[Request]) -> None:
         batch_size = len(running)
+        if not any(r.is_decoding for r in running):  # nothing to draft for: no step of adaptive's
+            self._step = None
+            for req in running:
+                req.set_spec([])
+            return
         k = self.adaptive.k_for(batch_size) if self.adaptive is not None else self.schedule.k_for(batch_size)
         # A seeded sampled request drafts the same k in every step, alone or in any batch, so its
         # tokens depend on its seed alone, never on the timings the adaptive k follows.
         seeded_k = self.schedule.k_for(1) if self.adaptive is not None else k
-        self._step = (batch_size, k) if any(r.is_decoding for r in running) else None
-        if self._step is not None:
-            self.stats.steps_by_k[k] = self.stats.steps_by_k.get(k, 0) + 1
-        ready = {}
-        if self.ahead is not None:
-            started = time.perf_counter()
-            ready = self.ahead.take()
-            self.stats.proposal_seconds += time.perf_counter() - started
+        self._step = (batch_size, k)
+        self.stats.steps_by_k[k] = self.stats.steps_by_k.get(k, 0) + 1
+        ready = self._take_ahead()
         candidates, inputs = [], []
         for req in running:
             req.set_spec([])
@@ -145,9 +145,26 @@ class Speculator:
 
     def send_ahead(self, batch: dict[Request, int]) -> None:
         """The step is scheduled (`batch`: requests and their token counts): ask for the next
-        step's drafts now, so the draft replica works while the target verifies."""
-        if self.ahead is not None and self._step is not None and self._step[1] > 0:
-            self.stats.num_drafts_sent_ahead += self.ahead.send(batch, self._step[1])
+        step's drafts now, so the draft replica works while the target verifies. k is this
+        step's, or in a step that only reads prompts, the one the next step would most likely
+        get."""
+        if self.ahead is None:
+            return
+        if self._step is not None:
+            k = self._step[1]
+        else:
+            k = self.adaptive.likely_k(len(batch)) if self.adaptive is not None else self.schedule.k_for(len(batch))
+        if k > 0:
+            self.stats.num_drafts_sent_ahead += self.ahead.send(batch, k)
+
+    def _take_ahead(self) -> dict[Request, list[int]]:
+        """The drafts sent ahead that hold now; the wait for them counts as proposal time."""
+        if self.ahead is None:
+            return {}
+        started = time.perf_counter()
+        ready = self.ahead.take()
+        self.stats.proposal_seconds += time.perf_counter() - started
+        return ready
 
     def record_verified(self, num_draft_tokens: int, num_accepted: int) -> None:
         """One request's drafts of this step were verified: `num_accepted` of them kept."""
