@@ -147,7 +147,7 @@ class DirectDraftProposer:
         self.refind_after_s = refind_after_s
         self._conn: Connection | None = None
         self._find_at = 0.0  # monotonic time of the next search for a channel
-        self._ahead: DraftsAhead | None = None  # a proposal sent ahead whose answer is unread
+        self._ahead: PendingChannelDrafts | None = None  # a proposal sent ahead whose answer is unread
         self.num_direct_calls = 0
 
     def propose_batch(self, inputs: list[DraftInput]) -> list[Proposal]:
@@ -162,9 +162,9 @@ class DirectDraftProposer:
             raise  # the Speculator logs and counts it; this step decodes without drafts
         return self._answer(conn)
 
-    def send_ahead(self, inputs: list[DraftInput]) -> DraftsAhead | None:
-        """Send a proposal and return at once; its `DraftsAhead` reads the answer later. None
-        while no channel is up (through Serve, nothing is sent ahead)."""
+    def send_ahead(self, inputs: list[DraftInput]) -> PendingChannelDrafts | None:
+        """Send a proposal and return at once; the `PendingChannelDrafts` reads the answer
+        later. None while no channel is up (through Serve, nothing is sent ahead)."""
         self._settle_ahead()
         conn = self._conn if time.monotonic() < self._find_at else None  # never searches: that waits on Serve
         if conn is None:
@@ -174,7 +174,7 @@ class DirectDraftProposer:
         except OSError:
             self._drop(retry_after_s=self.retry_after_s)
             return None
-        self._ahead = DraftsAhead(self, conn)
+        self._ahead = PendingChannelDrafts(self, conn)
         return self._ahead
 
     def close(self) -> None:
@@ -235,8 +235,8 @@ class DirectDraftProposer:
         self._find_at = time.monotonic() + retry_after_s
 
 
-class DraftsAhead:
-    """A proposal sent ahead on a draft channel; `result` reads its answer once (waiting for it
+class PendingChannelDrafts:
+    """A proposal sent ahead on a draft channel (app/engine/spec/drafts_ahead.py: `PendingDrafts`); `result` reads its answer once (waiting for it
     as a direct call would), or gives None when the call failed or the channel was dropped."""
 
     def __init__(self, proposer: DirectDraftProposer, conn: Connection):
