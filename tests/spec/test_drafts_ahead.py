@@ -20,15 +20,10 @@ from app.engine.spec.drafts_ahead import DraftsAhead
 from app.engine.spec.proposal import DraftInput, Proposal
 from app.sampling_params import SamplingParams
 from tests.checkpoints import DEFAULT_TARGET
-from tests.spec.test_draft_channel import LockedWorker, ServePath, inputs
+from tests.spec.test_draft_channel import ServePath, inputs, worker  # noqa: F401 - worker: the shared fixture
 
 SOURCE = Path(json.__file__).read_text()
 GREEDY = SamplingParams(max_tokens=48, temperature=0.0)
-
-
-@pytest.fixture(scope="module")
-def worker() -> LockedWorker:
-    return LockedWorker()
 
 
 def engine(proposer=None, **overrides) -> LLMEngine:

@@ -199,6 +199,18 @@ class DirectDraftProposer:
         if self._ahead is not None:
             self._ahead.result()
 
+    def _read_ahead(self, pending: PendingChannelDrafts) -> list[Proposal] | None:
+        """`pending`'s answer, or None when it was lost (the channel broke, or was dropped
+        since it was sent)."""
+        if self._ahead is not pending:
+            return None
+        self._ahead = None
+        try:
+            return self._answer(pending.conn)
+        except (OSError, EOFError, TimeoutError, RuntimeError) as exc:
+            logger.warning("drafts sent ahead were lost: %s", exc)
+            return None
+
     def _channel(self) -> Connection | None:
         now = time.monotonic()
         if now < self._find_at:
@@ -236,23 +248,17 @@ class DirectDraftProposer:
 
 
 class PendingChannelDrafts:
-    """A proposal sent ahead on a draft channel (app/engine/spec/drafts_ahead.py: `PendingDrafts`); `result` reads its answer once (waiting for it
-    as a direct call would), or gives None when the call failed or the channel was dropped."""
+    """A proposal sent ahead on a draft channel (app/engine/spec/drafts_ahead.py: `PendingDrafts`);
+    `result` reads its answer once, waiting for it as a direct call would."""
 
     def __init__(self, proposer: DirectDraftProposer, conn: Connection):
-        self._proposer = proposer
-        self._conn = conn
-        self._result: list[Proposal] | None = None
+        self.proposer = proposer
+        self.conn = conn
         self._read = False
+        self._result: list[Proposal] | None = None
 
     def result(self) -> list[Proposal] | None:
         if not self._read:
             self._read = True
-            proposer = self._proposer
-            if proposer._ahead is self and proposer._conn is self._conn:
-                proposer._ahead = None
-                try:
-                    self._result = proposer._answer(self._conn)
-                except (OSError, EOFError, TimeoutError, RuntimeError) as exc:
-                    logger.warning("drafts sent ahead were lost: %s", exc)
+            self._result = self.proposer._read_ahead(self)
         return self._result

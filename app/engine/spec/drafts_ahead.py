@@ -51,14 +51,12 @@ class DraftsAhead:
         """Ask for the next step's k drafts of every greedy row that samples after its drafts
         or its prompt this step (`batch`: the scheduled requests and their token counts);
         return for how many rows."""
-        self.take()  # an answer nobody took is stale now
+        self._pending = None  # an answer nobody took is stale now (the channel still reads it)
         sent, inputs = [], []
         for req, num_new in batch.items():
-            drafts = req.spec_token_ids
-            if (not (drafts or req.num_output_tokens == 0) or req.spec_forced or not req.params.greedy
-                    or not req.params.speculative_decoding or req.guide is not None or req.beam_search is not None
-                    or req.num_computed_tokens + num_new != req.num_tokens_with_spec):
+            if not _samples_after_drafts_or_prompt(req, num_new):
                 continue
+            drafts = req.spec_token_ids
             num_after = req.num_tokens + len(drafts) + 1  # if every draft and the guess hold
             k_next = min(k, req.params.max_tokens - (req.num_output_tokens + len(drafts) + 1) - 1,
                          self.max_model_len - num_after)
@@ -88,3 +86,11 @@ class DraftsAhead:
                     and tuple(tokens[s.num_tokens:-1]) == s.drafts and tokens[-1:] == guess):
                 ready[s.request] = drafts
         return ready
+
+
+def _samples_after_drafts_or_prompt(req: Request, num_new: int) -> bool:
+    """A greedy row that may speculate and, this step, samples after all its drafts or after its
+    prompt (a prompt chunk that samples nothing, or a decode row without drafts, is not one)."""
+    return (bool(req.spec_token_ids or req.num_output_tokens == 0) and not req.spec_forced
+            and req.params.greedy and req.params.speculative_decoding and req.guide is None
+            and req.beam_search is None and req.num_computed_tokens + num_new == req.num_tokens_with_spec)

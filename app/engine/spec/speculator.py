@@ -94,18 +94,16 @@ class Speculator:
 
     def propose(self, running: list[Request]) -> None:
         batch_size = len(running)
-        if not any(r.is_decoding for r in running):  # nothing to draft for: no step of adaptive's
-            self._step = None
-            for req in running:
-                req.set_spec([])
-            return
-        k = self.adaptive.k_for(batch_size) if self.adaptive is not None else self.schedule.k_for(batch_size)
+        if any(r.is_decoding for r in running):
+            k = self.adaptive.k_for(batch_size) if self.adaptive is not None else self.schedule.k_for(batch_size)
+            self._step = (batch_size, k)
+            self.stats.steps_by_k[k] = self.stats.steps_by_k.get(k, 0) + 1
+        else:  # nothing to draft for, and not one of adaptive speculation's steps
+            k, self._step = 0, None
         # A seeded sampled request drafts the same k in every step, alone or in any batch, so its
         # tokens depend on its seed alone, never on the timings the adaptive k follows.
         seeded_k = self.schedule.k_for(1) if self.adaptive is not None else k
-        self._step = (batch_size, k)
-        self.stats.steps_by_k[k] = self.stats.steps_by_k.get(k, 0) + 1
-        ready = self._take_ahead()
+        ready = self._take_ahead() if self._step is not None else {}
         candidates, inputs = [], []
         for req in running:
             req.set_spec([])
