@@ -170,9 +170,11 @@ def test_the_engine_turns_off_speculation_that_does_not_pay(plain_output):
 
 
 def test_the_engine_speculates_at_the_bound_when_drafts_are_free_and_right(plain_output):
-    e = engine_with(FreeOracleProposer(PROMPT, plain_output))
+    # Bound 2: the bound then earns 1.5x the tokens of k=1 per step, a margin no busy machine's
+    # timing noise reverses (at bound 4, 5 against 4 tokens flipped once under a full CI run).
+    e = engine_with(FreeOracleProposer(PROMPT, plain_output), speculation_schedule={1: 2})
     assert e.generate([PROMPT], GREEDY)[0] == plain_output
-    assert e.speculator.adaptive.chosen() == {1: 4}
+    assert e.speculator.adaptive.chosen() == {1: 2}
     assert e.stats().spec.num_accepted_tokens >= 0.9 * e.stats().spec.num_draft_tokens
 
 
