@@ -19,7 +19,7 @@ from transformers import AutoTokenizer
 
 from app.config import EngineConfig
 from app.engine.engine import LLMEngine
-from app.engine.engine_process import EngineProcess
+from app.engine.engine_process import EngineProcess, child_environment
 from app.engine.async_engine import AsyncLLMEngine
 from app.engine.block_manager import block_hashes
 from app.engine.messages import (AbortRequest, AddRequest, CacheReport, DropFormat, Drafts, EngineFailed, EngineReady,
@@ -319,3 +319,12 @@ def _echo(conn, count: int) -> None:
     for _ in range(count):
         conn.send(conn.recv())
 
+
+
+def test_the_engine_process_asks_glibc_for_huge_pages_and_keeps_the_user_s_tunables():
+    assert child_environment({}, ["/a", ""])["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1"
+    kept = child_environment({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}, ["/a"])
+    assert kept["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
+    assert kept["PYTHONPATH"] == "/a"
+    own = child_environment({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}, [])
+    assert own["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=0"

@@ -60,10 +60,9 @@ class EngineProcess(AsyncEngineFront):
         self._closing = False
         self._send_lock = threading.Lock()
         ours, theirs = socket.socketpair()
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self._process = subprocess.Popen(
             [sys.executable, "-m", "app.engine.engine_process", str(theirs.fileno())],
-            pass_fds=(theirs.fileno(),), env=env)
+            pass_fds=(theirs.fileno(),), env=child_environment(os.environ, sys.path))
         theirs.close()
         self._conn = Connection(ours.detach())
         self._send(StartEngine(config, proposer is not None))
@@ -169,6 +168,23 @@ class EngineProcess(AsyncEngineFront):
                   for rid in list(self._streams)]
         self._publish(failed, self._stats)
         self._answer(EngineDied(self.error))
+
+
+def child_environment(parent: dict, path: list[str]) -> dict:
+    """The parent's environment, with its import path, and glibc's malloc asked to back its large
+    chunks with transparent huge pages (where THP is `madvise` or `always`; glibc < 2.35 ignores
+    the tunable): a step reads all the weights and every running sequence's KV, tens of MB on
+    4 KiB pages, and the TLB misses cost about 5% of a decode step on the CPU
+    (benchmarks/RESULTS.md). A `GLIBC_TUNABLES` the user set is kept."""
+    env = {**parent, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
+    tunables = [t for t in env.get("GLIBC_TUNABLES", "").split(":") if t]
+    if not any(t.startswith("glibc.malloc.hugetlb=") for t in tunables):
+        tunables.append(HUGE_PAGES_TUNABLE)
+    env["GLIBC_TUNABLES"] = ":".join(tunables)
+    return env
+
+
+HUGE_PAGES_TUNABLE = "glibc.malloc.hugetlb=1"
 
 
 # -- the child's side -------------------------------------------------------------------------

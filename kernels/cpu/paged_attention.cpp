@@ -104,15 +104,14 @@ void attend_item(const float* query, const float* k_cache, const float* v_cache,
   for (int64_t blk = 0; blk < num_blocks; ++blk) {
     const int64_t t0 = blk * bs, n = std::min(bs, seq_len - t0);
     const int64_t base = block_base(blk);
-    if (blk + 1 < num_blocks) {
-      const int64_t next = block_base(blk + 1);
-      for (int64_t j = 0; j < bs; ++j) {
-        prefetch_span(k_cache + next + j * s.slot_stride, span);
-        prefetch_span(v_cache + next + j * s.slot_stride, span);
-      }
-    }
+    // The next block's slot row j is prefetched while this block's row j is read, a row's
+    // lines at a time: with the cache cold, a burst of the whole next block at the start of
+    // this one was 1.2-1.4x slower (benchmarks/RESULTS.md).
+    const bool has_next = blk + 1 < num_blocks;
+    const int64_t next = has_next ? block_base(blk + 1) : base;
     for (int64_t j = 0; j < n; ++j) {
       const float* kj = k_cache + base + j * s.slot_stride;
+      if (has_next) prefetch_span(k_cache + next + j * s.slot_stride, span);
       for (int64_t r = 0; r < rows; ++r)
         w.scores[r * bs + j] = t0 + j <= w.last_visible[r]
                                    ? dot<D>(w.q[r], kj + w.kv_offset[r], dim) * softmax_scale
@@ -135,6 +134,7 @@ void attend_item(const float* query, const float* k_cache, const float* v_cache,
     }
     for (int64_t j = 0; j < n; ++j) {
       const float* vj = v_cache + base + j * s.slot_stride;
+      if (has_next) prefetch_span(v_cache + next + j * s.slot_stride, span);
       for (int64_t r = 0; r < rows; ++r)
         scale_add<D>(w.acc.data() + r * dim, w.scores[r * bs + j], vj + w.kv_offset[r], dim);
     }
