@@ -67,8 +67,10 @@ struct Scratch {
   std::vector<int64_t> last_visible, kv_offset;
 };
 
+// Into L2, not L1 (prefetcht1): with the cache cold this was 1.3-1.5x faster than prefetching
+// into L1, and prefetchnta was slower still (benchmarks/RESULTS.md).
 inline void prefetch_span(const float* p, int64_t floats) {
-  for (int64_t i = 0; i < floats; i += 16) __builtin_prefetch(p + i);  // one 64-byte line each
+  for (int64_t i = 0; i < floats; i += 16) __builtin_prefetch(p + i, 0, 2);  // one 64-byte line each
 }
 
 // One sequence's KV heads [h0, h1): a row per (query token i, query head of those KV heads).
