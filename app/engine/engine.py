@@ -151,7 +151,7 @@ class LLMEngine:
     def _schedule(self):
         """Drafts (proposed, then kept inside any grammar, or forced by it), then the batch."""
         if self.speculator is not None:
-            self.speculator.propose(self.scheduler.running)
+            self.speculator.propose(self.scheduler.running, len(self.scheduler.waiting))
         if any(r.guide is not None for r in self.scheduler.running):
             plan_guided_drafts(self.scheduler.running, self.tokenizer, self.max_model_len,
                                self.config.enable_jump_forward)
@@ -159,7 +159,7 @@ class LLMEngine:
         if scheduled:
             self.num_steps += 1
             if self.speculator is not None:
-                self.speculator.send_ahead(scheduled.num_scheduled_tokens)
+                self.speculator.send_ahead(scheduled.num_scheduled_tokens, len(self.scheduler.waiting))
         return scheduled
 
     def _block_ids(self, batch: dict[Request, int]) -> dict[str, list[int]]:

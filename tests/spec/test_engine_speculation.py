@@ -144,6 +144,24 @@ def test_schedule_turns_speculation_off_at_large_batches(prompts):
     assert e.stats().spec.num_drafts > 0
 
 
+def test_requests_waiting_to_start_count_toward_the_batch_size_that_sets_k(prompts):
+    """A burst of arrivals turns speculation off before its prompts are read: the step that
+    reads them does not wait on drafts for the one request already decoding."""
+    e = LLMEngine(EngineConfig(model=str(DEFAULT_TARGET), num_kv_blocks=256, speculative_method="ngram",
+                               speculation_schedule={1: 4, 4: 0}, adaptive_speculation=False))
+    greedy = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
+    e.add_request("first", prompts[2], greedy)
+    while not e.requests["first"].is_decoding:
+        e.step()
+    e.step()
+    assert e.stats().spec.steps_by_k == {4: 1}  # alone: the schedule's k for one request
+    for i in range(3):
+        e.add_request(f"late-{i}", prompts[i], greedy)  # one running and three waiting: batch 4
+    e.step()
+    assert e.stats().spec.steps_by_k == {4: 1, 0: 1}
+    assert all(not r.spec_token_ids for r in e.scheduler.running)
+
+
 def test_spec_step_emits_several_tokens(prompts):
     e = engine("ngram", 8)
     e.add_request("r", prompts[2], SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True))

@@ -17,7 +17,7 @@ MAX_K = 64  # far beyond any useful k; larger values are config mistakes
 
 
 class SpeculationSchedule:
-    """Step function from the number of running decode requests to k."""
+    """Step function from the batch size (the requests running and those waiting to start) to k."""
 
     def __init__(self, thresholds: Mapping[int | str, int]):
         items = thresholds
@@ -72,7 +72,7 @@ class SpeculationSchedule:
         return cls({1: 0})
 
     def k_for(self, batch_size: int) -> int:
-        """k for a step with this many running decode requests (0 counts as 1)."""
+        """k for a step with this many requests running or waiting to start (0 counts as 1)."""
         if batch_size < 0:
             raise ValueError(f"batch size must be >= 0, got {batch_size}")
         index = bisect.bisect_right(self.batch_sizes, max(batch_size, 1)) - 1

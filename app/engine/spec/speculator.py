@@ -92,8 +92,11 @@ class Speculator:
         send_ahead = getattr(proposer, "send_ahead", None)
         self.ahead = DraftsAhead(send_ahead, max_model_len) if send_ahead is not None else None
 
-    def propose(self, running: list[Request]) -> None:
-        batch_size = len(running)
+    def propose(self, running: list[Request], num_waiting: int = 0) -> None:
+        """k follows the load: the running requests and those waiting to start, so a burst of
+        arrivals turns speculation down before its prompts are read, instead of holding each of
+        their prefill steps on a draft call for the few requests already decoding."""
+        batch_size = len(running) + num_waiting
         if any(r.is_decoding for r in running):
             k = self.adaptive.k_for(batch_size) if self.adaptive is not None else self.schedule.k_for(batch_size)
             self._step = (batch_size, k)
@@ -141,17 +144,18 @@ class Speculator:
                 probs = prop.probs.decode(self.vocab_width)[:len(token_ids)]
             req.set_spec(token_ids, probs)
 
-    def send_ahead(self, batch: dict[Request, int]) -> None:
-        """The step is scheduled (`batch`: requests and their token counts): ask for the next
-        step's drafts now, so the draft replica works while the target verifies. k is this
-        step's, or in a step that only reads prompts, the one the next step would most likely
-        get."""
+    def send_ahead(self, batch: dict[Request, int], num_waiting: int = 0) -> None:
+        """The step is scheduled (`batch`: requests and their token counts; `num_waiting` still
+        wait to start): ask for the next step's drafts now, so the draft replica works while
+        the target verifies. k is this step's, or in a step that only reads prompts, the one
+        the next step would most likely get."""
         if self.ahead is None:
             return
         if self._step is not None:
             k = self._step[1]
         else:
-            k = self.adaptive.likely_k(len(batch)) if self.adaptive is not None else self.schedule.k_for(len(batch))
+            load = len(batch) + num_waiting
+            k = self.adaptive.likely_k(load) if self.adaptive is not None else self.schedule.k_for(load)
         if k > 0:
             self.stats.num_drafts_sent_ahead += self.ahead.send(batch, k)
 
