@@ -320,7 +320,6 @@ def _echo(conn, count: int) -> None:
         conn.send(conn.recv())
 
 
-
 def test_the_engine_process_asks_glibc_for_huge_pages_and_keeps_the_user_s_tunables():
     assert child_environment({}, ["/a", ""])["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1"
     kept = child_environment({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}, ["/a"])

@@ -170,6 +170,9 @@ class EngineProcess(AsyncEngineFront):
         self._answer(EngineDied(self.error))
 
 
+HUGE_PAGES_TUNABLE = "glibc.malloc.hugetlb=1"
+
+
 def child_environment(parent: dict, path: list[str]) -> dict:
     """The parent's environment, with its import path, and glibc's malloc asked to back its large
     chunks with transparent huge pages (where THP is `madvise` or `always`; glibc < 2.35 ignores
@@ -182,9 +185,6 @@ def child_environment(parent: dict, path: list[str]) -> dict:
         tunables.append(HUGE_PAGES_TUNABLE)
     env["GLIBC_TUNABLES"] = ":".join(tunables)
     return env
-
-
-HUGE_PAGES_TUNABLE = "glibc.malloc.hugetlb=1"
 
 
 # -- the child's side -------------------------------------------------------------------------
