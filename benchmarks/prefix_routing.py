@@ -4,7 +4,10 @@ hurts: many users sharing a few long system prompts, each in a conversation that
 turn (`benchmarks/serving.py --dataset sessions`), sent to an app with 2 target replicas
 (each with its own engine process) whose KV pools are sized so that the live prefixes fit in
 two pools but not in one (by default 8 system prompts of 768 tokens, 6144 tokens, against
-pools of 256 blocks of 16, 4096 tokens, each).
+pools of 256 blocks of 16, 4096 tokens, each). Users think between turns (2 s on average, by
+default): with turns back to back, the replica that served a turn has just freed a slot when
+the next turn comes, so Serve's default router, which picks the shorter queue, sends it back
+there by accident of timing (benchmarks/RESULTS.md).
 
 Each round deploys the app afresh (cold caches) once per router, the order alternating, runs
 the same sessions against it, and reads the engines' prefix-cache counters from one `/metrics`
@@ -35,6 +38,7 @@ from benchmarks import serving  # noqa: E402
 APP = "specserve"
 ROUTERS = ["power_of_two", "prefix_aware"]
 PREFIX_CACHE = ("specserve:prefix_cache_queries_total", "specserve:prefix_cache_hits_total")
+ROUTER_REQUESTS = "specserve:router_requests_total"  # by reason: prefix, load, no_prefix
 
 
 def start_ray_serve(num_cpus: int, port: int) -> None:
@@ -68,13 +72,17 @@ def deploy(args, router: str) -> None:
 
 
 def prefix_cache_counts(url: str) -> dict[str, float]:
+    """The prefix-cache counters over all replicas, and the routers' decisions by reason."""
     from prometheus_client.parser import text_string_to_metric_families
 
     totals = dict.fromkeys(PREFIX_CACHE, 0.0)
     for fam in text_string_to_metric_families(requests.get(f"{url}/metrics", timeout=10).text):
         for s in fam.samples:
-            if s.name in totals:
+            if s.name in PREFIX_CACHE:
                 totals[s.name] += s.value
+            elif s.name == ROUTER_REQUESTS:
+                key = f"routed_{s.labels['reason']}"
+                totals[key] = totals.get(key, 0.0) + s.value
     return totals
 
 
@@ -104,7 +112,9 @@ def one_run(args, router: str, url: str, out_dir: Path, tag: str) -> dict:
     queries = after[PREFIX_CACHE[0]] - before[PREFIX_CACHE[0]]
     hits = after[PREFIX_CACHE[1]] - before[PREFIX_CACHE[1]]
     http = report["levels"][0]["http"]
+    routed = {k: after[k] - before.get(k, 0.0) for k in after if k.startswith("routed_")}
     return {"router": router, "hit_rate": hits / queries if queries else 0.0, "queried_tokens": queries,
+            **routed,
             "ttft_p50_ms": http["p50_ttft_ms"], "ttft_p90_ms": http["p90_ttft_ms"],
             "e2el_mean_ms": http["mean_e2el_ms"], "output_tok_s": http["output_throughput"],
             "request_s": http["request_throughput"], "failed": http["failed"]}
@@ -119,7 +129,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--system-prompts", type=int, default=8)
     p.add_argument("--system-len", type=int, default=768)
     p.add_argument("--turns", type=int, default=3)
-    p.add_argument("--think-time", type=float, default=0.0, help="mean seconds between a user's turns")
+    p.add_argument("--think-time", type=float, default=2.0, help="mean seconds between a user's turns")
     p.add_argument("--question-len", type=int, default=64)
     p.add_argument("--output-len", type=int, default=32)
     p.add_argument("--rate", type=float, default=2.0, help="sessions started per second")
@@ -146,7 +156,8 @@ def main(argv: list[str] | None = None) -> dict:
                 runs.append({"round": r + 1, **run})
                 print(f"round {r + 1} {router:>13}: hit rate {run['hit_rate']:.3f}  TTFT p50 "
                       f"{run['ttft_p50_ms']:.1f} ms  p90 {run['ttft_p90_ms']:.1f} ms  output "
-                      f"{run['output_tok_s']:.1f} tok/s  failed {run['failed']}", flush=True)
+                      f"{run['output_tok_s']:.1f} tok/s  failed {run['failed']}  routed "
+                      + " ".join(f"{k[7:]}={v:.0f}" for k, v in run.items() if k.startswith("routed_")), flush=True)
     finally:
         serve.shutdown()
         ray.shutdown()
