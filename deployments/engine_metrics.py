@@ -66,7 +66,8 @@ def spec_families(spec, labels: list[str], values: list[str]) -> list[Metric]:
     for position, accepted in enumerate(spec.accepted_per_position):
         per_position.add_metric([*values, str(position)], float(accepted))
     steps_by_k = CounterMetricFamily(PREFIX + "spec_decode_steps", "Decoding steps, by the number of "
-                                     "draft tokens per request chosen for them (k).", labels=[*labels, "k"])
+                                     "draft tokens per request they ran with (k; 0: no row drafted).",
+                                     labels=[*labels, "k"])
     for k, steps in sorted(spec.steps_by_k.items()):
         steps_by_k.add_metric([*values, str(k)], float(steps))
     return [

@@ -45,6 +45,7 @@ class Request:
         self.spec_token_ids: list[int] = []
         self.draft_probs: torch.Tensor | None = None  # [len(spec), V] draft distribution, or None
         self.spec_forced = False  # the drafts are forced by the grammar (kept without verification)
+        self.num_tokens_sent_to_draft = 0  # of its tokens, those the draft model was last given to read
         self.guide = None  # a GuidedDecoder when the output must follow a format
         self.beam_search = None  # the BeamSearch this request runs one beam of
 

@@ -162,6 +162,29 @@ def test_requests_waiting_to_start_count_toward_the_batch_size_that_sets_k(promp
     assert all(not r.spec_token_ids for r in e.scheduler.running)
 
 
+@pytest.mark.parametrize("steps_while_busy,expect_drafts", [(25, False), (5, True)])
+def test_a_request_left_alone_drafts_only_if_more_tokens_remain_than_the_draft_missed(
+        prompts, steps_while_busy, expect_drafts):
+    """Four requests decode with k = 0; then three end. The draft model never read the last
+    one's output: with 15 tokens left and 25 unread it is not worth reading; with 35 left and 5 unread it is."""
+    e = LLMEngine(EngineConfig(model=str(DEFAULT_TARGET), draft_model=str(DEFAULT_DRAFT), num_kv_blocks=256,
+                               speculative_method="draft", speculation_schedule={1: 4, 4: 0},
+                               adaptive_speculation=False))
+    greedy = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
+    for i in range(4):
+        e.add_request(f"r{i}", prompts[i], greedy)
+    while not all(r.is_decoding for r in e.scheduler.running):
+        e.step()
+    for _ in range(steps_while_busy):
+        e.step()
+    for i in range(1, 4):
+        e.abort_request(f"r{i}")
+    assert e.stats().spec.num_proposals == 0
+    while e.has_unfinished_requests():
+        e.step()
+    assert (e.stats().spec.num_proposals > 0) == expect_drafts
+
+
 def test_spec_step_emits_several_tokens(prompts):
     e = engine("ngram", 8)
     e.add_request("r", prompts[2], SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True))

@@ -67,6 +67,8 @@ class DraftsAhead:
         pending = self._send_ahead(inputs) if inputs else None
         if pending is None:
             return 0
+        for s, inp in zip(sent, inputs):
+            s.request.num_tokens_sent_to_draft = len(inp.token_ids)
         self._pending = (pending, sent)
         return len(sent)
 

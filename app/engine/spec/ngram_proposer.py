@@ -53,6 +53,8 @@ def find_ngram_continuation(tokens: np.ndarray, k: int, min_n: int = 1, max_n: i
 class NgramProposer:
     """Proposes up to k tokens per request by prompt lookup, with n from max_n down to min_n."""
 
+    reads_sequences = False  # a lookup in the request's own tokens: nothing to catch up on
+
     def __init__(self, k: int = 4, min_n: int = 1, max_n: int = 4):
         if k < 0:
             raise ValueError(f"k must be >= 0, got {k}")

@@ -2,7 +2,13 @@
 
 `propose` gives each decoding request up to k draft tokens (k from the batch-size schedule, or
 chosen within it by what speculation measurably saves; cut so a request never passes
-max_tokens or the context limit); the scheduler then runs the
+max_tokens or the context limit). A draft model first reads whatever of the sequence it was
+not given before. Reading the prompt is what speculation always costs once; reading the output
+decoded while k was 0 (a busy engine) is extra, and at the tail of a burst, with a few tokens
+left, it costs more than the drafts save, while every other row of the step waits (on 2 CPU
+cores, 12 ms a proposal at the tail of a concurrency-8 burst, benchmarks/RESULTS.md). So a
+request drafts only while fewer of its output tokens are unread by the draft model than are
+left to generate; n-gram lookup reads nothing and always drafts. The scheduler then runs the
 last known token and the drafts as one 1 + k query, and selection (app/engine/selection/)
 verifies them: the accepted drafts plus one token sampled by the target (corrected or bonus),
 so every step emits at least one token and greedy output equals plain decoding.
@@ -38,7 +44,7 @@ class SpecStats:
     num_accepted_tokens: int = 0
     accepted_per_position: list[int] = field(default_factory=list)
     num_proposer_failures: int = 0  # steps whose proposer call failed (decoded without drafts)
-    steps_by_k: dict[int, int] = field(default_factory=dict)  # steps with decoding requests, by the k chosen
+    steps_by_k: dict[int, int] = field(default_factory=dict)  # steps with decoding requests, by k (0: no row drafted)
     num_proposals: int = 0  # calls of the proposer
     proposal_seconds: float = 0.0  # spent waiting for them (in the served app: the DraftModel round trip)
     num_drafts_sent_ahead: int = 0  # requests whose next step's drafts were asked for during a step
@@ -91,22 +97,22 @@ class Speculator:
         self._step: tuple[int, int] | None = None  # (batch size, k) of the step being run
         send_ahead = getattr(proposer, "send_ahead", None)
         self.ahead = DraftsAhead(send_ahead, max_model_len) if send_ahead is not None else None
+        self.reads_sequences = getattr(proposer, "reads_sequences", True)  # n-gram lookup does not
 
     def propose(self, running: list[Request], num_waiting: int = 0) -> None:
         """k follows the load: the running requests and those waiting to start, so a burst of
         arrivals turns speculation down before its prompts are read, instead of holding each of
         their prefill steps on a draft call for the few requests already decoding."""
         batch_size = len(running) + num_waiting
-        if any(r.is_decoding for r in running):
+        decoding = any(r.is_decoding for r in running)
+        if decoding:
             k = self.adaptive.k_for(batch_size) if self.adaptive is not None else self.schedule.k_for(batch_size)
-            self._step = (batch_size, k)
-            self.stats.steps_by_k[k] = self.stats.steps_by_k.get(k, 0) + 1
         else:  # nothing to draft for, and not one of adaptive speculation's steps
             k, self._step = 0, None
         # A seeded sampled request drafts the same k in every step, alone or in any batch, so its
         # tokens depend on its seed alone, never on the timings the adaptive k follows.
         seeded_k = self.schedule.k_for(1) if self.adaptive is not None else k
-        ready = self._take_ahead() if self._step is not None else {}
+        ready = self._take_ahead() if decoding else {}
         candidates, inputs = [], []
         for req in running:
             req.set_spec([])
@@ -122,9 +128,17 @@ class Speculator:
                 self.stats.num_drafts_ahead_used += 1
                 continue
             p = req.params
+            seeded = p.seed is not None and not p.greedy  # its drafts may not depend on timing
+            if self.reads_sequences and not seeded and self._catch_up_outweighs_drafting(req):
+                continue
             candidates.append(req)
             inputs.append(DraftInput(req.request_id, req.all_token_ids, k_req, p.greedy, p.temperature,
                                      p.top_p, p.top_k, p.min_p, _draft_seed(req, self.generator)))
+            req.num_tokens_sent_to_draft = req.num_tokens
+        if decoding:  # a step no row drafts in is timed and counted as the plain step it is
+            ran_k = k if inputs or any(r.spec_token_ids for r in running) else 0
+            self._step = (batch_size, ran_k)
+            self.stats.steps_by_k[ran_k] = self.stats.steps_by_k.get(ran_k, 0) + 1
         if not inputs:
             return
         started = time.perf_counter()
@@ -143,6 +157,12 @@ class Speculator:
             if prop.probs is not None and not inp.greedy and token_ids:
                 probs = prop.probs.decode(self.vocab_width)[:len(token_ids)]
             req.set_spec(token_ids, probs)
+
+    @staticmethod
+    def _catch_up_outweighs_drafting(req: Request) -> bool:
+        """The draft model would read more output it missed than there are tokens left to draft."""
+        unread_output = req.num_tokens - max(req.num_tokens_sent_to_draft, req.num_prompt_tokens)
+        return unread_output > req.params.max_tokens - req.num_output_tokens
 
     def send_ahead(self, batch: dict[Request, int], num_waiting: int = 0) -> None:
         """The step is scheduled (`batch`: requests and their token counts; `num_waiting` still
