@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> dict:
                 print(f"round {r + 1} {router:>13}: hit rate {run['hit_rate']:.3f}  TTFT p50 "
                       f"{run['ttft_p50_ms']:.1f} ms  p90 {run['ttft_p90_ms']:.1f} ms  output "
                       f"{run['output_tok_s']:.1f} tok/s  failed {run['failed']}  routed "
-                      + " ".join(f"{k[7:]}={v:.0f}" for k, v in run.items() if k.startswith("routed_")), flush=True)
+                      + " ".join(f"{k.removeprefix('routed_')}={v:.0f}" for k, v in run.items() if k.startswith("routed_")), flush=True)
     finally:
         serve.shutdown()
         ray.shutdown()

@@ -113,7 +113,7 @@ class Speculator:
         # tokens depend on its seed alone, never on the timings the adaptive k follows.
         seeded_k = self.schedule.k_for(1) if self.adaptive is not None else k
         ready = self._take_ahead() if decoding else {}
-        candidates, inputs = [], []
+        candidates, inputs, took_ahead = [], [], False
         for req in running:
             req.set_spec([])
             k_wanted = seeded_k if req.params.seed is not None and not req.params.greedy else k
@@ -126,6 +126,7 @@ class Speculator:
             if req in ready:
                 req.set_spec(ready[req][:k_req])
                 self.stats.num_drafts_ahead_used += 1
+                took_ahead = True
                 continue
             p = req.params
             seeded = p.seed is not None and not p.greedy  # its drafts may not depend on timing
@@ -134,9 +135,8 @@ class Speculator:
             candidates.append(req)
             inputs.append(DraftInput(req.request_id, req.all_token_ids, k_req, p.greedy, p.temperature,
                                      p.top_p, p.top_k, p.min_p, _draft_seed(req, self.generator)))
-            req.num_tokens_sent_to_draft = req.num_tokens
         if decoding:  # a step no row drafts in is timed and counted as the plain step it is
-            ran_k = k if inputs or any(r.spec_token_ids for r in running) else 0
+            ran_k = k if inputs or took_ahead else 0
             self._step = (batch_size, ran_k)
             self.stats.steps_by_k[ran_k] = self.stats.steps_by_k.get(ran_k, 0) + 1
         if not inputs:
@@ -152,6 +152,7 @@ class Speculator:
             self.stats.num_proposals += 1
             self.stats.proposal_seconds += time.perf_counter() - started
         for req, inp, prop in zip(candidates, inputs, proposals):
+            req.num_tokens_sent_to_draft = len(inp.token_ids)
             token_ids = prop.token_ids[:inp.k]
             probs = None
             if prop.probs is not None and not inp.greedy and token_ids:
