@@ -16,6 +16,8 @@ from app.sampling_params import SamplingParams
 LOGITS = torch.tensor([2.0, 1.5, 1.0, 0.5, 0.0, -0.5, -1.0, -3.0])
 V = len(LOGITS)
 P_THRESHOLD = 1e-3
+# On CUDA a row without drafts draws through the sort-free kernel (kernels/filtered_sampling.py).
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
 def chi2_pvalue(observed: torch.Tensor, expected: torch.Tensor) -> float:
@@ -58,10 +60,11 @@ def test_uniforms_are_uniform(key_varies):
     dict(temperature=1.3, top_k=5, min_p=0.05),
     dict(temperature=1.0),
 ])
-def test_seeded_draws_follow_the_filtered_distribution(params):
+@pytest.mark.parametrize("device", DEVICES)
+def test_seeded_draws_follow_the_filtered_distribution(params, device):
     n = 12000
     requests = [decoding(f"r{i}", SamplingParams(seed=i, **params)) for i in range(n)]
-    tokens = torch.tensor([t[0] for t in select(requests, LOGITS.repeat(n, 1))])
+    tokens = torch.tensor([t[0] for t in select(requests, LOGITS.repeat(n, 1).to(device))])
     sp = SamplingParams(**params)
     filtered = filter_logits(LOGITS[None] / sp.temperature, torch.tensor([sp.top_k]),
                              torch.tensor([sp.top_p]), torch.tensor([sp.min_p]))[0]
@@ -74,7 +77,8 @@ def with_drafts(req: Request, drafts: list[int], probs: torch.Tensor | None = No
     return req
 
 
-def test_seeded_request_same_alone_and_in_any_batch():
+@pytest.mark.parametrize("device", DEVICES)
+def test_seeded_request_same_alone_and_in_any_batch(device):
     g = torch.Generator().manual_seed(0)
     seeded = SamplingParams(temperature=1.0, top_p=0.95, seed=1234)
     alone = []
@@ -83,7 +87,7 @@ def test_seeded_request_same_alone_and_in_any_batch():
         drafts = torch.randint(0, V, (3,), generator=g).tolist()
         rows = torch.randn(4, V, generator=g) * 2
         target = with_drafts(decoding("seeded", seeded, prompt_len=5 + step), drafts, q)
-        alone.append(select([target], rows)[0])
+        alone.append(select([target], rows.to(device))[0])
         others = [  # greedy, n-gram drafts, unseeded, another seed with drafts
             decoding("greedy", SamplingParams(temperature=0)),
             with_drafts(decoding("ngram", SamplingParams(temperature=0.7)), [1, 2]),
@@ -94,9 +98,26 @@ def test_seeded_request_same_alone_and_in_any_batch():
             reqs = [others[order[0]], target] + [others[i] for i in order[1:]]
             logits = torch.cat([rows if r is target else torch.randn(1 + len(r.spec_token_ids), V, generator=g)
                                 for r in reqs])
-            assert select(reqs, logits, step=step, seed=99)[1] == alone[-1]
+            assert select(reqs, logits.to(device), step=step, seed=99)[1] == alone[-1]
     assert len({tuple(t) for t in alone}) > 10  # really sampled
     assert {len(t) for t in alone} >= {1, 4}  # drafts rejected at once, and all accepted
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_seeded_request_without_drafts_draws_alike_beside_drafted_requests(device):
+    """Alone, its row is drawn as plain decoding; beside drafts, inside verification. Integer
+    logits tie at the top-k threshold, where a sort and a threshold keep different tokens."""
+    g = torch.Generator().manual_seed(2)
+    params = SamplingParams(temperature=0.9, top_p=0.9, top_k=3, seed=77)
+    drawn = []
+    for step in range(60):
+        row = torch.randint(-2, 3, (1, V), generator=g).float()
+        target = decoding("seeded", params, prompt_len=4 + step)
+        drawn.append(select([target], row.to(device))[0])
+        drafted = with_drafts(decoding("drafted", SamplingParams(temperature=0.8)), [1, 2])
+        logits = torch.cat([torch.randn(3, V, generator=g), row])
+        assert select([drafted, target], logits.to(device), step=step)[1] == drawn[-1]
+    assert len({tuple(t) for t in drawn}) > 3
 
 
 def test_unseeded_draws_change_with_the_step_and_the_engine_seed():

@@ -2,12 +2,16 @@
 
 Batched over rows on the logits' device. Only top-k and top-p need an order, so rows are
 sorted (once, all together) only when some row asks for one; min-p is a threshold against
-the row's maximum, which no cut changes."""
+the row's maximum, which no cut changes. On CUDA, rows that only draw a token (no drafts to
+verify) skip the sort and the probabilities: `kernels/filtered_sampling.py` draws them in one
+kernel, top-k as a threshold and top-p by rejection."""
 
 from __future__ import annotations
 
 import torch
 
+from app.engine.selection.draws import SAMPLE, sample_uniforms, uniforms
+from app.engine.selection.verify import sample_inverse_cdf
 from app.sampling_params import SamplingParams
 
 
@@ -53,3 +57,16 @@ def sampling_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.
                      torch.tensor([p.top_p for p in params], device=dev),
                      torch.tensor([p.min_p for p in params], device=dev),
                      any(p.top_k > 0 or p.top_p < 1 for p in params))
+
+
+def sample_filtered(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+                    top_p: torch.Tensor, min_p: torch.Tensor, needs_sort: bool, key: torch.Tensor,
+                    position: torch.Tensor) -> torch.Tensor:
+    """One token per row from its filtered distribution, drawn with the row's SAMPLE uniform (and
+    on CUDA its redraws' uniforms) keyed by (key, position)."""
+    if logits.is_cuda:
+        from kernels.filtered_sampling import MAX_ROUNDS, filtered_sample
+        return filtered_sample(logits.contiguous(), temperature, top_k, top_p, min_p,
+                               sample_uniforms(key, position, MAX_ROUNDS))
+    return sample_inverse_cdf(row_probs(logits, temperature, top_k, top_p, min_p, needs_sort),
+                              uniforms(key, position, SAMPLE))

@@ -17,6 +17,7 @@ _MIX2 = -7723592293110705685  # 0x94d049bb133111eb
 _STREAM = -3335678366873096957  # 0xd1b54a32d192ed03
 
 ACCEPT, SAMPLE = 0, 1  # the two draws a row may use: accept its draft, sample its token
+REDRAW = 2  # the first stream of a row's redraws (top-p by rejection, kernels/filtered_sampling.py)
 
 
 def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
@@ -33,10 +34,17 @@ def mix64(x: torch.Tensor) -> torch.Tensor:
     return x ^ _shift_right(x, 31)
 
 
-def uniforms(key: torch.Tensor, position: torch.Tensor, stream: int) -> torch.Tensor:
-    """float64 uniforms in [0, 1), one per element of the int64 tensors `key` and `position`."""
+def uniforms(key: torch.Tensor, position: torch.Tensor, stream: int | torch.Tensor) -> torch.Tensor:
+    """float64 uniforms in [0, 1), one per element of the int64 tensors `key` and `position`
+    (and `stream`, when a tensor: all three broadcast)."""
     h = mix64(mix64(key + _GOLDEN) + position * _STREAM + stream * _GOLDEN)
     return _shift_right(h, 11).double() * 2.0**-53
+
+
+def sample_uniforms(key: torch.Tensor, position: torch.Tensor, count: int) -> torch.Tensor:
+    """[R, count]: each row's SAMPLE uniform, then count - 1 for its redraws."""
+    streams = torch.tensor([SAMPLE] + list(range(REDRAW, REDRAW + count - 1)), device=key.device)
+    return uniforms(key[:, None], position[:, None], streams[None, :])
 
 
 def _mix64_host(x: int) -> int:

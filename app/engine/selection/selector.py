@@ -14,7 +14,7 @@ import torch
 
 from app.engine.guided_rows import mask_guided_rows
 from app.engine.selection import transfer
-from app.engine.selection.distribution import row_probs
+from app.engine.selection.distribution import row_probs, sample_filtered
 from app.engine.selection.draws import ACCEPT, SAMPLE, step_key, uniforms
 from app.engine.selection.layout import RowLayout
 from app.engine.selection.penalties import apply_penalties
@@ -38,12 +38,21 @@ def choose(logits: torch.Tensor, layout: RowLayout, unseeded_key: int
     argmax = logits.argmax(-1)
     if layout.all_greedy:  # no draws needed
         return verify(layout.verify, None, argmax, None, None)
+    key = torch.where(layout.seeded, layout.key, unseeded_key)
+
+    def draw() -> torch.Tensor:
+        return sample_filtered(logits, layout.temperature, layout.top_k, layout.top_p,
+                               layout.min_p, layout.needs_sort, key, layout.position)
+
+    if layout.num_rows == len(layout.requests):  # no drafts: each request draws its token, as is
+        return torch.zeros_like(argmax), torch.where(layout.verify.greedy, argmax, draw())
     probs = row_probs(logits, layout.temperature, layout.top_k, layout.top_p, layout.min_p,
                       layout.needs_sort)
-    key = torch.where(layout.seeded, layout.key, unseeded_key)
-    u_accept = uniforms(key, layout.position, ACCEPT) if layout.verify.drafts.shape[1] else None
-    return verify(layout.verify, probs, argmax, u_accept, uniforms(key, layout.position, SAMPLE),
-                  layout.draft_q)
+    # On CUDA the kernel draws every row's own token too, so that a request without drafts draws
+    # the same token whether or not others in its batch have drafts.
+    drawn = draw() if logits.is_cuda else None
+    return verify(layout.verify, probs, argmax, uniforms(key, layout.position, ACCEPT),
+                  uniforms(key, layout.position, SAMPLE), layout.draft_q, drawn)
 
 
 def logprob_payload(logits: torch.Tensor, layout: RowLayout, num_accepted: torch.Tensor,
