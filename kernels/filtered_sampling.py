@@ -1,26 +1,25 @@
-"""One token per row drawn from its temperature / top-k / top-p / min-p distribution, without
-sorting the vocabulary: the reference is `app.engine.selection.distribution.row_probs` followed
-by `app.engine.selection.verify.sample_inverse_cdf`.
+"""One token per row drawn from its temperature / top-p / min-p distribution, without sorting
+the vocabulary: the reference is `app.engine.selection.distribution.row_probs` followed by
+`app.engine.selection.verify.sample_inverse_cdf`. (Rows with a top-k cut are drawn from their
+k largest logits, `distribution.sample_top_k`, not here.)
 
-A sort of every row (what the reference does for top-k and top-p) is most of a sampled step's
-selection on a GPU: 2.4 ms of 5.2 ms for 256 rows of a 128k vocabulary on an H200. Here:
-
-- top-k keeps the values at or above the k-th largest, found by a binary search over the
-  float32 bit patterns (ordered as the floats are), one counting pass per bit;
-- top-p by rejection, as FlashInfer samples: draw a token by inverse CDF from the tokens above
-  a pivot; it is in the nucleus when the mass strictly above it is below top_p, and then it is
-  kept; otherwise no token at or below it can be in the nucleus, so it becomes the pivot and
-  the row draws again with its next uniform. Every round keeps the nucleus inside the tokens
-  drawn from, so an accepted token follows the nucleus's distribution exactly. A row accepts in
-  its first round with probability >= top_p. After MAX_ROUNDS rejections the nucleus is found
-  by binary search (as top-k) and drawn from directly, with the last uniform.
+A sort of every row (what the reference does for top-p) is most of a sampled step's selection
+on a GPU: 2.4 ms of 5.2 ms for 256 rows of a 128k vocabulary on an H200. Here top-p is drawn by
+rejection, as FlashInfer samples: draw a token by inverse CDF from the tokens above a pivot; it
+is in the nucleus when the mass strictly above it is below top_p, and then it is kept;
+otherwise no token at or below it can be in the nucleus, so it becomes the pivot and the row
+draws again with its next uniform. Every round keeps the nucleus inside the tokens drawn from,
+so an accepted token follows the nucleus's distribution exactly. A row accepts in its first
+round with probability >= top_p. After MAX_ROUNDS - 2 redraws the nucleus is found by a binary
+search over the float32 bit patterns (ordered as the floats are) and drawn from directly, with
+the last uniform. min-p is a floor against the row's maximum.
 
 Round 0 uses the row's own uniform, so a row without top-p draws the reference's token for the
-same uniform; later rounds take the next columns of `u`. One program per row. Differences
-from the reference: ties at a threshold are all kept (a sort keeps an arbitrary subset), masses
-are fp32 sums (the reference's CDF is a double cumsum), and with top-p the token for a given
-uniform differs, not its distribution. Deterministic given the row, its settings and its
-uniforms, in any batch.
+same uniform; later rounds take the next columns of `u`. One program per row. Differences from
+the reference: ties at the top-p cut are all kept (a sort keeps an arbitrary subset), masses are
+fp32 sums (the reference's CDF is a double cumsum), and with top-p the token for a given uniform
+differs, not its distribution. Deterministic given the row, its settings and its uniforms, in
+any batch.
 """
 
 from __future__ import annotations
@@ -46,22 +45,6 @@ def _scaled_row(base, start, V, inv_t, BLOCK: tl.constexpr):
     valid = offs < V
     x = tl.load(base + offs, mask=valid, other=float("-inf")).to(tl.float32) * inv_t
     return x, valid, offs
-
-
-@triton.jit
-def _top_k_key(base, V, inv_t, k, lo, hi, BLOCK: tl.constexpr):
-    """The largest key K with count(key >= K) >= k, given count(key >= lo) >= k > count(key >= hi)."""
-    while hi - lo > 1:
-        mid = lo + (hi - lo) // 2
-        count = tl.zeros([], dtype=tl.int64)
-        for start in range(0, V, BLOCK):
-            x, valid, _ = _scaled_row(base, start, V, inv_t, BLOCK)
-            count += tl.sum(((_order_key(x) >= mid) & valid).to(tl.int64), axis=0)
-        if count >= k:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 @triton.jit
@@ -107,12 +90,11 @@ def _draw(base, V, inv_t, m, key_floor, x_floor, u, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _filtered_sample_kernel(logits_ptr, stride, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr,
+def _filtered_sample_kernel(logits_ptr, stride, temperature_ptr, top_p_ptr, min_p_ptr,
                             u_ptr, u_stride, out_ptr, V, BLOCK: tl.constexpr, MAX_ROUNDS: tl.constexpr):
     row = tl.program_id(0)
     base = logits_ptr + row.to(tl.int64) * stride
     inv_t = 1.0 / tl.load(temperature_ptr + row).to(tl.float32)
-    k = tl.load(top_k_ptr + row).to(tl.int64)
     top_p = tl.load(top_p_ptr + row).to(tl.float32)
     min_p = tl.load(min_p_ptr + row).to(tl.float32)
     u_row = u_ptr + row.to(tl.int64) * u_stride
@@ -124,8 +106,6 @@ def _filtered_sample_kernel(logits_ptr, stride, temperature_ptr, top_k_ptr, top_
         m = tl.maximum(m, tl.max(x, axis=0))
         lowest = tl.minimum(lowest, tl.min(tl.where(valid, x, float("inf")), axis=0))
     key_floor = _order_key(lowest)
-    if (k > 0) & (k < V):
-        key_floor = _top_k_key(base, V, inv_t, k, key_floor, _order_key(m) + 1, BLOCK)
     x_floor = m + tl.log(min_p)  # min_p 0: -inf, nothing cut
 
     token = _draw(base, V, inv_t, m, key_floor, x_floor, tl.load(u_row).to(tl.float32), BLOCK)
@@ -150,16 +130,16 @@ def _filtered_sample_kernel(logits_ptr, stride, temperature_ptr, top_k_ptr, top_
     tl.store(out_ptr + row, token.to(tl.int64))
 
 
-def filtered_sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
-                    top_p: torch.Tensor, min_p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """logits [R, V] (any float dtype, last dim contiguous); per-row settings [R] (top_k 0: no
-    cut); uniforms u [R, rounds], independent, the first the row's own (MAX_ROUNDS; with one,
-    top-p goes straight to the search and every row draws the reference's token). -> [R] int64."""
+def filtered_sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
+                    min_p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """logits [R, V] (any float dtype, last dim contiguous); per-row settings [R]; uniforms
+    u [R, rounds], independent, the first the row's own (MAX_ROUNDS; with one, top-p goes
+    straight to the search and every row draws the reference's token). -> [R] int64."""
     assert logits.dim() == 2 and logits.stride(-1) == 1 and u.dim() == 2 and u.shape[0] == logits.shape[0]
     rows, vocab = logits.shape
     out = torch.empty(rows, dtype=torch.long, device=logits.device)
     if rows:
         _filtered_sample_kernel[(rows,)](
-            logits, logits.stride(0), temperature, top_k, top_p, min_p, u, u.stride(0), out, vocab,
+            logits, logits.stride(0), temperature, top_p, min_p, u, u.stride(0), out, vocab,
             BLOCK=min(triton.next_power_of_2(vocab), MAX_BLOCK), MAX_ROUNDS=u.shape[1], num_warps=8)
     return out

@@ -35,6 +35,7 @@ class RowLayout:
     seeded: torch.Tensor | None  # bool
     all_greedy: bool
     needs_sort: bool  # some sampled row has top-k or top-p
+    max_top_k: int  # the largest top-k of a sampled row (0: none)
     draft_q: torch.Tensor | None  # [D, V] the proposed drafts' distributions, on the device
     logprob_rows: list[int]  # rows whose logprobs are returned (requests that asked)
     logprob_index: torch.Tensor | None  # [3, L] int64 on the device: row, request, offset in it
@@ -117,6 +118,7 @@ class RowLayout:
             position=position, seeded=seeded, all_greedy=all_greedy,
             needs_sort=any(not g and (r.params.top_k > 0 or r.params.top_p < 1)
                            for r, g in zip(requests, greedy)),
+            max_top_k=max((r.params.top_k for r, g in zip(requests, greedy) if not g), default=0),
             draft_q=draft_q, logprob_rows=logprob_rows,
             logprob_index=(torch.tensor([logprob_rows, logprob_req, logprob_offset], device=dev)
                            if logprob_rows else None),

@@ -42,7 +42,8 @@ def choose(logits: torch.Tensor, layout: RowLayout, unseeded_key: int
 
     def draw() -> torch.Tensor:
         return sample_filtered(logits, layout.temperature, layout.top_k, layout.top_p,
-                               layout.min_p, layout.needs_sort, key, layout.position)
+                               layout.min_p, layout.needs_sort, layout.max_top_k, key,
+                               layout.position)
 
     if layout.num_rows == len(layout.requests):  # no drafts: each request draws its token, as is
         return torch.zeros_like(argmax), torch.where(layout.verify.greedy, argmax, draw())

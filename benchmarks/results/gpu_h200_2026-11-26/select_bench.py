@@ -4,7 +4,8 @@ import statistics, sys, torch
 sys.path.insert(0, ".")
 from app.engine.selection.distribution import row_probs
 from app.engine.selection.verify import sample_inverse_cdf
-from kernels.filtered_sampling import MAX_ROUNDS, filtered_sample
+from app.engine.selection.distribution import sample_on_device
+from kernels.filtered_sampling import MAX_ROUNDS
 
 def bench(fn, n=15):
     for _ in range(3): fn()
@@ -26,7 +27,7 @@ for R in (1, 64, 256):
         u = torch.rand(R, MAX_ROUNDS, dtype=torch.float64, **dev)
         u1 = u[:, :1].contiguous()
         t_sort = bench(lambda: sample_inverse_cdf(row_probs(logits, temp, top_k, top_p, min_p, True), u[:, 0]))
-        t_rej = bench(lambda: filtered_sample(logits, temp, top_k, top_p, min_p, u))
-        t_search = bench(lambda: filtered_sample(logits, temp, top_k, top_p, min_p, u1))
-        print(f"R={R:3d} {label:30s}: sort path {t_sort:.3f} ms | kernel, top-p by rejection {t_rej:.3f} ms "
-              f"({t_sort / t_rej:.1f}x) | kernel, top-p by search {t_search:.3f} ms", flush=True)
+        t_rej = bench(lambda: sample_on_device(logits, temp, top_k, top_p, min_p, k, u))
+        t_search = bench(lambda: sample_on_device(logits, temp, top_k, top_p, min_p, k, u1))
+        print(f"R={R:3d} {label:30s}: sort path {t_sort:.3f} ms | device draw {t_rej:.3f} ms "
+              f"({t_sort / t_rej:.1f}x) | with top-p by search {t_search:.3f} ms", flush=True)
