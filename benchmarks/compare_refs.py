@@ -7,6 +7,7 @@ Every side uses the SAME checkpoint (this checkout's, by default), so only code 
 Run it before a change on the engine's hot path lands, and put its table in the note.
 
     python benchmarks/compare_refs.py HEAD~1 --rounds 3
+    python benchmarks/compare_refs.py HEAD~1 --rounds 3 --temperature 0.8 --top-p 0.95   # sampled
     python benchmarks/compare_refs.py HEAD~1 --rounds 2 --serving      # + `serve run serve_config.yaml` of each side
     python benchmarks/compare_refs.py HEAD~1 --serving --no-offline --dataset grounded --concurrency 1   # where drafts are accepted
     python benchmarks/compare_refs.py d974ebe HEAD~1 --rounds 2 --threads 1 --measure cpu   # bisecting on a busy machine
@@ -65,7 +66,8 @@ def side_env(source: Path, threads: int | None = None) -> dict:
 def run_offline(source: Path, args) -> float:
     """Output tokens per second (wall, or CPU with --measure cpu) of the engine at `source`."""
     cmd = [sys.executable, str(RUNNER), "--system", "specserve", "--model", args.model,
-           "--num-requests", str(args.num_requests)]
+           "--num-requests", str(args.num_requests), "--temperature", str(args.temperature),
+           "--top-p", str(args.top_p)]
     out = subprocess.run(cmd, cwd=source, env=side_env(source, args.threads), check=True,
                          capture_output=True, text=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -101,6 +103,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--model", default=str(ROOT / "checkpoints" / "tiny-target"))
     parser.add_argument("--num-requests", type=int, default=200)
+    parser.add_argument("--temperature", type=float, default=0.0, help="offline: above 0, sampled decoding")
+    parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--threads", type=int, help="torch threads per run (OMP_NUM_THREADS)")
     parser.add_argument("--measure", choices=["wall", "cpu"], default="wall",
                         help="cpu: tokens per process-CPU second; with --threads 1 it hardly moves "

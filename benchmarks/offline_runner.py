@@ -55,7 +55,8 @@ def run_specserve(model: str, workload, args) -> float:
     engine = LLMEngine(EngineConfig(model=model, num_kv_blocks=4096, max_num_seqs=args.max_num_seqs,
                                     max_num_batched_tokens=args.max_num_batched_tokens))
     engine.generate([workload[0][0][:32]], SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))
-    params = [SamplingParams(max_tokens=out, temperature=0, ignore_eos=True) for _, out in workload]
+    params = [SamplingParams(max_tokens=out, temperature=args.temperature, top_p=args.top_p,
+                             ignore_eos=True) for _, out in workload]
     with Timer() as timer:
         outputs = engine.generate([p for p, _ in workload], params)
     assert [len(o) for o in outputs] == [out for _, out in workload]
@@ -63,7 +64,7 @@ def run_specserve(model: str, workload, args) -> float:
 
 
 def run_vllm(model: str, workload, args) -> float:
-    """vLLM's offline `LLM` with the same scheduler limits, fp32, greedy, ignore_eos."""
+    """vLLM's offline `LLM` with the same scheduler limits, fp32, the same sampling, ignore_eos."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
@@ -73,7 +74,8 @@ def run_vllm(model: str, workload, args) -> float:
     llm.generate([TokensPrompt(prompt_token_ids=workload[0][0][:32])],
                  SamplingParams(max_tokens=4, temperature=0, ignore_eos=True), use_tqdm=False)
     prompts = [TokensPrompt(prompt_token_ids=p) for p, _ in workload]
-    params = [SamplingParams(max_tokens=out, temperature=0, ignore_eos=True) for _, out in workload]
+    params = [SamplingParams(max_tokens=out, temperature=args.temperature, top_p=args.top_p,
+                             ignore_eos=True) for _, out in workload]
     with Timer() as timer:
         outputs = llm.generate(prompts, params, use_tqdm=False)
     assert [len(o.outputs[0].token_ids) for o in outputs] == [out for _, out in workload]
@@ -127,6 +129,9 @@ def add_workload_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--max-num-batched-tokens", type=int, default=1024)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--temperature", type=float, default=0.0,
+                        help="above 0: sampled decoding (specserve and vllm only)")
+    parser.add_argument("--top-p", type=float, default=1.0)
 
 
 def main() -> None:
@@ -134,6 +139,8 @@ def main() -> None:
     parser.add_argument("--system", choices=list(RUNNERS), required=True)
     add_workload_args(parser)
     args = parser.parse_args()
+    if args.temperature > 0 and args.system not in ("specserve", "vllm"):
+        parser.error(f"--temperature: {args.system} runs greedy only")
     model = os.path.abspath(args.model)
     workload = make_workload(args.num_requests, vocab_size(model), args.seed)
     seconds, cpu_seconds = RUNNERS[args.system](model, workload, args)

@@ -51,7 +51,8 @@ def run_once(system: str, python: str, args) -> dict | None:
     cmd = [python, str(ROOT / "benchmarks" / "offline_runner.py"), "--system", system,
            "--model", args.model, "--num-requests", str(args.num_requests),
            "--batch-size", str(args.batch_size), "--max-num-seqs", str(args.max_num_seqs),
-           "--max-num-batched-tokens", str(args.max_num_batched_tokens), "--seed", str(args.seed)]
+           "--max-num-batched-tokens", str(args.max_num_batched_tokens), "--seed", str(args.seed),
+           "--temperature", str(args.temperature), "--top-p", str(args.top_p)]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     if system == "vllm":  # its own venv: nothing of ours on the path but the runner itself
         env.pop("PYTHONPATH")
@@ -74,6 +75,9 @@ def main() -> None:
     args.model = os.path.abspath(args.model)
 
     pythons = {"specserve": sys.executable}
+    if args.temperature > 0 and (args.static or args.continuous):
+        print("transformers skipped: its runners decode greedily")
+        args.static = args.continuous = False
     if args.static:
         pythons["static"] = sys.executable
     if args.continuous:

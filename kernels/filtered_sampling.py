@@ -1,25 +1,9 @@
-"""One token per row drawn from its temperature / top-p / min-p distribution, without sorting
-the vocabulary: the reference is `app.engine.selection.distribution.row_probs` followed by
-`app.engine.selection.verify.sample_inverse_cdf`. (Rows with a top-k cut are drawn from their
-k largest logits, `distribution.sample_top_k`, not here.)
-
-A sort of every row (what the reference does for top-p) is most of a sampled step's selection
-on a GPU: 2.4 ms of 5.2 ms for 256 rows of a 128k vocabulary on an H200. Here top-p is drawn by
-rejection, as FlashInfer samples: draw a token by inverse CDF from the tokens above a pivot; it
-is in the nucleus when the mass strictly above it is below top_p, and then it is kept;
-otherwise no token at or below it can be in the nucleus, so it becomes the pivot and the row
-draws again with its next uniform. Every round keeps the nucleus inside the tokens drawn from,
-so an accepted token follows the nucleus's distribution exactly. A row accepts in its first
-round with probability >= top_p. After MAX_ROUNDS - 2 redraws the nucleus is found by a binary
-search over the float32 bit patterns (ordered as the floats are) and drawn from directly, with
-the last uniform. min-p is a floor against the row's maximum.
-
-Round 0 uses the row's own uniform, so a row without top-p draws the reference's token for the
-same uniform; later rounds take the next columns of `u`. One program per row. Differences from
-the reference: ties at the top-p cut are all kept (a sort keeps an arbitrary subset), masses are
-fp32 sums (the reference's CDF is a double cumsum), and with top-p the token for a given uniform
-differs, not its distribution. Deterministic given the row, its settings and its uniforms, in
-any batch.
+"""Top-p by rejection and min-p, one Triton program per row, without sorting the vocabulary:
+the CUDA half of `app.engine.selection.draw` (whose docstring gives the method, and whose
+`draw_top_p_by_rejection` is the same steps in torch ops, used on the CPU and as this kernel's
+reference). After the redraws the nucleus is found by a binary search over the float32 bit
+patterns, ordered as the floats are. Masses are fp32 sums in a fixed order, so a uniform within
+rounding of a CDF boundary may pick the neighbouring token; ties at the cut are all kept.
 """
 
 from __future__ import annotations
@@ -28,7 +12,6 @@ import torch
 import triton
 import triton.language as tl
 
-MAX_ROUNDS = 8  # uniforms per row: the first draw, up to 6 redraws, the fallback's draw
 MAX_BLOCK = 4096
 
 
@@ -91,7 +74,7 @@ def _draw(base, V, inv_t, m, key_floor, x_floor, u, BLOCK: tl.constexpr):
 
 @triton.jit
 def _filtered_sample_kernel(logits_ptr, stride, temperature_ptr, top_p_ptr, min_p_ptr,
-                            u_ptr, u_stride, out_ptr, V, BLOCK: tl.constexpr, MAX_ROUNDS: tl.constexpr):
+                            u_ptr, u_stride, out_ptr, V, BLOCK: tl.constexpr, ROUNDS: tl.constexpr):
     row = tl.program_id(0)
     base = logits_ptr + row.to(tl.int64) * stride
     inv_t = 1.0 / tl.load(temperature_ptr + row).to(tl.float32)
@@ -113,19 +96,19 @@ def _filtered_sample_kernel(logits_ptr, stride, temperature_ptr, top_p_ptr, min_
         goal = top_p * _mass(base, V, inv_t, m, key_floor, float("-inf"), BLOCK)
         pivot = key_floor - 1
         accepted = tl.zeros([], dtype=tl.int32)
-        for r in range(1, MAX_ROUNDS):  # checks the draw of uniform r - 1
+        for r in range(1, ROUNDS):  # checks the draw of uniform r - 1
             if accepted == 0:
                 token_key = _order_key(tl.load(base + token).to(tl.float32) * inv_t)
                 if _mass(base, V, inv_t, m, token_key + 1, float("-inf"), BLOCK) < goal:
                     accepted = tl.full([], 1, tl.int32)
                 else:
                     pivot = token_key
-                    if r < MAX_ROUNDS - 1:
+                    if r < ROUNDS - 1:
                         u = tl.load(u_row + r).to(tl.float32)
                         token = _draw(base, V, inv_t, m, pivot + 1, x_floor, u, BLOCK)
         if accepted == 0:  # the nucleus by search, then a draw from it with the last uniform
             nucleus = _top_p_key(base, V, inv_t, m, goal, pivot, _order_key(m), BLOCK)
-            u = tl.load(u_row + MAX_ROUNDS - 1).to(tl.float32)
+            u = tl.load(u_row + ROUNDS - 1).to(tl.float32)
             token = _draw(base, V, inv_t, m, nucleus, x_floor, u, BLOCK)
     tl.store(out_ptr + row, token.to(tl.int64))
 
@@ -133,13 +116,13 @@ def _filtered_sample_kernel(logits_ptr, stride, temperature_ptr, top_p_ptr, min_
 def filtered_sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
                     min_p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """logits [R, V] (any float dtype, last dim contiguous); per-row settings [R]; uniforms
-    u [R, rounds], independent, the first the row's own (MAX_ROUNDS; with one, top-p goes
-    straight to the search and every row draws the reference's token). -> [R] int64."""
+    u [R, rounds], independent, the first the row's own (with one, top-p goes straight to the
+    search, and every row draws the reference's token). -> [R] int64."""
     assert logits.dim() == 2 and logits.stride(-1) == 1 and u.dim() == 2 and u.shape[0] == logits.shape[0]
     rows, vocab = logits.shape
     out = torch.empty(rows, dtype=torch.long, device=logits.device)
     if rows:
         _filtered_sample_kernel[(rows,)](
             logits, logits.stride(0), temperature, top_p, min_p, u, u.stride(0), out, vocab,
-            BLOCK=min(triton.next_power_of_2(vocab), MAX_BLOCK), MAX_ROUNDS=u.shape[1], num_warps=8)
+            BLOCK=min(triton.next_power_of_2(vocab), MAX_BLOCK), ROUNDS=u.shape[1], num_warps=8)
     return out

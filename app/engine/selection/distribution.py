@@ -2,16 +2,13 @@
 
 Batched over rows on the logits' device. Only top-k and top-p need an order, so rows are
 sorted (once, all together) only when some row asks for one; min-p is a threshold against
-the row's maximum, which no cut changes. On CUDA, rows that only draw a token (no drafts to
-verify) skip the sort of the vocabulary: `kernels/filtered_sampling.py` draws top-p by
-rejection, and rows with top-k are cut from their k largest logits alone."""
+the row's maximum, which no cut changes. This is the reference, and what verification reads;
+a row's own token is drawn without the sort (`draw.py`)."""
 
 from __future__ import annotations
 
 import torch
 
-from app.engine.selection.draws import SAMPLE, sample_uniforms, uniforms
-from app.engine.selection.verify import sample_inverse_cdf
 from app.sampling_params import SamplingParams
 
 
@@ -57,42 +54,3 @@ def sampling_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.
                      torch.tensor([p.top_p for p in params], device=dev),
                      torch.tensor([p.min_p for p in params], device=dev),
                      any(p.top_k > 0 or p.top_p < 1 for p in params))
-
-
-def sample_filtered(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
-                    top_p: torch.Tensor, min_p: torch.Tensor, needs_sort: bool, max_top_k: int,
-                    key: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
-    """One token per row from its filtered distribution, drawn with the row's SAMPLE uniform (and
-    on CUDA its redraws' uniforms) keyed by (key, position). `max_top_k`: the largest top-k of
-    any row (0: none), known on the host."""
-    if logits.is_cuda:
-        from kernels.filtered_sampling import MAX_ROUNDS
-        return sample_on_device(logits, temperature, top_k, top_p, min_p, max_top_k,
-                                sample_uniforms(key, position, MAX_ROUNDS))
-    return sample_inverse_cdf(row_probs(logits, temperature, top_k, top_p, min_p, needs_sort),
-                              uniforms(key, position, SAMPLE))
-
-
-def sample_on_device(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
-                     top_p: torch.Tensor, min_p: torch.Tensor, max_top_k: int, u: torch.Tensor
-                     ) -> torch.Tensor:
-    """The sort-free kernel for rows without top-k, their k largest logits for rows with it;
-    which one a row takes depends on its own settings alone. u: [R, rounds]."""
-    from kernels.filtered_sampling import filtered_sample
-    tokens = filtered_sample(logits.contiguous(), temperature, top_p, min_p, u)
-    if max_top_k:
-        by_top_k = sample_top_k(logits, temperature, top_k, top_p, min_p, max_top_k, u[:, 0])
-        tokens = torch.where(top_k > 0, by_top_k, tokens)
-    return tokens
-
-
-def sample_top_k(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
-                 top_p: torch.Tensor, min_p: torch.Tensor, max_top_k: int, u: torch.Tensor
-                 ) -> torch.Tensor:
-    """The reference's draw for rows with a top-k cut, on their `max_top_k` largest logits put
-    back in vocabulary order instead of the whole row: the same token for the same uniform."""
-    values, ids = logits.float().topk(min(max_top_k, logits.shape[-1]), dim=-1)
-    order = ids.argsort(dim=-1)
-    values, ids = values.gather(1, order), ids.gather(1, order)
-    probs = row_probs(values, temperature, top_k, top_p, min_p, needs_sort=True)
-    return ids.gather(1, sample_inverse_cdf(probs, u)[:, None])[:, 0]

@@ -17,7 +17,8 @@ _MIX2 = -7723592293110705685  # 0x94d049bb133111eb
 _STREAM = -3335678366873096957  # 0xd1b54a32d192ed03
 
 ACCEPT, SAMPLE = 0, 1  # the two draws a row may use: accept its draft, sample its token
-REDRAW = 2  # the first stream of a row's redraws (top-p by rejection, kernels/filtered_sampling.py)
+REDRAW = 2  # the first stream of a row's redraws (top-p by rejection, draw.py)
+DRAW_ROUNDS = 8  # uniforms per sampled row: its first draw, up to 6 redraws, the nucleus's draw
 
 
 def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:

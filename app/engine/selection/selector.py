@@ -14,7 +14,8 @@ import torch
 
 from app.engine.guided_rows import mask_guided_rows
 from app.engine.selection import transfer
-from app.engine.selection.distribution import row_probs, sample_filtered
+from app.engine.selection.distribution import row_probs
+from app.engine.selection.draw import draw_tokens
 from app.engine.selection.draws import ACCEPT, SAMPLE, step_key, uniforms
 from app.engine.selection.layout import RowLayout
 from app.engine.selection.penalties import apply_penalties
@@ -40,20 +41,29 @@ def choose(logits: torch.Tensor, layout: RowLayout, unseeded_key: int
         return verify(layout.verify, None, argmax, None, None)
     key = torch.where(layout.seeded, layout.key, unseeded_key)
 
-    def draw() -> torch.Tensor:
-        return sample_filtered(logits, layout.temperature, layout.top_k, layout.top_p,
-                               layout.min_p, layout.needs_sort, layout.max_top_k, key,
-                               layout.position)
-
     if layout.num_rows == len(layout.requests):  # no drafts: each request draws its token, as is
-        return torch.zeros_like(argmax), torch.where(layout.verify.greedy, argmax, draw())
+        drawn = draw_tokens(logits, layout.temperature, layout.top_k, layout.top_p, layout.min_p,
+                            layout.max_top_k, key, layout.position)
+        return torch.zeros_like(argmax), torch.where(layout.verify.greedy, argmax, drawn)
     probs = row_probs(logits, layout.temperature, layout.top_k, layout.top_p, layout.min_p,
                       layout.needs_sort)
-    # On CUDA the kernel draws every row's own token too, so that a request without drafts draws
-    # the same token whether or not others in its batch have drafts.
-    drawn = draw() if logits.is_cuda else None
     return verify(layout.verify, probs, argmax, uniforms(key, layout.position, ACCEPT),
-                  uniforms(key, layout.position, SAMPLE), layout.draft_q, drawn)
+                  uniforms(key, layout.position, SAMPLE), layout.draft_q,
+                  _draws_without_drafts(logits, layout, key))
+
+
+def _draws_without_drafts(logits: torch.Tensor, layout: RowLayout, key: torch.Tensor
+                          ) -> torch.Tensor | None:
+    """[n]: the token of each request without drafts, drawn as in a batch without drafts (so it
+    is the same either way), -1 for the others; None when every request has drafts."""
+    undrafted = [i for i, req in enumerate(layout.requests) if not req.spec_token_ids]
+    if not undrafted:
+        return None
+    index = torch.tensor(undrafted, device=logits.device)
+    rows = layout.verify.first[index]
+    tokens = draw_tokens(logits[rows], layout.temperature[rows], layout.top_k[rows], layout.top_p[rows],
+                         layout.min_p[rows], layout.max_top_k, key[rows], layout.position[rows])
+    return torch.full((len(layout.requests),), -1, device=logits.device).index_copy(0, index, tokens)
 
 
 def logprob_payload(logits: torch.Tensor, layout: RowLayout, num_accepted: torch.Tensor,

@@ -33,12 +33,12 @@ class VerifyRows:
 def sample_inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """One token per row of (unnormalised) probs from uniforms u in [0, 1); deterministic given u,
     which is what makes per-request seeding batch-independent."""
-    cdf = probs.double().cumsum(-1)
-    idx = torch.searchsorted(cdf, (u.double() * cdf[:, -1])[:, None], right=True)[:, 0]
-    # Rounding at the top end may land past the last non-zero token: clamp onto it.
-    vocab = torch.arange(probs.shape[-1], device=probs.device)
-    last_nonzero = torch.where(probs > 0, vocab, 0).amax(-1)
-    return torch.minimum(idx, last_nonzero)
+    cdf = probs.cumsum(-1, dtype=torch.float64)
+    total = cdf[:, -1:]
+    # Below the total, so the first CDF value above the target is a token's with mass (u * total
+    # may round up to the total itself).
+    target = torch.minimum(u.double()[:, None] * total, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cdf, target, right=True)[:, 0]
 
 
 def verify(rows: VerifyRows, probs: torch.Tensor | None, argmax: torch.Tensor,
@@ -50,8 +50,8 @@ def verify(rows: VerifyRows, probs: torch.Tensor | None, argmax: torch.Tensor,
     argmax: [R] each row's greedy token; u_accept, u_sample: [R] uniforms per row (None when
     there are no drafts / every request is greedy);
     draft_q: [D, V] the draft's distributions that `rows.draft_q_row` points into;
-    drawn: [R] each row's token drawn from probs with u_sample, where the caller has it (the
-    CUDA kernel's), used unless the request's last draft was rejected."""
+    drawn: [n] the token of each request without drafts, drawn by the caller (`draw.py`), -1
+    for the others."""
     n, max_k = rows.drafts.shape
     num_rows = argmax.shape[0]
     if max_k == 0 and num_rows == n:  # plain decoding: one row per request, nothing to verify
@@ -96,5 +96,5 @@ def verify(rows: VerifyRows, probs: torch.Tensor | None, argmax: torch.Tensor,
     dist = torch.where(rejected[:, None], residual, final)
     sampled = sample_inverse_cdf(dist, u_sample[final_rows])
     if drawn is not None:
-        sampled = torch.where(rejected, sampled, drawn[final_rows])
+        sampled = torch.where(drawn >= 0, drawn, sampled)
     return num_accepted, torch.where(rows.greedy, greedy_final, sampled)

@@ -1,0 +1,94 @@
+"""A sampled row's own token without a sort (app/engine/selection/draw.py, torch steps): the
+reference's token (sort, softmax, inverse CDF of the same uniform) where the row draws once or
+has top-k, and the nucleus's distribution where top-p draws by rejection."""
+
+import pytest
+import torch
+
+from app.engine.selection.distribution import filter_logits, row_probs
+from app.engine.selection.draw import draw_top_k, draw_top_p_by_rejection, draw_with_uniforms
+from app.engine.selection.draws import DRAW_ROUNDS
+from app.engine.selection.verify import sample_inverse_cdf
+
+P_THRESHOLD = 1e-3
+
+
+def settings(rows: int, rounds: int, seed: int = 1):
+    """Per-row settings cycling through no cut, each cut alone, and cuts together."""
+    g = torch.Generator().manual_seed(seed)
+    temperature = torch.rand(rows, generator=g) * 1.5 + 0.3
+    top_k = torch.tensor([0, 5, 0, 40, 2, 0, 3, 0])[torch.arange(rows) % 8]
+    top_p = torch.tensor([1.0, 1.0, 0.9, 0.5, 1.0, 0.99, 0.3, 0.7])[torch.arange(rows) % 8]
+    min_p = torch.tensor([0.0, 0.0, 0.0, 0.05, 0.0, 0.2, 0.0, 0.01])[torch.arange(rows) % 8]
+    u = torch.rand(rows, rounds, generator=g, dtype=torch.float64)
+    return temperature, top_k, top_p, min_p, u
+
+
+def reference(logits, temperature, top_k, top_p, min_p, u):
+    return sample_inverse_cdf(row_probs(logits.float(), temperature, top_k, top_p, min_p, True), u[:, 0])
+
+
+def random_logits(rows, vocab, seed=0):
+    logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(seed)) * 3
+    logits[:3, 200:] = float("-inf")  # tokens a grammar masked
+    return logits
+
+
+def test_one_round_draws_the_reference_token():
+    """With one uniform, top-p goes straight to the reference's cut."""
+    logits = random_logits(64, 700)
+    args = settings(64, rounds=1)
+    assert draw_with_uniforms(logits, *args[:4], int(args[1].max()), args[4]).tolist() == \
+        reference(logits, *args).tolist()
+
+
+def test_one_round_of_top_p_draws_the_reference_token():
+    logits = random_logits(64, 700, seed=6)
+    temperature, _, top_p, min_p, u = settings(64, rounds=1)
+    no_k = torch.zeros(64, dtype=torch.long)
+    assert draw_top_p_by_rejection(logits, temperature, top_p, min_p, u).tolist() == \
+        reference(logits, temperature, no_k, top_p, min_p, u).tolist()
+
+
+def test_rows_without_top_p_draw_the_reference_token():
+    logits = random_logits(64, 700, seed=4)
+    temperature, top_k, _, min_p, u = settings(64, rounds=DRAW_ROUNDS)
+    top_p = torch.ones(64)
+    got = draw_with_uniforms(logits, temperature, top_k, top_p, min_p, int(top_k.max()), u)
+    assert got.tolist() == reference(logits, temperature, top_k, top_p, min_p, u).tolist()
+
+
+def test_top_k_rows_draw_the_reference_token_from_their_k_largest():
+    """k from 2 to past the vocabulary, with top-p and min-p after it."""
+    rows, vocab = 400, 300
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(rows, vocab, generator=g) * 2
+    logits[:50, 10:] = float("-inf")  # fewer allowed tokens than k
+    top_k = torch.randint(2, 60, (rows,), generator=g)
+    top_k[::7] = vocab + 5
+    top_p = torch.where(torch.rand(rows, generator=g) < 0.5, 1.0, torch.rand(rows, generator=g) * 0.9 + 0.05)
+    min_p = torch.where(torch.rand(rows, generator=g) < 0.5, 0.0, 0.1)
+    temperature = torch.rand(rows, generator=g) + 0.4
+    u = torch.rand(rows, 1, generator=g, dtype=torch.float64)
+    got = draw_top_k(logits, temperature, top_k, top_p, min_p, int(top_k.max()), u[:, 0])
+    assert got.tolist() == reference(logits, temperature, top_k, top_p, min_p, u).tolist()
+
+
+@pytest.mark.parametrize("top_p,min_p,scale", [(0.6, 0.0, 0.3), (0.5, 0.3, 1.0), (0.95, 0.0, 1.0)])
+@pytest.mark.parametrize("rounds", [2, DRAW_ROUNDS])
+def test_top_p_by_rejection_follows_the_nucleus(top_p, min_p, scale, rounds):
+    """Flat rows need several redraws; with 2 rounds, one redraw and then the cut nucleus."""
+    n = 6000
+    logits = torch.tensor([2.0, 1.5, 1.2, 1.0, 0.9, 0.5, 0.0, -0.5, -1.0, -3.0]) * scale
+    vocab = len(logits)
+    u = torch.rand(n, rounds, generator=torch.Generator().manual_seed(rounds), dtype=torch.float64)
+    got = draw_top_p_by_rejection(logits.repeat(n, 1), torch.ones(n), torch.full((n,), top_p),
+                                  torch.full((n,), min_p), u)
+    expected = filter_logits(logits[None], torch.tensor([0]), torch.tensor([top_p]),
+                             torch.tensor([min_p]))[0].softmax(-1).double() * n
+    observed = torch.bincount(got, minlength=vocab).double()
+    support = expected > 0
+    assert observed[~support].sum() == 0, "a token outside the nucleus was drawn"
+    stat = ((observed[support] - expected[support]) ** 2 / expected[support]).sum()
+    df = int(support.sum()) - 1
+    assert float(torch.special.gammaincc(torch.tensor(df / 2), stat / 2)) > P_THRESHOLD
