@@ -82,6 +82,7 @@ def run_serving(source: Path, args, log: Path) -> list[float]:
         report = serving.main(["--base-url", url, "--model", args.model, "--served-model-name", "tiny-target",
                                "--num-prompts", "24", "--input-len", "128", "--output-len", "64",
                                "--dataset", args.dataset, "--concurrency", *map(str, args.concurrency),
+                               "--temperature", str(args.temperature), "--top-p", str(args.top_p),
                                "--disable-tqdm"])
     return [level["http"]["mean_e2el_ms"] for level in report["levels"]]
 
@@ -103,7 +104,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--model", default=str(ROOT / "checkpoints" / "tiny-target"))
     parser.add_argument("--num-requests", type=int, default=200)
-    parser.add_argument("--temperature", type=float, default=0.0, help="offline: above 0, sampled decoding")
+    parser.add_argument("--temperature", type=float, default=0.0, help="above 0: sampled decoding")
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--threads", type=int, help="torch threads per run (OMP_NUM_THREADS)")
     parser.add_argument("--measure", choices=["wall", "cpu"], default="wall",

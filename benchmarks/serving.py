@@ -58,6 +58,8 @@ async def send_http(session: aiohttp.ClientSession, url: str, model: str, req: R
     payload = {"model": model, "prompt": req.prompt, "max_tokens": req.output_len,
                "temperature": args.temperature, "stream": True,
                "stream_options": {"include_usage": True}}
+    if args.top_p < 1:
+        payload["top_p"] = args.top_p
     if args.ignore_eos:
         payload["ignore_eos"] = True
     res = Result(prompt_len=req.prompt_len)
@@ -318,6 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, nargs="+",
                    help="most requests in flight; several values run as several load levels")
     p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
                    help="let EOS end a request early (by default every request runs to --output-len)")
     p.add_argument("--goodput", nargs="+", metavar="KEY:MS",
