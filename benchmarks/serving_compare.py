@@ -47,6 +47,7 @@ def measure(spec: ServerSpec, args, round_index: int, out_dir: Path) -> list[dic
              args.served_model_name, "--num-prompts", str(args.num_prompts), "--input-len",
              str(args.input_len), "--output-len", str(args.output_len), "--seed", str(args.seed),
              "--concurrency", *map(str, args.concurrency), "--dataset", args.dataset, "--disable-tqdm",
+             "--temperature", str(args.temperature), "--top-p", str(args.top_p),
              "--result-json", str(out_dir / f"client_{tag}.json")])
     return [level["http"] for level in report["levels"]]
 
@@ -93,6 +94,8 @@ def main() -> None:
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--temperature", type=float, default=0.0, help="above 0: sampled decoding")
+    parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--model", default="checkpoints/tiny-target", help="checkpoint, relative to the repo")
     parser.add_argument("--served-model-name", default="tiny-target")
     parser.add_argument("--port", type=int, default=8000)
