@@ -85,7 +85,7 @@ def draw_top_k(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Ten
     """The reference's draw for rows with a top-k cut, on their `max_top_k` largest logits put
     back in vocabulary order instead of the whole row: the same token for the same uniform."""
     values, ids = logits.float().topk(min(max_top_k, logits.shape[-1]), dim=-1)
-    order = ids.argsort(dim=-1)
-    values, ids = values.gather(1, order), ids.gather(1, order)
+    ids, order = ids.sort(dim=-1)
+    values = values.gather(1, order)
     probs = row_probs(values, temperature, top_k, top_p, min_p, needs_sort=True)
     return ids.gather(1, sample_inverse_cdf(probs, u)[:, None])[:, 0]

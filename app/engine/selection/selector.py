@@ -54,9 +54,10 @@ def choose(logits: torch.Tensor, layout: RowLayout, unseeded_key: int
 
 def _draws_without_drafts(logits: torch.Tensor, layout: RowLayout, key: torch.Tensor
                           ) -> torch.Tensor | None:
-    """[n]: the token of each request without drafts, drawn as in a batch without drafts (so it
-    is the same either way), -1 for the others; None when every request has drafts."""
-    undrafted = [i for i, req in enumerate(layout.requests) if not req.spec_token_ids]
+    """[n]: the token of each sampled request without drafts, drawn as in a batch without drafts
+    (so it is the same either way), -1 for the others; None when there is no such request."""
+    undrafted = [i for i, req in enumerate(layout.requests)
+                 if not req.spec_token_ids and not req.params.greedy]
     if not undrafted:
         return None
     index = torch.tensor(undrafted, device=logits.device)
