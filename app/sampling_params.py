@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# Temperatures below this are greedy (vLLM's rule): logits divided by less could overflow fp32,
+# and the draw is the argmax in the limit anyway.
+GREEDY_BELOW_TEMPERATURE = 1e-5
+# Positive logits are divided by the repetition penalty: below this they could overflow fp32.
+MIN_REPETITION_PENALTY = 1e-3
+
 
 @dataclass
 class SamplingParams:
@@ -38,6 +44,8 @@ class SamplingParams:
             raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.temperature < GREEDY_BELOW_TEMPERATURE:
+            self.temperature = 0.0
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
@@ -51,8 +59,9 @@ class SamplingParams:
         for name in ("presence_penalty", "frequency_penalty"):
             if not -2 <= getattr(self, name) <= 2:
                 raise ValueError(f"{name} must be in [-2, 2], got {getattr(self, name)}")
-        if not self.repetition_penalty > 0:
-            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if not self.repetition_penalty >= MIN_REPETITION_PENALTY:
+            raise ValueError(f"repetition_penalty must be at least {MIN_REPETITION_PENALTY}, "
+                             f"got {self.repetition_penalty}")
         for token_id, bias in (self.logit_bias or {}).items():
             if token_id < 0:
                 raise ValueError(f"logit_bias: token ids must be >= 0, got {token_id}")

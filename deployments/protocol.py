@@ -18,12 +18,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from app.sampling_params import GREEDY_BELOW_TEMPERATURE, MIN_REPETITION_PENALTY
 from deployments.tool_protocol import ToolCall, ToolChoice, ToolDefinition
 
 MAX_N = 16
 MAX_LOGPROBS = 20
 MAX_STOP = 16  # stop strings per request (each one is checked against every new character)
-MIN_TEMPERATURE = 1e-5  # below it sampling is greedy (vLLM's convention; logits/t would overflow)
 INT64 = 2 ** 63
 # Sampling settings beam search has no use for: refused when a request sets them.
 BEAM_SEARCH_CONFLICTS = ("top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty",
@@ -101,7 +101,7 @@ class SamplingFields(BaseModel):
     structured_outputs: StructuredOutputs | None = None
     presence_penalty: float = Field(0.0, ge=-2, le=2)
     frequency_penalty: float = Field(0.0, ge=-2, le=2)
-    repetition_penalty: float = Field(1.0, gt=0)  # vLLM's extra_body spelling
+    repetition_penalty: float = Field(1.0, ge=MIN_REPETITION_PENALTY)  # vLLM's extra_body spelling
     logit_bias: dict[str, float] | None = None  # token id (as JSON keys are strings) -> bias
     # vLLM's extra_body beam search: `beam_width` beams (completions: best_of, else n), the n
     # best returned; length_penalty and early_stopping as transformers defines them.
@@ -120,7 +120,7 @@ class SamplingFields(BaseModel):
 
     @model_validator(mode="after")
     def _check_shared(self) -> "SamplingFields":
-        if self.temperature < MIN_TEMPERATURE:
+        if self.temperature < GREEDY_BELOW_TEMPERATURE:
             self.temperature = 0.0
         stops = self.stop_strings
         if len(stops) > MAX_STOP:

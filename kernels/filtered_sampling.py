@@ -93,7 +93,8 @@ def _filtered_sample_kernel(logits_ptr, stride, temperature_ptr, top_p_ptr, min_
 
     token = _draw(base, V, inv_t, m, key_floor, x_floor, tl.load(u_row).to(tl.float32), BLOCK)
     if top_p < 1.0:
-        goal = top_p * _mass(base, V, inv_t, m, key_floor, float("-inf"), BLOCK)
+        # The most likely token is always in the nucleus (draw.nucleus_goal says why).
+        goal = tl.maximum(top_p * _mass(base, V, inv_t, m, key_floor, float("-inf"), BLOCK), 1.1754944e-38)
         pivot = key_floor - 1
         accepted = tl.zeros([], dtype=tl.int32)
         for r in range(1, ROUNDS):  # checks the draw of uniform r - 1

@@ -92,3 +92,15 @@ def test_top_p_by_rejection_follows_the_nucleus(top_p, min_p, scale, rounds):
     stat = ((observed[support] - expected[support]) ** 2 / expected[support]).sum()
     df = int(support.sum()) - 1
     assert float(torch.special.gammaincc(torch.tensor(df / 2), stat / 2)) > P_THRESHOLD
+
+
+@pytest.mark.parametrize("top_p", [5e-324, 1e-30, 1e-6])
+@pytest.mark.parametrize("rounds", [1, 2, DRAW_ROUNDS])
+def test_a_vanishing_top_p_draws_the_most_likely_token(top_p, rounds):
+    """The nucleus always holds the most likely token, even where top_p times the row's mass
+    is 0 in fp32 (the API accepts any top_p > 0; 5e-324 once sent the server a 500)."""
+    logits = random_logits(16, 300, seed=7)
+    temperature, _, _, _, u = settings(16, rounds)
+    top_p_rows = torch.full((16,), top_p)
+    got = draw_top_p_by_rejection(logits, temperature, top_p_rows, torch.zeros(16), u)
+    assert got.tolist() == logits.argmax(-1).tolist()

@@ -71,6 +71,22 @@ def test_seeded_request_same_alone_and_in_busy_batch(checkpoint):
     assert len(set(alone)) > 5
 
 
+def test_extreme_but_valid_sampling_settings_still_generate(checkpoint):
+    """Settings at the edge of their ranges (what an API fuzzer sends): a temperature too small
+    for fp32 is greedy, a vanishing top_p keeps the most likely token; none breaks the step."""
+    engine = make_engine(checkpoint)
+    prompt = prompts(1, seed=5)[0]
+    greedy = engine.generate([prompt], SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))[0]
+    edges = [dict(temperature=5e-324), dict(temperature=1e-6, top_p=0.5), dict(temperature=0.8, top_p=5e-324),
+             dict(temperature=0.8, top_p=1e-40, min_p=5e-324), dict(temperature=0.8, min_p=1.0)]
+    outputs = engine.generate([prompt] * len(edges), [SamplingParams(max_tokens=8, ignore_eos=True, **e)
+                                                      for e in edges])
+    assert outputs == [greedy] * len(edges)
+    for huge in (dict(temperature=1.7e308), dict(temperature=0.8, repetition_penalty=1e308)):
+        assert len(engine.generate([prompt], SamplingParams(max_tokens=8, ignore_eos=True, **huge))[0]) == 8
+    assert_no_block_referenced(engine)
+
+
 def test_requests_that_cannot_fit_are_refused(checkpoint):
     engine = make_engine(checkpoint, num_kv_blocks=8, max_model_len=256)
     with pytest.raises(RequestRejected, match="maximum context length is 256"):

@@ -107,6 +107,7 @@ def test_sampling_follows_the_penalised_distribution():
 
 def test_out_of_range_values_and_ids_are_refused():
     for bad in (dict(presence_penalty=2.5), dict(frequency_penalty=-2.1), dict(repetition_penalty=0),
+                dict(repetition_penalty=5e-324),
                 dict(logit_bias={3: 101}), dict(logit_bias={-1: 1})):
         with pytest.raises(ValueError):
             SamplingParams(**bad)

@@ -68,3 +68,12 @@ def test_llama3_vocabulary_lands_where_the_reference_cdf_puts_the_uniform():
     lower = upper - probs.gather(1, got[:, None])[:, 0]
     tol = 1e-4 * cdf[:, -1]
     assert ((lower - tol <= target) & (target <= upper + tol)).all()
+
+
+@pytest.mark.parametrize("top_p", [5e-324, 1e-30])
+def test_a_vanishing_top_p_draws_the_most_likely_token(top_p):
+    logits = strided_logits(8, 300, torch.float32, seed=4)
+    temperature, _, min_p, u = settings(8, rounds=DRAW_ROUNDS)
+    top_p_rows = torch.full((8,), top_p, device=DEVICE)
+    got = filtered_sample(logits, temperature, top_p_rows, torch.zeros_like(min_p), u)
+    assert got.tolist() == logits.argmax(-1).tolist()

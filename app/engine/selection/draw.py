@@ -56,7 +56,7 @@ def draw_top_p_by_rejection(logits: torch.Tensor, temperature: torch.Tensor, top
     x = logits.float() / temperature[:, None]
     top = x.amax(-1, keepdim=True)
     weight = (x - top).exp()
-    goal = top_p * weight.sum(-1)  # top-p is cut before min-p, on every token's mass
+    goal = nucleus_goal(top_p, weight.sum(-1))
     allowed = x >= top + min_p.log()[:, None]
     drawable = weight.masked_fill(~allowed, 0.0)
     token = sample_inverse_cdf(drawable, u[:, 0])
@@ -77,6 +77,15 @@ def draw_top_p_by_rejection(logits: torch.Tensor, temperature: torch.Tensor, top
                                 torch.zeros_like(top_p[pending])).isfinite()
         token[pending] = sample_inverse_cdf(drawable[pending] * nucleus, u[pending, rounds - 1])
     return token
+
+
+def nucleus_goal(top_p: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
+    """The mass strictly above a token must be below this for the token to be in the nucleus
+    (top-p is cut before min-p, on every token's mass). The most likely token always is, as in
+    the reference: the mass above it is 0 and above any other >= 1 (weights are exp(x - max)),
+    so the goal never drops below the smallest normal float, even where top_p * mass underflows
+    (top_p = 5e-324 is 0 in fp32)."""
+    return (top_p * mass).clamp_min(torch.finfo(torch.float32).tiny)
 
 
 def draw_top_k(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
