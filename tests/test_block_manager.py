@@ -77,3 +77,27 @@ def test_chain_hash_depends_on_parent():
     admit(bm, make_request("a", [1, 2, 3, 4, 5, 6, 7, 8, 0]))
     # Same second block, different first block: no hit at all.
     assert bm.find_cached_prefix(make_request("b", [9, 9, 9, 9, 5, 6, 7, 8, 0])) == []
+
+
+def test_step_tables_hold_each_requests_blocks_through_growth_forks_and_frees():
+    """The rows a step gathers its block table from follow the pool: more requests than the
+    first rows, longer ones than the first columns, a fork copied on its first write, frees."""
+    bm = BlockManager(num_blocks=10000, block_size=2)
+    reqs = [make_request(f"r{i}", list(range(i * 1000, i * 1000 + 3 + (i % 40) * 4))) for i in range(120)]
+    for req in reqs:
+        admit(bm, req)
+    child = make_request("child", reqs[79].all_token_ids)
+    bm.fork(reqs[79], child)
+    child.num_computed_tokens = reqs[79].num_computed_tokens - 1  # its next write lands in a shared block
+    assert bm.allocate(child, child.num_tokens + 1)
+    assert bm.take_pending_copies()
+    for req in reqs[::4]:
+        bm.free(req)
+    live = [r for r in reqs if r.request_id in bm.request_blocks] + [child]
+    ids = [[b.block_id for b in bm.request_blocks[r.request_id]] for r in live]
+    width = max(map(len, ids))
+    assert width > 64 and len(live) > 64
+    expected = [row + [0] * (width - len(row)) for row in ids]
+    assert bm.tables.gather([r.request_id for r in live]).tolist() == expected
+    assert [bm.block_ids(r.request_id) for r in live] == ids
+    assert bm.block_ids(reqs[0].request_id) == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Callable
 
+from app.engine.block_tables import BlockTables
 from app.engine.request import Request
 
 
@@ -52,7 +53,9 @@ class BlockManager:
         self.free_blocks: OrderedDict[int, KVBlock] = OrderedDict((b.block_id, b) for b in self.blocks)
         self.cached_blocks: dict[int, KVBlock] = {}
         self.request_blocks: dict[str, list[KVBlock]] = {}
+        self.tables = BlockTables()  # the same ids, as rows a step gathers its table from
         self.request_hashes: dict[str, list[int]] = {}
+        self.num_published: dict[str, int] = {}  # of a request's leading blocks, those already offered to the cache
         self.prefix_cache_queries = 0  # tokens looked up at admission
         self.prefix_cache_hits = 0  # of those, tokens found cached
         self.pending_copies: list[tuple[int, int]] = []  # (source, destination) blocks to copy before the next forward
@@ -74,16 +77,17 @@ class BlockManager:
         return -(-num_tokens // self.block_size)
 
     def block_ids(self, request_id: str) -> list[int]:
-        return [b.block_id for b in self.request_blocks.get(request_id, ())]
+        return self.tables.ids(request_id)
 
     # -- prefix cache ----------------------------------------------------------------------
     def _hashes(self, req: Request, num_full_blocks: int) -> list[int]:
+        """The request's block hashes, at least its first `num_full_blocks` (maybe more)."""
         hashes = self.request_hashes.setdefault(req.request_id, [])
         if len(hashes) < num_full_blocks:
             bs = self.block_size
             hashes += block_hashes(req.all_token_ids[len(hashes) * bs:num_full_blocks * bs], bs,
                                    hashes[-1] if hashes else ROOT_BLOCK_HASH)
-        return hashes[:num_full_blocks]
+        return hashes
 
     def find_cached_prefix(self, req: Request) -> list[KVBlock]:
         """Cached blocks that hold the request's leading tokens. The last token is always left
@@ -91,7 +95,8 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return []
         hits = []
-        for h in self._hashes(req, (req.num_tokens - 1) // self.block_size):
+        num_full = (req.num_tokens - 1) // self.block_size
+        for h in self._hashes(req, num_full)[:num_full]:
             block = self.cached_blocks.get(h)
             if block is None:
                 break
@@ -108,15 +113,23 @@ class BlockManager:
         self.prefix_cache_hits += num_hit_tokens
 
     def cache_full_blocks(self, req: Request) -> None:
-        """Publish the blocks that computed tokens have filled, so later requests can reuse them."""
+        """Publish the blocks that computed tokens have filled since the last call, so later
+        requests can reuse them. A block whose hash another block already holds is not
+        offered again."""
         if not self.enable_prefix_caching:
             return
-        blocks = self.request_blocks[req.request_id]
         num_full = req.num_computed_tokens // self.block_size
-        for block, h in zip(blocks[:num_full], self._hashes(req, num_full)):
+        done = self.num_published.get(req.request_id, 0)
+        if num_full <= done:
+            return
+        blocks = self.request_blocks[req.request_id]
+        hashes = self._hashes(req, num_full)
+        for i in range(done, num_full):
+            block, h = blocks[i], hashes[i]
             if block.block_hash is None and h not in self.cached_blocks:
                 block.block_hash = h
                 self.cached_blocks[h] = block
+        self.num_published[req.request_id] = num_full
 
     # -- allocation ------------------------------------------------------------------------
     def allocate(self, req: Request, num_tokens: int, cached_prefix: list[KVBlock] = ()) -> bool:
@@ -134,14 +147,17 @@ class BlockManager:
             blocks[write] = self._take_free_block()
             shared.ref_count -= 1
             self.pending_copies.append((shared.block_id, blocks[write].block_id))
+            self.tables.replace(req.request_id, write, blocks[write].block_id)
+            self.num_published[req.request_id] = min(self.num_published.get(req.request_id, 0), write)
         for block in cached_prefix:
             if block.ref_count == 0:
                 del self.free_blocks[block.block_id]
             block.ref_count += 1
         blocks = self.request_blocks.setdefault(req.request_id, [])
-        blocks.extend(cached_prefix)
-        for _ in range(max(num_new, 0)):
-            blocks.append(self._take_free_block())
+        if cached_prefix or num_new > 0 or req.request_id not in self.tables:
+            added = list(cached_prefix) + [self._take_free_block() for _ in range(max(num_new, 0))]
+            blocks.extend(added)
+            self.tables.extend(req.request_id, [b.block_id for b in added])
         return True
 
     def admit(self, req: Request, num_tokens: Callable[[int], int], use_cache: bool = True) -> int | None:
@@ -171,6 +187,7 @@ class BlockManager:
         for block in blocks:
             block.ref_count += 1
         self.request_blocks[child.request_id] = list(blocks)
+        self.tables.extend(child.request_id, [b.block_id for b in blocks])
         self.request_hashes[child.request_id] = list(self.request_hashes.get(parent.request_id, []))
 
     def take_pending_copies(self) -> list[tuple[int, int]]:
@@ -187,3 +204,5 @@ class BlockManager:
                 if block.block_hash is None:
                     self.free_blocks.move_to_end(block.block_id, last=False)
         self.request_hashes.pop(req.request_id, None)
+        self.num_published.pop(req.request_id, None)
+        self.tables.release(req.request_id)

@@ -137,7 +137,7 @@ class LLMEngine:
             self.runner.copy_blocks(copies)
         batch = scheduled.num_scheduled_tokens
         decode_only = self.speculator is not None and all(req.is_decoding for req in batch)
-        logits, layout, prompt_rows = self.runner.execute_with_layout(batch, self._block_ids(batch))
+        logits, layout, prompt_rows = self.runner.execute_with_layout(batch, self.block_manager.tables)
         if prompt_rows is not None:
             num_sampled = logits.shape[0] - len(prompt_rows.rows)
             score_prompt_rows(logits[num_sampled:], prompt_rows)
@@ -161,9 +161,6 @@ class LLMEngine:
             if self.speculator is not None:
                 self.speculator.send_ahead(scheduled.num_scheduled_tokens, len(self.scheduler.waiting))
         return scheduled
-
-    def _block_ids(self, batch: dict[Request, int]) -> dict[str, list[int]]:
-        return {r.request_id: self.block_manager.block_ids(r.request_id) for r in batch}
 
     def _select(self, logits: torch.Tensor, layout: RowLayout | None) -> list[Chosen]:
         if layout is None:
@@ -308,7 +305,7 @@ class LLMEngine:
             self.speculator.forget(req.request_id)
 
     def _output(self, req: Request, logprobs) -> RequestOutput:
-        new = req.output_token_ids[req.num_emitted_tokens:]
+        new = req.all_token_ids[req.num_prompt_tokens + req.num_emitted_tokens:]
         first = req.num_emitted_tokens == 0
         req.num_emitted_tokens += len(new)
         return RequestOutput(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from app.config import EngineConfig
+from app.engine.block_tables import BlockTables
 from app.engine.request import Request
 from app.engine.selection.layout import RowLayout
 from app.engine.selection.prompt_logprobs import PromptRows
@@ -73,52 +75,53 @@ class ModelRunner:
         for cache in self.kv_caches:
             cache[:, dst] = cache[:, src]
 
-    def prepare(self, scheduled: dict[Request, int], block_ids: dict[str, list[int]]
+    def prepare(self, scheduled: dict[Request, int], tables: BlockTables
                 ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[int]]:
-        """Inputs, positions, attention metadata, and the rows whose logits are needed."""
+        """Inputs, positions, attention metadata, and the rows whose logits are needed. Per
+        request only its new tokens are read; positions and slots are whole-batch array ops."""
         bs = self.block_size
         input_ids: list[int] = []
-        positions: list[int] = []
-        slots: list[int] = []
-        query_lens, seq_lens, sample_rows = [], [], []
+        sample_rows: list[int] = []
         for req, num_new in scheduled.items():
             start = req.num_computed_tokens
             end = start + num_new
-            table = block_ids[req.request_id]
-            tokens = req.all_token_ids + req.spec_token_ids if req.spec_token_ids else req.all_token_ids
-            input_ids += tokens[start:end]
-            positions += range(start, end)
-            slots += [table[p // bs] * bs + p % bs for p in range(start, end)]
-            query_lens.append(num_new)
-            seq_lens.append(end)
-            if end >= req.num_tokens:  # the last known token and every draft after it
-                first = len(input_ids) - (end - req.num_tokens + 1)
-                sample_rows += range(first, len(input_ids))
-        width = max(len(block_ids[r.request_id]) for r in scheduled)
-        tables = [block_ids[r.request_id] + [0] * (width - len(block_ids[r.request_id])) for r in scheduled]
+            known = req.num_tokens
+            if end <= known:
+                input_ids += req.all_token_ids[start:end]
+            else:  # the last known token and every draft after it
+                input_ids += req.all_token_ids[start:known] + req.spec_token_ids[:end - known]
+            if end >= known:
+                sample_rows += range(len(input_ids) - (end - known + 1), len(input_ids))
+        count = len(scheduled)
+        query_lens = np.fromiter(scheduled.values(), dtype=np.int64, count=count)
+        context_lens = np.fromiter((r.num_computed_tokens for r in scheduled), dtype=np.int64, count=count)
+        seq_lens = context_lens + query_lens
+        starts = np.zeros(count + 1, dtype=np.int64)
+        np.cumsum(query_lens, out=starts[1:])
+        row = np.repeat(np.arange(count), query_lens)
+        positions = np.arange(starts[-1]) - starts[row] + context_lens[row]
+        block_table = tables.gather([r.request_id for r in scheduled])
+        slots = block_table[row, positions // bs].astype(np.int64) * bs + positions % bs
         dev = self.device
-        starts = [0]
-        for n in query_lens:
-            starts.append(starts[-1] + n)
         meta = AttentionMetadata(
-            query_start_loc=torch.tensor(starts, dtype=torch.int32, device=dev),
-            seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=dev),
-            context_lens=torch.tensor([s - q for s, q in zip(seq_lens, query_lens)], dtype=torch.int32, device=dev),
-            block_tables=torch.tensor(tables, dtype=torch.int32, device=dev),
-            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
-            query_lens_cpu=query_lens,
-            seq_lens_cpu=seq_lens,
+            query_start_loc=torch.from_numpy(starts.astype(np.int32)).to(dev),
+            seq_lens=torch.from_numpy(seq_lens.astype(np.int32)).to(dev),
+            context_lens=torch.from_numpy(context_lens.astype(np.int32)).to(dev),
+            block_tables=torch.from_numpy(block_table).to(dev),
+            slot_mapping=torch.from_numpy(slots).to(dev),
+            query_lens_cpu=query_lens.tolist(),
+            seq_lens_cpu=seq_lens.tolist(),
         )
-        return (torch.tensor(input_ids, dtype=torch.long, device=dev),
-                torch.tensor(positions, dtype=torch.long, device=dev), meta, sample_rows)
+        return (torch.tensor(input_ids, dtype=torch.long, device=dev), torch.from_numpy(positions).to(dev),
+                meta, sample_rows)
 
     @torch.inference_mode()
-    def execute(self, scheduled: dict[Request, int], block_ids: dict[str, list[int]],
+    def execute(self, scheduled: dict[Request, int], tables: BlockTables,
                 prompt_rows: PromptRows | None = None) -> torch.Tensor:
         """Run the step; return fp32 logits for the requests whose known tokens are all
         computed after it, in batch order: one row, or 1 + k rows for a request verifying k
         draft tokens. The logits of `prompt_rows` follow them, when given."""
-        input_ids, positions, meta, sample_rows = self.prepare(scheduled, block_ids)
+        input_ids, positions, meta, sample_rows = self.prepare(scheduled, tables)
         if self.cuda_graphs is not None and self.cuda_graphs.can_run(meta):
             hidden = self.cuda_graphs.run(input_ids, positions, meta)
         else:
@@ -127,11 +130,11 @@ class ModelRunner:
             sample_rows = sample_rows + prompt_rows.rows
         return self.model.compute_logits(hidden[sample_rows])
 
-    def execute_with_layout(self, scheduled: dict[Request, int], block_ids: dict[str, list[int]]
+    def execute_with_layout(self, scheduled: dict[Request, int], tables: BlockTables
                             ) -> tuple[torch.Tensor, RowLayout | None, PromptRows | None]:
         """`execute`, the layout of its logits rows that selection and the update read (None
         when the step only runs prompt chunks), and the prompt rows scored this step, whose
         logits are the last rows."""
         layout = RowLayout.build(scheduled, self.device)  # before the step moves num_computed_tokens
         prompt_rows = PromptRows.build(scheduled)
-        return self.execute(scheduled, block_ids, prompt_rows), layout, prompt_rows
+        return self.execute(scheduled, tables, prompt_rows), layout, prompt_rows

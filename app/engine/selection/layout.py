@@ -50,7 +50,6 @@ class RowLayout:
     def build(cls, scheduled: dict[Request, int], device: torch.device) -> RowLayout | None:
         """None when no request is sampled this step (prompt chunks only)."""
         requests, firsts, ks, greedy, forced, drafts = [], [], [], [], [], []
-        temperature, top_k, top_p, min_p, key, position, seeded = [], [], [], [], [], [], []
         q_rows, q_parts, logprob_rows, logprob_req, logprob_offset = [], [], [], [], []
         penalised = []
         num_top = num_q = 0
@@ -67,18 +66,6 @@ class RowLayout:
             greedy.append(p.greedy)
             forced.append(req.spec_forced)
             drafts.append(req.spec_token_ids)
-            temperature += [p.temperature if not p.greedy else 1.0] * rows
-            top_k += [p.top_k] * rows
-            top_p += [p.top_p] * rows
-            min_p += [p.min_p] * rows
-            if p.seed is not None:
-                key += [request_key(p.seed)] * rows
-                position += range(req.num_tokens, req.num_tokens + rows)
-                seeded += [True] * rows
-            else:
-                key += [0] * rows
-                position += range(row, row + rows)
-                seeded += [False] * rows
             if req.draft_probs is not None and not req.spec_forced and not p.greedy:
                 q_rows.append(list(range(num_q, num_q + k)))
                 q_parts.append(req.draft_probs)
@@ -106,11 +93,7 @@ class RowLayout:
             draft_q_row=(torch.tensor(pad(q_rows, -1), dtype=torch.long, device=dev).view(len(ks), max_k)
                          if q_parts else None))
         all_greedy = all(greedy)
-        sampling = None if all_greedy else (  # an all-greedy step draws nothing
-            torch.tensor(temperature, device=dev), torch.tensor(top_k, device=dev),
-            torch.tensor(top_p, device=dev), torch.tensor(min_p, device=dev),
-            torch.tensor(key, dtype=torch.long, device=dev),
-            torch.tensor(position, dtype=torch.long, device=dev), torch.tensor(seeded, device=dev))
+        sampling = None if all_greedy else _sampling_rows(requests, firsts, ks, dev)  # greedy draws nothing
         temperature, top_k, top_p, min_p, key, position, seeded = sampling or (None,) * 7
         return cls(
             requests=requests, first_rows=firsts, num_rows=row, verify=verify,
@@ -124,3 +107,28 @@ class RowLayout:
                            if logprob_rows else None),
             num_top_logprobs=num_top,
             penalties=Penalties.build(penalised, dev) if penalised else None)
+
+
+def _sampling_rows(requests: list[Request], firsts: list[int], ks: list[int], dev: torch.device
+                   ) -> tuple[torch.Tensor, ...]:
+    """Per row: temperature, top-k, top-p, min-p, and the key, position and seededness of its draws."""
+    temperature, top_k, top_p, min_p, key, position, seeded = [], [], [], [], [], [], []
+    for req, row, k in zip(requests, firsts, ks):
+        p = req.params
+        rows = k + 1
+        temperature += [p.temperature if not p.greedy else 1.0] * rows
+        top_k += [p.top_k] * rows
+        top_p += [p.top_p] * rows
+        min_p += [p.min_p] * rows
+        if p.seed is not None:
+            key += [request_key(p.seed)] * rows
+            position += range(req.num_tokens, req.num_tokens + rows)
+            seeded += [True] * rows
+        else:
+            key += [0] * rows
+            position += range(row, row + rows)
+            seeded += [False] * rows
+    return (torch.tensor(temperature, device=dev), torch.tensor(top_k, device=dev),
+            torch.tensor(top_p, device=dev), torch.tensor(min_p, device=dev),
+            torch.tensor(key, dtype=torch.long, device=dev),
+            torch.tensor(position, dtype=torch.long, device=dev), torch.tensor(seeded, device=dev))

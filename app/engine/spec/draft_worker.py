@@ -49,8 +49,7 @@ class DraftWorker:
             while active:
                 batch = {req: req.num_tokens - req.num_computed_tokens for req in active}
                 self.num_computed_tokens += sum(batch.values())
-                block_ids = {r.request_id: self.block_manager.block_ids(r.request_id) for r in batch}
-                logits = self.runner.execute(batch, block_ids)
+                logits = self.runner.execute(batch, self.block_manager.tables)
                 tokens = self._sample(logits, [active[r][1:] for r in batch], rows, [active[r][0] for r in batch])
                 for req, token in zip(list(batch), tokens):
                     req.num_computed_tokens = req.num_tokens
