@@ -139,6 +139,8 @@ class BlockManager:
         write = req.num_computed_tokens // self.block_size  # where this step's first new token goes
         copy_on_write = write < len(blocks) and blocks[write].ref_count > 1
         num_new = self.blocks_needed(num_tokens) - len(blocks) - len(cached_prefix)
+        if num_new <= 0 and blocks and not copy_on_write and not cached_prefix:
+            return True  # what it holds covers the tokens: most decode steps
         reclaimed = sum(1 for b in cached_prefix if b.ref_count == 0)
         if num_new + copy_on_write > self.num_free_blocks - reclaimed:
             return False

@@ -225,7 +225,8 @@ class LLMEngine:
         """Keep the verified tokens. The KV of the known tokens and the accepted drafts is
         valid; rejected drafts' slots are overwritten by later steps (the blocks stay)."""
         num_known = req.num_tokens
-        req.set_spec([])
+        if req.spec_token_ids:
+            req.set_spec([])
         count = self._append(req, chosen.token_ids)
         req.num_computed_tokens = min(num_known + chosen.num_accepted, req.num_tokens)
         self.block_manager.cache_full_blocks(req)
