@@ -45,6 +45,10 @@ class EngineConfig:
     # rows where it builds ("cpu"), else plain PyTorch ("torch").
     attention_backend: str = "auto"
     enable_cuda_graphs: bool = True
+    # Schedule and prepare step N+1 while step N runs on the device; its inputs read N's tokens
+    # there (app/engine/engine.py). None: on CUDA only (on the CPU the forward runs in the
+    # calling thread, so nothing would overlap).
+    overlap_scheduling: bool | None = None
     # Speculative decoding: "draft" (a draft model proposes), "ngram" (prompt lookup) or None.
     speculative_method: str | None = None
     num_speculative_tokens: int = 4  # k at small batches

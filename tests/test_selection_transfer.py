@@ -73,17 +73,22 @@ def test_one_copy_per_step_of_the_expected_size():
                                                                             top_p=0.95, seed=3))
     engine.add_request("sampled", tokenizer.encode("Once upon"), SamplingParams(max_tokens=40, temperature=1.0,
                                                                                logprobs=3))
-    layouts = []
-    real_select = engine._select
+    layouts = []  # (layout, what crossed to the host from selecting on the device to unpacking, drafts)
+    real_on_device, real_to_host = engine._select_on_device, engine._to_host
 
-    def select(logits, layout):
-        layouts.append(layout)
-        with host_conversions_counted({}) as counts:
-            chosen = real_select(logits, layout)
-        layouts[-1] = (layout, counts, [(list(r.spec_token_ids), r.spec_forced) for r in layout.requests])
-        return chosen
+    def on_device(logits, layout):
+        counts = {}
+        with host_conversions_counted(counts):
+            selection = real_on_device(logits, layout)
+        if layout is not None:
+            layouts.append((layout, counts, [(list(r.spec_token_ids), r.spec_forced) for r in layout.requests]))
+        return selection
 
-    engine._select = select
+    def to_host(flight):
+        with host_conversions_counted(layouts[-1][1]):
+            return real_to_host(flight)
+
+    engine._select_on_device, engine._to_host = on_device, to_host
     kinds_seen = set()
     while engine.has_unfinished_requests():
         engine.step()

@@ -14,20 +14,29 @@ from app.config import EngineConfig
 from app.engine.beam_search import BeamSearch
 from app.engine.block_manager import BlockManager
 from app.engine.guided_rows import plan_guided_drafts
-from app.engine.model_runner import ModelRunner
+from app.engine.model_runner import DeviceInputs, ModelRunner
 from app.engine.request import Request, RequestStatus, stop_token_ids
 from app.engine.request_limits import RequestLimits
 from app.engine.scheduler import Scheduler
 from app.engine.selection.layout import RowLayout
 from app.engine.selection.prompt_logprobs import score_prompt_rows
-from app.engine.selection.selector import Chosen, Selector
+from app.engine.selection.selector import Chosen, Selection, Selector
 from app.engine.spec.proposal import Proposer
 from app.engine.spec.schedule import SpeculationSchedule
 from app.engine.spec.speculator import SpecStats, Speculator
+from app.engine.to_device import to_device
 from app.guided.vocabulary import GuidedVocabulary, build_guided_vocabulary
 from app.models.config import ModelConfig
 from app.outputs import RequestOutput, RequestRejected
 from app.sampling_params import SamplingParams
+
+
+@dataclass
+class StepInFlight:
+    """A step launched on the device whose choices have not reached the host."""
+    batch: dict[Request, int]  # request -> tokens computed, in batch order
+    layout: RowLayout | None
+    selection: Selection | None
 
 
 @dataclass
@@ -85,6 +94,9 @@ class LLMEngine:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.num_steps = 0
+        self.overlap_scheduling = (config.overlap_scheduling if config.overlap_scheduling is not None
+                                   else self.runner.device.type == "cuda")
+        self.in_flight: StepInFlight | None = None
         self._offline_ids = itertools.count()
 
     # -- requests --------------------------------------------------------------------------
@@ -124,59 +136,144 @@ class LLMEngine:
         return list(self.requests) + list(self.beam_searches)
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished()
+        return self.scheduler.has_unfinished() or self.in_flight is not None
 
     # -- the step --------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        """schedule -> execute -> select -> update."""
+        """schedule -> execute -> select -> update.
+
+        With overlapped scheduling, a step whose requests are all plain (no drafts, grammar,
+        beams or penalties) is left running on the device: the next call schedules and launches
+        the step after it first, feeding it the tokens where they are, and only then waits for
+        the step in flight and updates from it. The host's work then runs beside the device's.
+        So a call returns the outputs of the step before the one it launches."""
         started = time.perf_counter()
-        scheduled = self._schedule()
-        if not scheduled:
-            return []
-        if copies := self.block_manager.take_pending_copies():
-            self.runner.copy_blocks(copies)
-        batch = scheduled.num_scheduled_tokens
-        decode_only = self.speculator is not None and all(req.is_decoding for req in batch)
-        logits, layout, prompt_rows = self.runner.execute_with_layout(batch, self.block_manager.tables)
-        if prompt_rows is not None:
-            num_sampled = logits.shape[0] - len(prompt_rows.rows)
-            score_prompt_rows(logits[num_sampled:], prompt_rows)
-            logits = logits[:num_sampled]
-        chosen = self._select(logits, layout)
-        outputs = self._update(batch, layout, chosen)
+        ahead, self.in_flight = self.in_flight, None
+        held = self._advance_ahead(ahead) if ahead is not None else set()
+        scheduled = self._schedule(held)
+        launched = self._launch(scheduled.num_scheduled_tokens, ahead) if scheduled else None
+        outputs = self._finish_ahead(ahead) if ahead is not None else []
+        if launched is None:
+            return outputs
+        if self.overlap_scheduling and self._can_run_ahead(launched):
+            self.in_flight = launched
+            return outputs
+        decode_only = self.speculator is not None and all(req.is_decoding for req in launched.batch)
+        outputs += self._update(launched.batch, launched.layout, self._to_host(launched))
         if decode_only:  # the steps adaptive speculation compares
             self.speculator.record_step(time.perf_counter() - started)
         return outputs
 
-    def _schedule(self):
+    def _launch(self, batch: dict[Request, int], ahead: StepInFlight | None) -> StepInFlight:
+        """Execute and select, leaving the choices on the device."""
+        if copies := self.block_manager.take_pending_copies():
+            self.runner.copy_blocks(copies)
+        device_inputs = self._device_inputs(batch, ahead) if ahead is not None else None
+        logits, layout, prompt_rows = self.runner.execute_with_layout(batch, self.block_manager.tables,
+                                                                      device_inputs)
+        if prompt_rows is not None:
+            num_sampled = logits.shape[0] - len(prompt_rows.rows)
+            score_prompt_rows(logits[num_sampled:], prompt_rows)
+            logits = logits[:num_sampled]
+        return StepInFlight(batch, layout, self._select_on_device(logits, layout))
+
+    @staticmethod
+    def _device_inputs(batch: dict[Request, int], ahead: StepInFlight) -> DeviceInputs | None:
+        """The input rows of requests whose last token the step ahead is still choosing."""
+        index_in_ahead = {req: i for i, req in enumerate(ahead.layout.requests)} if ahead.layout else {}
+        rows, indices, end = [], [], 0
+        for req, num_new in batch.items():
+            end += num_new
+            if req in index_in_ahead and req.has_pending_token:  # its last input is that token
+                rows.append(end - 1)
+                indices.append(index_in_ahead[req])
+        if not rows:
+            return None
+        final = ahead.selection.final
+        return DeviceInputs(rows, final.index_select(0, to_device(indices, final.device, torch.long)))
+
+    def _can_run_ahead(self, flight: StepInFlight) -> bool:
+        """Whether the next step may be scheduled before this one's tokens reach the host: every
+        request it samples takes exactly one token, known to the device alone."""
+        if self.speculator is not None:
+            return False
+        return flight.layout is None or all(
+            not r.spec_token_ids and r.guide is None and r.beam_search is None and not r.params.penalised
+            for r in flight.layout.requests)
+
+    def _advance_ahead(self, flight: StepInFlight) -> set[Request]:
+        """Count the step in flight as computed, and reserve each sampled request's token, so
+        the next step can be scheduled now. Returns the requests that token will finish (their
+        max_tokens): the next step leaves them out."""
+        for req, num_new in flight.batch.items():
+            if not req.is_finished:
+                self._count_computed(req, num_new)
+        held = set()
+        for req in flight.layout.requests if flight.layout is not None else ():
+            if req.is_finished:  # aborted meanwhile
+                continue
+            if req.num_output_tokens + 1 >= req.params.max_tokens:
+                held.add(req)
+            else:
+                req.reserve_token()
+        return held
+
+    def _finish_ahead(self, flight: StepInFlight) -> list[RequestOutput]:
+        """Wait for the step in flight's tokens and put them where their places were kept."""
+        if flight.layout is None:
+            return []
+        outputs = []
+        for req, chosen in zip(flight.layout.requests, self._to_host(flight)):
+            if req.is_finished:  # aborted while in flight: its rows are dropped
+                continue
+            token = chosen.token_ids[0]
+            if req.has_pending_token:
+                req.fill_pending_token(token)
+                self.generation_tokens += 1
+            else:
+                self._append(req, [token])
+            if req.status == RequestStatus.RUNNING:
+                self.block_manager.cache_full_blocks(req)
+            outputs.append(self._output(req, chosen.logprobs))
+            if req.is_finished:
+                self._release(req)
+        return outputs
+
+    def _schedule(self, hold: set[Request] = frozenset()):
         """Drafts (proposed, then kept inside any grammar, or forced by it), then the batch."""
         if self.speculator is not None:
             self.speculator.propose(self.scheduler.running, len(self.scheduler.waiting))
         if any(r.guide is not None for r in self.scheduler.running):
             plan_guided_drafts(self.scheduler.running, self.tokenizer, self.max_model_len,
                                self.config.enable_jump_forward)
-        scheduled = self.scheduler.schedule()
+        scheduled = self.scheduler.schedule(hold)
         if scheduled:
             self.num_steps += 1
             if self.speculator is not None:
                 self.speculator.send_ahead(scheduled.num_scheduled_tokens, len(self.scheduler.waiting))
         return scheduled
 
-    def _select(self, logits: torch.Tensor, layout: RowLayout | None) -> list[Chosen]:
+    def _select_on_device(self, logits: torch.Tensor, layout: RowLayout | None) -> Selection | None:
         if layout is None:
-            return []
+            return None
         jump_forward = self.config.enable_jump_forward and bool(layout.guided)
-        return self.selector(logits, layout, self.num_steps, self.tokenizer if jump_forward else None)
+        return self.selector.on_device(logits, layout, self.num_steps, self.tokenizer if jump_forward else None)
+
+    def _to_host(self, flight: StepInFlight) -> list[Chosen]:
+        return [] if flight.layout is None else self.selector.to_host(flight.selection, flight.layout)
+
+    def _count_computed(self, req: Request, num_new: int) -> None:
+        self.prompt_tokens += max(0, min(req.num_computed_tokens + num_new, req.num_prompt_tokens)
+                                  - req.num_computed_tokens)
+        req.num_computed_tokens += num_new
+        if req.num_computed_tokens < req.num_tokens:  # a prompt chunk: nothing sampled
+            self.block_manager.cache_full_blocks(req)
 
     def _update(self, batch: dict[Request, int], layout: RowLayout | None,
                 chosen: list[Chosen]) -> list[RequestOutput]:
         """Move every request's computed count on; keep what each sampled request chose."""
         for req, num_new in batch.items():
-            self.prompt_tokens += max(0, min(req.num_computed_tokens + num_new, req.num_prompt_tokens)
-                                      - req.num_computed_tokens)
-            req.num_computed_tokens += num_new
-            if req.num_computed_tokens < req.num_tokens:  # a prompt chunk: nothing sampled
-                self.block_manager.cache_full_blocks(req)
+            self._count_computed(req, num_new)
         if layout is None:
             return []
         outputs = []

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
 from app.config import EngineConfig
 from app.engine.block_tables import BlockTables
+from app.engine.to_device import to_device
 from app.engine.request import Request
 from app.engine.selection.layout import RowLayout
 from app.engine.selection.prompt_logprobs import PromptRows
@@ -33,6 +36,13 @@ def select_attention_backend(name: str, device: torch.device, dtype: torch.dtype
         from kernels.backend import TritonAttentionBackend
         return TritonAttentionBackend.for_dtype(dtype)
     raise ValueError(f"unknown attention backend {name!r} (auto, cpu, torch, triton)")
+
+
+@dataclass
+class DeviceInputs:
+    """Input rows whose tokens a step still in flight chose: they are read where they are."""
+    rows: list[int]
+    tokens: torch.Tensor  # [len(rows)] on the device
 
 
 def kv_block_bytes(cfg: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
@@ -104,37 +114,40 @@ class ModelRunner:
         slots = block_table[row, positions // bs].astype(np.int64) * bs + positions % bs
         dev = self.device
         meta = AttentionMetadata(
-            query_start_loc=torch.from_numpy(starts.astype(np.int32)).to(dev),
-            seq_lens=torch.from_numpy(seq_lens.astype(np.int32)).to(dev),
-            context_lens=torch.from_numpy(context_lens.astype(np.int32)).to(dev),
-            block_tables=torch.from_numpy(block_table).to(dev),
-            slot_mapping=torch.from_numpy(slots).to(dev),
+            query_start_loc=to_device(starts.astype(np.int32), dev),
+            seq_lens=to_device(seq_lens.astype(np.int32), dev),
+            context_lens=to_device(context_lens.astype(np.int32), dev),
+            block_tables=to_device(block_table, dev),
+            slot_mapping=to_device(slots, dev),
             query_lens_cpu=query_lens.tolist(),
             seq_lens_cpu=seq_lens.tolist(),
         )
-        return (torch.tensor(input_ids, dtype=torch.long, device=dev), torch.from_numpy(positions).to(dev),
-                meta, sample_rows)
+        return to_device(input_ids, dev, torch.long), to_device(positions, dev), meta, sample_rows
 
     @torch.inference_mode()
     def execute(self, scheduled: dict[Request, int], tables: BlockTables,
-                prompt_rows: PromptRows | None = None) -> torch.Tensor:
+                prompt_rows: PromptRows | None = None, device_inputs: DeviceInputs | None = None
+                ) -> torch.Tensor:
         """Run the step; return fp32 logits for the requests whose known tokens are all
         computed after it, in batch order: one row, or 1 + k rows for a request verifying k
         draft tokens. The logits of `prompt_rows` follow them, when given."""
         input_ids, positions, meta, sample_rows = self.prepare(scheduled, tables)
+        if device_inputs is not None:
+            input_ids.index_copy_(0, to_device(device_inputs.rows, self.device, torch.long), device_inputs.tokens)
         if self.cuda_graphs is not None and self.cuda_graphs.can_run(meta):
             hidden = self.cuda_graphs.run(input_ids, positions, meta)
         else:
             hidden = self.model(input_ids, positions, self.kv_caches, meta, self.backend)
         if prompt_rows is not None:
             sample_rows = sample_rows + prompt_rows.rows
-        return self.model.compute_logits(hidden[sample_rows])
+        return self.model.compute_logits(hidden.index_select(0, to_device(sample_rows, self.device, torch.long)))
 
-    def execute_with_layout(self, scheduled: dict[Request, int], tables: BlockTables
+    def execute_with_layout(self, scheduled: dict[Request, int], tables: BlockTables,
+                            device_inputs: DeviceInputs | None = None
                             ) -> tuple[torch.Tensor, RowLayout | None, PromptRows | None]:
         """`execute`, the layout of its logits rows that selection and the update read (None
         when the step only runs prompt chunks), and the prompt rows scored this step, whose
         logits are the last rows."""
         layout = RowLayout.build(scheduled, self.device)  # before the step moves num_computed_tokens
         prompt_rows = PromptRows.build(scheduled)
-        return self.execute(scheduled, tables, prompt_rows), layout, prompt_rows
+        return self.execute(scheduled, tables, prompt_rows, device_inputs), layout, prompt_rows

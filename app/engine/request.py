@@ -13,6 +13,9 @@ import torch
 from app.sampling_params import SamplingParams
 
 
+PENDING_TOKEN = -1  # a token a step still running on the device has chosen (overlapped scheduling)
+
+
 class RequestStatus(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"
@@ -90,6 +93,19 @@ class Request:
     @property
     def is_finished(self) -> bool:
         return self.status == RequestStatus.FINISHED
+
+    @property
+    def has_pending_token(self) -> bool:
+        return self.all_token_ids[-1] == PENDING_TOKEN
+
+    def reserve_token(self) -> None:
+        """Hold the place of the token a step in flight is choosing, so the next step can be
+        scheduled (its input is read on the device) before the token reaches the host."""
+        self.all_token_ids.append(PENDING_TOKEN)
+
+    def fill_pending_token(self, token_id: int) -> None:
+        self.all_token_ids.pop()
+        self.append_token(token_id)
 
     def append_token(self, token_id: int) -> None:
         self.all_token_ids.append(token_id)

@@ -49,7 +49,8 @@ class Scheduler:
             self.waiting.remove(req)
         self.block_manager.free(req)
 
-    def schedule(self) -> SchedulerOutput:
+    def schedule(self, hold: frozenset[Request] | set[Request] = frozenset()) -> SchedulerOutput:
+        """`hold`: running requests to leave out of this step (their next token ends them)."""
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
         # Decodes (one token left to compute) before prompt chunks, so long prompts never
@@ -58,7 +59,7 @@ class Scheduler:
         for req in order:
             if budget == 0:
                 break
-            if req.status != RequestStatus.RUNNING:  # preempted earlier in this loop
+            if req.status != RequestStatus.RUNNING or req in hold:  # preempted earlier in this loop
                 continue
             wanted = req.num_tokens_with_spec - req.num_computed_tokens
             if wanted == 0:  # a beam waiting for the other beams of its search

@@ -44,7 +44,8 @@ def uniforms(key: torch.Tensor, position: torch.Tensor, stream: int | torch.Tens
 
 def sample_uniforms(key: torch.Tensor, position: torch.Tensor, count: int) -> torch.Tensor:
     """[R, count]: each row's SAMPLE uniform, then count - 1 for its redraws."""
-    streams = torch.tensor([SAMPLE] + list(range(REDRAW, REDRAW + count - 1)), device=key.device)
+    streams = torch.cat([torch.full((1,), SAMPLE, device=key.device),
+                         torch.arange(REDRAW, REDRAW + count - 1, device=key.device)])
     return uniforms(key[:, None], position[:, None], streams[None, :])
 
 

@@ -16,6 +16,7 @@ from app.engine.request import Request
 from app.engine.selection.draws import request_key
 from app.engine.selection.penalties import Penalties
 from app.engine.selection.verify import VerifyRows
+from app.engine.to_device import to_device
 
 
 @dataclass
@@ -87,10 +88,10 @@ class RowLayout:
         dev = device
         draft_q = torch.cat(q_parts).to(dev) if q_parts else None
         verify = VerifyRows(
-            first=torch.tensor(firsts, device=dev), num_drafts=torch.tensor(ks, device=dev),
-            greedy=torch.tensor(greedy, device=dev), forced=torch.tensor(forced, device=dev),
-            drafts=torch.tensor(pad(drafts, 0), dtype=torch.long, device=dev).view(len(ks), max_k),
-            draft_q_row=(torch.tensor(pad(q_rows, -1), dtype=torch.long, device=dev).view(len(ks), max_k)
+            first=to_device(firsts, dev, torch.long), num_drafts=to_device(ks, dev, torch.long),
+            greedy=to_device(greedy, dev, torch.bool), forced=to_device(forced, dev, torch.bool),
+            drafts=to_device(pad(drafts, 0), dev, torch.long).view(len(ks), max_k),
+            draft_q_row=(to_device(pad(q_rows, -1), dev, torch.long).view(len(ks), max_k)
                          if q_parts else None))
         all_greedy = all(greedy)
         sampling = None if all_greedy else _sampling_rows(requests, firsts, ks, dev)  # greedy draws nothing
@@ -103,7 +104,7 @@ class RowLayout:
                            for r, g in zip(requests, greedy)),
             max_top_k=max((r.params.top_k for r, g in zip(requests, greedy) if not g), default=0),
             draft_q=draft_q, logprob_rows=logprob_rows,
-            logprob_index=(torch.tensor([logprob_rows, logprob_req, logprob_offset], device=dev)
+            logprob_index=(to_device([logprob_rows, logprob_req, logprob_offset], dev, torch.long)
                            if logprob_rows else None),
             num_top_logprobs=num_top,
             penalties=Penalties.build(penalised, dev) if penalised else None)
@@ -128,7 +129,7 @@ def _sampling_rows(requests: list[Request], firsts: list[int], ks: list[int], de
             key += [0] * rows
             position += range(row, row + rows)
             seeded += [False] * rows
-    return (torch.tensor(temperature, device=dev), torch.tensor(top_k, device=dev),
-            torch.tensor(top_p, device=dev), torch.tensor(min_p, device=dev),
-            torch.tensor(key, dtype=torch.long, device=dev),
-            torch.tensor(position, dtype=torch.long, device=dev), torch.tensor(seeded, device=dev))
+    return (to_device(temperature, dev, torch.float32), to_device(top_k, dev, torch.long),
+            to_device(top_p, dev, torch.float32), to_device(min_p, dev, torch.float32),
+            to_device(key, dev, torch.long), to_device(position, dev, torch.long),
+            to_device(seeded, dev, torch.bool))

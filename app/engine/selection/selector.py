@@ -31,6 +31,14 @@ class Chosen:
     logprobs: list[TokenLogprob] | None  # one per token in token_ids, when the request asked
 
 
+@dataclass
+class Selection:
+    """A step's choices on the device: the payload that crosses to the host, and each request's
+    final token, which the next step's inputs read where they are."""
+    payload: torch.Tensor
+    final: torch.Tensor
+
+
 def choose(logits: torch.Tensor, layout: RowLayout, unseeded_key: int
            ) -> tuple[torch.Tensor, torch.Tensor]:
     """(num_accepted [n], final token [n]) on the device; `logits` already masked."""
@@ -92,11 +100,19 @@ class Selector:
     def __call__(self, logits: torch.Tensor, layout: RowLayout, step: int,
                  jump_forward_tokenizer=None) -> list[Chosen]:
         """One Chosen per sampled request, in layout order. `step` keys unseeded draws."""
+        return self.to_host(self.on_device(logits, layout, step, jump_forward_tokenizer), layout)
+
+    def on_device(self, logits: torch.Tensor, layout: RowLayout, step: int,
+                  jump_forward_tokenizer=None) -> Selection:
+        """The step's choices, left on the device (a step in flight)."""
         masked = mask_guided_rows(logits, layout.guided, jump_forward_tokenizer)
         num_accepted, final = choose(masked, layout, step_key(self.seed, step))
         parts = [num_accepted, final] + logprob_payload(logits, layout, num_accepted, final)
-        host = transfer.to_host(torch.cat([p.double() for p in parts])).tolist()
-        return unpack(host, layout)
+        return Selection(torch.cat([p.double() for p in parts]), final)
+
+    @staticmethod
+    def to_host(selection: Selection, layout: RowLayout) -> list[Chosen]:
+        return unpack(transfer.to_host(selection.payload).tolist(), layout)
 
 
 def unpack(values: list[float], layout: RowLayout) -> list[Chosen]:

@@ -1,0 +1,112 @@
+"""Overlapped scheduling (app/engine/engine.py): step N+1 is scheduled and launched before step
+N's tokens reach the host, its inputs read them on the device. On the CPU nothing runs beside
+anything, but every path is the same, so the tokens must be those of the plain engine, with
+stops, aborts and preemption taking effect, and no block left held."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from app.config import EngineConfig
+from app.engine.engine import LLMEngine
+from app.sampling_params import SamplingParams
+from tests.checkpoints import write_random_qwen2
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return write_random_qwen2(tmp_path_factory.mktemp("qwen2"))
+
+
+def make_engine(checkpoint, overlap: bool, **overrides) -> LLMEngine:
+    overrides.setdefault("num_kv_blocks", 128)
+    return LLMEngine(EngineConfig(model=str(checkpoint), overlap_scheduling=overlap, **overrides))
+
+
+def prompts(n: int, seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(2, 512, (int(torch.randint(1, 80, (1,), generator=g)),), generator=g).tolist()
+            for _ in range(n)]
+
+
+def assert_nothing_held(engine: LLMEngine) -> None:
+    bm = engine.block_manager
+    assert engine.in_flight is None and not engine.has_unfinished_requests()
+    assert bm.num_used_blocks == 0 and not bm.request_blocks and not bm.tables.row_of
+
+
+def mixed_params(n: int) -> list[SamplingParams]:
+    """Greedy and seeded sampled requests of different lengths; some stop on tokens the model
+    is likely to produce, which no host-side rule can see coming."""
+    out = []
+    for i in range(n):
+        common = dict(max_tokens=1 + (7 * i) % 23, seed=i if i % 2 else None,
+                      stop_token_ids=list(range(100 + i, 400, 3)) if i % 3 == 0 else [])
+        out.append(SamplingParams(temperature=0.0 if i % 2 == 0 else 0.9, top_p=0.9 if i % 4 == 1 else 1.0,
+                                  ignore_eos=True, **common))
+    return out
+
+
+@pytest.mark.parametrize("pool", [{}, dict(num_kv_blocks=24, max_num_batched_tokens=48)])
+def test_overlapped_steps_give_the_plain_engines_tokens(checkpoint, pool):
+    """Greedy and seeded requests, with chunked prompts; the small pool also preempts."""
+    batch, params = prompts(12, seed=1), mixed_params(12)
+    expected = make_engine(checkpoint, overlap=False, **pool).generate(batch, params)
+    engine = make_engine(checkpoint, overlap=True, **pool)
+    assert engine.generate(batch, params) == expected
+    if pool:
+        assert engine.stats().num_preemptions > 0
+    assert any(len(t) < p.max_tokens for t, p in zip(expected, params)), "no request stopped on a token"
+    assert_nothing_held(engine)
+
+
+def test_a_step_left_in_flight_returns_its_tokens_with_the_next_call(checkpoint):
+    engine = make_engine(checkpoint, overlap=True)
+    engine.add_request("a", prompts(1)[0], SamplingParams(max_tokens=3, temperature=0, ignore_eos=True))
+    first = engine.step()
+    assert first == [] and engine.in_flight is not None
+    outputs = []
+    while engine.has_unfinished_requests():
+        outputs += engine.step()
+    assert [len(o.new_token_ids) for o in outputs] == [1, 1, 1] and outputs[-1].finished
+    assert engine.stats().num_steps == 3  # no step is launched for a request its last token ends
+    assert_nothing_held(engine)
+
+
+def test_a_request_aborted_while_its_step_is_in_flight_gets_nothing_more(checkpoint):
+    engine = make_engine(checkpoint, overlap=True)
+    for i, p in enumerate(prompts(4, seed=2)):
+        engine.add_request(str(i), p, SamplingParams(max_tokens=40, temperature=0, ignore_eos=True))
+    for _ in range(5):
+        engine.step()
+    assert engine.in_flight is not None
+    engine.abort_request("1")
+    later = []
+    while engine.has_unfinished_requests():
+        later += engine.step()
+    assert "1" not in {o.request_id for o in later}
+    assert {o.request_id for o in later if o.finished} == {"0", "2", "3"}
+    assert_nothing_held(engine)
+
+
+def test_steps_with_penalties_or_beams_run_one_at_a_time(checkpoint):
+    """Their next step needs this step's tokens on the host, so nothing is left in flight."""
+    engine = make_engine(checkpoint, overlap=True)
+    engine.add_request("p", prompts(1)[0], SamplingParams(max_tokens=4, temperature=0, presence_penalty=1.0))
+    engine.step()
+    assert engine.in_flight is None
+    while engine.has_unfinished_requests():
+        engine.step()
+        assert engine.in_flight is None
+    expected = make_engine(checkpoint, overlap=False).generate(
+        prompts(2, seed=3), [SamplingParams(max_tokens=6, temperature=0, ignore_eos=True, beam_width=2),
+                             SamplingParams(max_tokens=6, temperature=0, frequency_penalty=1.5, ignore_eos=True)])
+    assert engine.generate(prompts(2, seed=3), [
+        SamplingParams(max_tokens=6, temperature=0, ignore_eos=True, beam_width=2),
+        SamplingParams(max_tokens=6, temperature=0, frequency_penalty=1.5, ignore_eos=True)]) == expected
+    assert_nothing_held(engine)
+
+
+def test_overlap_is_on_where_the_device_runs_beside_the_host(checkpoint):
+    assert make_engine(checkpoint, overlap=None).overlap_scheduling is False  # CPU
