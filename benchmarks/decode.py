@@ -4,8 +4,9 @@ engine beside transformers `generate` on the same weights, in the same run.
 Reports tokens/s and model bandwidth utilisation, MBU = (weight bytes + KV bytes read per
 step) x steps/s / the card's measured device-to-device copy bandwidth: at batch 1 (goal
 >= 75%, CUDA graphs on) a decode step can go no faster than reading the weights once. Each
-batch size runs greedy and sampled (temperature 0.8, top_p 0.95) decoding side by side, and
-the CUDA kernels one decode step launches are counted with torch.profiler, per decoder layer.
+batch size runs greedy decoding without and with overlapped scheduling (the host preparing step
+N+1 while step N runs), and sampled (temperature 0.8, top_p 0.95) with it, side by side; the
+CUDA kernels one decode step launches are counted with torch.profiler, per decoder layer.
 
     python benchmarks/decode.py [--batch-sizes 1 64 256] [--prompt-len 128] [--gen-len 128]
                                 [--model-dir DIR (reuse a checkpoint)] [--layers 32]
@@ -179,19 +180,21 @@ def main() -> int:
     for batch in args.batch_sizes:
         context = args.prompt_len + args.gen_len / 2
         hf_tok_s = float("nan") if args.skip_hf else run_hf(hf, batch, args.prompt_len, args.gen_len)
-        for sampled in (False, True):
-            mode = "sampled" if sampled else "greedy"
+        for sampled, overlap in ((False, False), (False, True), (True, True)):
+            mode = ("sampled" if sampled else "greedy") + ("" if overlap else " (no overlap)")
+            engine.overlap_scheduling = overlap  # read at every step: one engine measures both
             r = run_engine(engine, batch, args.prompt_len, args.gen_len, f"b{batch}-{mode}", sampled)
             mbu = step_bytes(hf, batch, context) * r["steps_s"] / copy_bw
             kernels, copies = kernels_per_step(engine, batch, 16, f"k{batch}-{mode}", sampled)
             rows.append((batch, mode, r["decode_tok_s"], mbu, r["e2e_tok_s"], hf_tok_s,
                          kernels / layers, copies))
-            print(f"batch {batch:4d} {mode:7s}: decode {r['decode_tok_s']:9.1f} tok/s  MBU {100 * mbu:5.1f}%  "
+            print(f"batch {batch:4d} {mode:20s}: decode {r['decode_tok_s']:9.1f} tok/s  MBU {100 * mbu:5.1f}%  "
                   f"e2e {r['e2e_tok_s']:9.1f} tok/s  transformers greedy {hf_tok_s:9.1f} tok/s  "
                   f"(x{r['e2e_tok_s'] / hf_tok_s:.1f})  {kernels / layers:.1f} kernels/layer/step "
                   f"({kernels} kernels, {copies} copies)")
-        greedy, sampled_row = rows[-2], rows[-1]
-        print(f"batch {batch:4d}: sampled / greedy decode tok/s = {sampled_row[2] / greedy[2]:.2f}")
+        serial, greedy, sampled_row = rows[-3:]
+        print(f"batch {batch:4d}: sampled / greedy decode tok/s = {sampled_row[2] / greedy[2]:.2f}; "
+              f"greedy with / without overlapped scheduling = {greedy[2] / serial[2]:.2f}")
     print("\n| batch | mode | decode tok/s | MBU | e2e tok/s | transformers greedy tok/s | kernels/layer/step |"
           "\n|---|---|---|---|---|---|---|")
     for batch, mode, dec, mbu, e2e, hf_s, per_layer, _ in rows:
