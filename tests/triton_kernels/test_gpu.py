@@ -169,6 +169,21 @@ def test_engine_bf16_on_the_trained_checkpoint():
     _assert_bf16_like_transformers_bf16(DEFAULT_TARGET, _prompts(vocab=4000))
 
 
+def test_overlapped_scheduling_gives_the_serial_engines_tokens(checkpoint):
+    """On CUDA the next step really is launched before this one's tokens reach the host."""
+    from app.config import EngineConfig
+    from app.engine.engine import LLMEngine
+    from tests.test_overlap_scheduling import mixed_params, prompts
+    batch, params = prompts(12, seed=1), mixed_params(12)
+    outputs = []
+    for overlap in (False, True):
+        engine = LLMEngine(EngineConfig(model=str(checkpoint), dtype="float32", device="cuda", num_kv_blocks=64,
+                                        max_num_batched_tokens=64, overlap_scheduling=overlap))
+        outputs.append(engine.generate(batch, params))
+        assert engine.block_manager.num_used_blocks == 0
+    assert outputs[0] == outputs[1]
+
+
 def test_cuda_graph_decode_matches_eager(checkpoint):
     """Graph replay (padded batch) gives eager's hidden states, and padding rows write no KV."""
     from app.config import EngineConfig
