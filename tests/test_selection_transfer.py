@@ -27,9 +27,10 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength
 
 @contextlib.contextmanager
 def host_conversions_counted(counts: dict[str, int]):
-    """Count tensor -> host conversions (.item(), .cpu(), .numpy(), .tolist()) made outside
-    transfer.to_host and on anything but what it returned."""
-    originals = {name: getattr(torch.Tensor, name) for name in ("item", "cpu", "numpy", "tolist")}
+    """Count tensor -> host conversions (.item(), .cpu(), .tolist()) made outside
+    transfer.to_host and on anything but what it returned. (`.numpy()` is not one: it only
+    views a tensor already on the host, and raises on a device tensor.)"""
+    originals = {name: getattr(torch.Tensor, name) for name in ("item", "cpu", "tolist")}
     allowed: list[torch.Tensor] = []  # kept alive, so no other tensor takes their id
     real_to_host = transfer.to_host
 

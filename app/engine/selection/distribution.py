@@ -7,9 +7,20 @@ a row's own token is drawn without the sort (`draw.py`)."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from app.sampling_params import SamplingParams
+
+
+def sort_descending(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values, indices) of each row sorted largest first. On the CPU numpy's argsort (SIMD
+    quicksort) is ~6x faster than torch's sort for [5, 4096] fp32 rows (0.18 against 1.06 ms,
+    `benchmarks/select_speed.py`'s verification rows); ties come in either's arbitrary order."""
+    if rows.device.type != "cpu":
+        return rows.sort(dim=-1, descending=True)
+    order = torch.from_numpy(np.argsort(np.negative(rows.detach().float().contiguous().numpy()), axis=-1))
+    return rows.gather(-1, order), order
 
 
 def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
@@ -17,7 +28,7 @@ def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
     """Set to -inf every logit outside a row's top-k, then outside its top-p nucleus (of the
     top-k distribution), then below min_p x its most likely token's probability.
     top_k = 0 means no cut; rows are [N, V], settings [N]."""
-    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    sorted_logits, order = sort_descending(logits)
     rank = torch.arange(logits.shape[-1], device=logits.device)[None, :]
     k = torch.where(top_k > 0, top_k, logits.shape[-1])[:, None]
     sorted_logits = sorted_logits.masked_fill(rank >= k, float("-inf"))
