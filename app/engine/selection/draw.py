@@ -39,15 +39,37 @@ def draw_with_uniforms(logits: torch.Tensor, temperature: torch.Tensor, top_k: t
                        top_p: torch.Tensor, min_p: torch.Tensor, max_top_k: int, u: torch.Tensor
                        ) -> torch.Tensor:
     """u: [R, rounds], independent uniforms, the first the row's own."""
-    if logits.is_cuda:
-        from kernels.filtered_sampling import filtered_sample
-        tokens = filtered_sample(logits.contiguous(), temperature, top_p, min_p, u)
-    else:
-        tokens = draw_top_p_by_rejection(logits, temperature, top_p, min_p, u)
-    if max_top_k:
+    if not logits.is_cuda:
+        return _draw_on_cpu(logits, temperature, top_k, top_p, min_p, max_top_k, u)
+    from kernels.filtered_sampling import filtered_sample
+    tokens = filtered_sample(logits.contiguous(), temperature, top_p, min_p, u)
+    if max_top_k:  # shapes fixed by the host: every row drawn both ways
         tokens = torch.where(top_k > 0, draw_top_k(logits, temperature, top_k, top_p, min_p,
                                                    max_top_k, u[:, 0]), tokens)
     return tokens
+
+
+def _draw_on_cpu(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+                 top_p: torch.Tensor, min_p: torch.Tensor, max_top_k: int, u: torch.Tensor
+                 ) -> torch.Tensor:
+    """Picking rows costs nothing on the CPU, so each row is drawn one way only."""
+    if not max_top_k:
+        return draw_top_p_by_rejection(logits, temperature, top_p, min_p, u)
+    tokens = torch.empty(logits.shape[0], dtype=torch.long)
+    with_k = top_k > 0
+    for rows, draw in ((with_k.nonzero()[:, 0], _draw_top_k_rows), ((~with_k).nonzero()[:, 0], _draw_top_p_rows)):
+        if len(rows):
+            tokens[rows] = draw(logits[rows], temperature[rows], top_k[rows], top_p[rows], min_p[rows],
+                                max_top_k, u[rows])
+    return tokens
+
+
+def _draw_top_k_rows(logits, temperature, top_k, top_p, min_p, max_top_k, u):
+    return draw_top_k(logits, temperature, top_k, top_p, min_p, max_top_k, u[:, 0])
+
+
+def _draw_top_p_rows(logits, temperature, top_k, top_p, min_p, max_top_k, u):
+    return draw_top_p_by_rejection(logits, temperature, top_p, min_p, u)
 
 
 def draw_top_p_by_rejection(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
