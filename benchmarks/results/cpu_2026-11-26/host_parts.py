@@ -1,4 +1,6 @@
-"""CPU: host parts of a decode step (schedule / prepare / select / update), each timed, at batch
+"""Run from the repository root: python benchmarks/results/cpu_2026-11-26/host_parts.py CODE_ROOT PROMPT_LEN BATCHES
+(CODE_ROOT: a checkout or `git archive` of the code to time; the checkpoint is this checkout's).
+CPU: host parts of a decode step (schedule / prepare / select / update), each timed, at batch
 64 and 256 with the default tiny target (forward time excluded by difference)."""
 import statistics, sys, time, torch
 sys.path.insert(0, sys.argv[1] if len(sys.argv) > 1 else ".")
@@ -7,7 +9,7 @@ BATCHES = [int(b) for b in sys.argv[3].split(",")] if len(sys.argv) > 3 else [64
 from app.config import EngineConfig
 from app.engine.engine import LLMEngine
 from app.sampling_params import SamplingParams
-eng = LLMEngine(EngineConfig(model="/work/main/checkpoints/tiny-target", num_kv_blocks=256 * (PROMPT // 16 + 5) + 64, max_num_seqs=256,
+eng = LLMEngine(EngineConfig(model="checkpoints/tiny-target", num_kv_blocks=256 * (PROMPT // 16 + 5) + 64, max_num_seqs=256,
                              max_num_batched_tokens=max(8192, PROMPT * 8)))
 parts = {}
 def timed(obj, name, label):
@@ -17,7 +19,10 @@ def timed(obj, name, label):
         parts[label] = parts.get(label, 0) + time.perf_counter() - t; return r
     setattr(obj, name, f)
 timed(eng, "_schedule", "schedule"); timed(eng.runner, "prepare", "prepare"); (hasattr(eng, "_block_ids") and timed(eng, "_block_ids", "block_ids"))
-timed(eng, "_select", "select"); timed(eng, "_update", "update"); timed(eng, "_apply_verified", "apply"); timed(eng, "_output", "output"); timed(eng.block_manager, "cache_full_blocks", "publish")
+for name in ("_select", "_select_on_device", "_to_host"):  # before and after the selection split
+    if hasattr(eng, name):
+        timed(eng, name, "select")
+timed(eng, "_update", "update")
 from app.engine.selection.layout import RowLayout
 orig_build = RowLayout.build
 def build(*a, **k):
@@ -39,4 +44,4 @@ for batch in BATCHES:
         wall = statistics.median(r[0] for r in dec) * 1e3
         host = sum(med(k) for k in ("schedule", "prepare", "block_ids", "layout", "select", "update"))
         print(f"batch {batch:3d}: step {wall:6.2f} ms; schedule {med('schedule'):.3f} block_ids {med('block_ids'):.3f} "
-              f"prepare {med('prepare'):.3f} layout {med('layout'):.3f} select {med('select'):.3f} update {med('update'):.3f} (apply {med('apply'):.3f} output {med('output'):.3f} publish {med('publish'):.3f}) = host {host:.2f} ms", flush=True)
+              f"prepare {med('prepare'):.3f} layout {med('layout'):.3f} select {med('select'):.3f} update {med('update'):.3f} = host {host:.2f} ms", flush=True)
