@@ -26,19 +26,19 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength
 
 
 @contextlib.contextmanager
-def host_conversions_counted(counts: dict[str, int]):
+def host_conversions_counted(counts: dict[str, int], allowed: list[torch.Tensor] | None = None):
     """Count tensor -> host conversions (.item(), .cpu(), .tolist()) made outside
     transfer.to_host and on anything but what it returned. (`.numpy()` is not one: it only
     views a tensor already on the host, and raises on a device tensor.)"""
     originals = {name: getattr(torch.Tensor, name) for name in ("item", "cpu", "tolist")}
-    allowed: list[torch.Tensor] = []  # kept alive, so no other tensor takes their id
+    allowed = [] if allowed is None else allowed  # kept alive, so no other tensor takes their id
     real_to_host = transfer.to_host
 
     def to_host(payload):
         counts["to_host"] = counts.get("to_host", 0) + 1
         counts["bytes"] = counts.get("bytes", 0) + payload.numel() * payload.element_size()
         out = real_to_host(payload)
-        allowed.append(out)
+        allowed.append(out.tensor)
         return out
 
     def counting(name):
@@ -77,16 +77,18 @@ def test_one_copy_per_step_of_the_expected_size():
     layouts = []  # (layout, what crossed to the host from selecting on the device to unpacking, drafts)
     real_on_device, real_to_host = engine._select_on_device, engine._to_host
 
+    allowed = []  # what transfer.to_host returned, carried from selecting to unpacking
+
     def on_device(logits, layout):
         counts = {}
-        with host_conversions_counted(counts):
+        with host_conversions_counted(counts, allowed):
             selection = real_on_device(logits, layout)
         if layout is not None:
             layouts.append((layout, counts, [(list(r.spec_token_ids), r.spec_forced) for r in layout.requests]))
         return selection
 
     def to_host(flight):
-        with host_conversions_counted(layouts[-1][1]):
+        with host_conversions_counted(layouts[-1][1], allowed):
             return real_to_host(flight)
 
     engine._select_on_device, engine._to_host = on_device, to_host
@@ -116,6 +118,6 @@ def test_one_copy_per_step_of_the_expected_size():
 def test_the_count_sees_an_extra_copy(extra):
     """The instrument above does catch a second copy or a per-row .item() in selection."""
     with host_conversions_counted({}) as counts:
-        transfer.to_host(torch.arange(4)).tolist()
+        transfer.to_host(torch.arange(4)).wait().tolist()
         getattr(torch.arange(1), extra)()
     assert counts.get(extra) == 1 and counts["to_host"] == 1

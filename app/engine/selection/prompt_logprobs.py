@@ -55,7 +55,7 @@ def score_prompt_rows(logits: torch.Tensor, prompt: PromptRows) -> None:
     if m:
         top_values, top_ids = logprobs.topk(m, dim=-1)
         parts += [top_ids.flatten(), top_values.flatten()]
-    values = transfer.to_host(torch.cat([p.double() for p in parts])).tolist()
+    values = transfer.to_host(torch.cat([p.double() for p in parts])).wait().tolist()
     n = len(prompt.rows)
     chosen, ranks = values[:n], values[n:2 * n]
     top_ids, top_values = values[2 * n:2 * n + n * m], values[2 * n + n * m:]

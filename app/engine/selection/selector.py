@@ -33,9 +33,9 @@ class Chosen:
 
 @dataclass
 class Selection:
-    """A step's choices on the device: the payload that crosses to the host, and each request's
-    final token, which the next step's inputs read where they are."""
-    payload: torch.Tensor
+    """A step's choices: the payload on its way to the host, and each request's final token on
+    the device, which the next step's inputs read where it is."""
+    host: transfer.HostCopy
     final: torch.Tensor
 
 
@@ -104,15 +104,16 @@ class Selector:
 
     def on_device(self, logits: torch.Tensor, layout: RowLayout, step: int,
                   jump_forward_tokenizer=None) -> Selection:
-        """The step's choices, left on the device (a step in flight)."""
+        """The step's choices, their copy to the host started (a step in flight)."""
         masked = mask_guided_rows(logits, layout.guided, jump_forward_tokenizer)
         num_accepted, final = choose(masked, layout, step_key(self.seed, step))
         parts = [num_accepted, final] + logprob_payload(logits, layout, num_accepted, final)
-        return Selection(torch.cat([p.double() for p in parts]), final)
+        return Selection(transfer.to_host(torch.cat([p.double() for p in parts])), final)
 
     @staticmethod
     def to_host(selection: Selection, layout: RowLayout) -> list[Chosen]:
-        return unpack(transfer.to_host(selection.payload).tolist(), layout)
+        """Wait for the copy (this step's work only) and unpack it."""
+        return unpack(selection.host.wait().tolist(), layout)
 
 
 def unpack(values: list[float], layout: RowLayout) -> list[Chosen]:

@@ -5,7 +5,27 @@ from __future__ import annotations
 import torch
 
 
-def to_host(payload: torch.Tensor) -> torch.Tensor:
-    """Copy the step's chosen tokens, accepted counts and asked-for logprobs to the host (one
-    synchronising copy; on the CPU path a no-op)."""
-    return payload.to("cpu")
+class HostCopy:
+    """A step's payload on its way to the host. On CUDA: a non-blocking copy into pinned memory
+    with an event recorded behind it, so that waiting for it waits for this step's work only,
+    not for a step launched after it (overlapped scheduling). On the CPU: the payload itself."""
+
+    def __init__(self, payload: torch.Tensor):
+        self.event = None
+        if payload.is_cuda:
+            self.tensor = torch.empty(payload.shape, dtype=payload.dtype, pin_memory=True)
+            self.tensor.copy_(payload, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+        else:
+            self.tensor = payload
+
+    def wait(self) -> torch.Tensor:
+        if self.event is not None:
+            self.event.synchronize()
+        return self.tensor
+
+
+def to_host(payload: torch.Tensor) -> HostCopy:
+    """Start copying the step's chosen tokens, accepted counts and asked-for logprobs to the host."""
+    return HostCopy(payload)
