@@ -6,34 +6,16 @@ stops, aborts and preemption taking effect, and no block left held."""
 from __future__ import annotations
 
 import pytest
-import torch
 
-from app.config import EngineConfig
-from app.engine.engine import LLMEngine
 from app.sampling_params import SamplingParams
-from tests.checkpoints import write_random_qwen2
+from tests.test_engine import assert_no_block_referenced, make_engine, prompts
+from tests.test_engine import checkpoint  # noqa: F401  (the fixture)
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return write_random_qwen2(tmp_path_factory.mktemp("qwen2"))
-
-
-def make_engine(checkpoint, overlap: bool, **overrides) -> LLMEngine:
-    overrides.setdefault("num_kv_blocks", 128)
-    return LLMEngine(EngineConfig(model=str(checkpoint), overlap_scheduling=overlap, **overrides))
-
-
-def prompts(n: int, seed: int = 0) -> list[list[int]]:
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(2, 512, (int(torch.randint(1, 80, (1,), generator=g)),), generator=g).tolist()
-            for _ in range(n)]
-
-
-def assert_nothing_held(engine: LLMEngine) -> None:
-    bm = engine.block_manager
+def assert_nothing_held(engine) -> None:
     assert engine.in_flight is None and not engine.has_unfinished_requests()
-    assert bm.num_used_blocks == 0 and not bm.request_blocks and not bm.tables.row_of
+    assert_no_block_referenced(engine)
+    assert not engine.block_manager.tables.row_of
 
 
 def mixed_params(n: int) -> list[SamplingParams]:
@@ -52,8 +34,8 @@ def mixed_params(n: int) -> list[SamplingParams]:
 def test_overlapped_steps_give_the_plain_engines_tokens(checkpoint, pool):
     """Greedy and seeded requests, with chunked prompts; the small pool also preempts."""
     batch, params = prompts(12, seed=1), mixed_params(12)
-    expected = make_engine(checkpoint, overlap=False, **pool).generate(batch, params)
-    engine = make_engine(checkpoint, overlap=True, **pool)
+    expected = make_engine(checkpoint, overlap_scheduling=False, **pool).generate(batch, params)
+    engine = make_engine(checkpoint, overlap_scheduling=True, **pool)
     assert engine.generate(batch, params) == expected
     if pool:
         assert engine.stats().num_preemptions > 0
@@ -62,7 +44,7 @@ def test_overlapped_steps_give_the_plain_engines_tokens(checkpoint, pool):
 
 
 def test_a_step_left_in_flight_returns_its_tokens_with_the_next_call(checkpoint):
-    engine = make_engine(checkpoint, overlap=True)
+    engine = make_engine(checkpoint, overlap_scheduling=True)
     engine.add_request("a", prompts(1)[0], SamplingParams(max_tokens=3, temperature=0, ignore_eos=True))
     first = engine.step()
     assert first == [] and engine.in_flight is not None
@@ -75,7 +57,7 @@ def test_a_step_left_in_flight_returns_its_tokens_with_the_next_call(checkpoint)
 
 
 def test_a_request_aborted_while_its_step_is_in_flight_gets_nothing_more(checkpoint):
-    engine = make_engine(checkpoint, overlap=True)
+    engine = make_engine(checkpoint, overlap_scheduling=True)
     for i, p in enumerate(prompts(4, seed=2)):
         engine.add_request(str(i), p, SamplingParams(max_tokens=40, temperature=0, ignore_eos=True))
     for _ in range(5):
@@ -92,14 +74,14 @@ def test_a_request_aborted_while_its_step_is_in_flight_gets_nothing_more(checkpo
 
 def test_steps_with_penalties_or_beams_run_one_at_a_time(checkpoint):
     """Their next step needs this step's tokens on the host, so nothing is left in flight."""
-    engine = make_engine(checkpoint, overlap=True)
+    engine = make_engine(checkpoint, overlap_scheduling=True)
     engine.add_request("p", prompts(1)[0], SamplingParams(max_tokens=4, temperature=0, presence_penalty=1.0))
     engine.step()
     assert engine.in_flight is None
     while engine.has_unfinished_requests():
         engine.step()
         assert engine.in_flight is None
-    expected = make_engine(checkpoint, overlap=False).generate(
+    expected = make_engine(checkpoint, overlap_scheduling=False).generate(
         prompts(2, seed=3), [SamplingParams(max_tokens=6, temperature=0, ignore_eos=True, beam_width=2),
                              SamplingParams(max_tokens=6, temperature=0, frequency_penalty=1.5, ignore_eos=True)])
     assert engine.generate(prompts(2, seed=3), [
@@ -109,4 +91,4 @@ def test_steps_with_penalties_or_beams_run_one_at_a_time(checkpoint):
 
 
 def test_overlap_is_on_where_the_device_runs_beside_the_host(checkpoint):
-    assert make_engine(checkpoint, overlap=None).overlap_scheduling is False  # CPU
+    assert make_engine(checkpoint, overlap_scheduling=None).overlap_scheduling is False  # CPU

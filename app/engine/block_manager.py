@@ -155,11 +155,9 @@ class BlockManager:
             if block.ref_count == 0:
                 del self.free_blocks[block.block_id]
             block.ref_count += 1
-        blocks = self.request_blocks.setdefault(req.request_id, [])
-        if cached_prefix or num_new > 0 or req.request_id not in self.tables:
-            added = list(cached_prefix) + [self._take_free_block() for _ in range(max(num_new, 0))]
-            blocks.extend(added)
-            self.tables.extend(req.request_id, [b.block_id for b in added])
+        added = list(cached_prefix) + [self._take_free_block() for _ in range(max(num_new, 0))]
+        self.request_blocks.setdefault(req.request_id, []).extend(added)
+        self.tables.extend(req.request_id, [b.block_id for b in added])
         return True
 
     def admit(self, req: Request, num_tokens: Callable[[int], int], use_cache: bool = True) -> int | None:

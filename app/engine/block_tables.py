@@ -17,9 +17,6 @@ class BlockTables:
         self.row_of: dict[str, int] = {}
         self.free_rows = list(range(rows - 1, -1, -1))
 
-    def __contains__(self, request_id: str) -> bool:
-        return request_id in self.row_of
-
     def ids(self, request_id: str) -> list[int]:
         row = self.row_of.get(request_id)
         return [] if row is None else self.table[row, :self.lengths[row]].tolist()

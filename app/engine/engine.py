@@ -14,29 +14,21 @@ from app.config import EngineConfig
 from app.engine.beam_search import BeamSearch
 from app.engine.block_manager import BlockManager
 from app.engine.guided_rows import plan_guided_drafts
-from app.engine.model_runner import DeviceInputs, ModelRunner
+from app.engine.model_runner import ModelRunner
 from app.engine.request import Request, RequestStatus, stop_token_ids
 from app.engine.request_limits import RequestLimits
 from app.engine.scheduler import Scheduler
 from app.engine.selection.layout import RowLayout
 from app.engine.selection.prompt_logprobs import score_prompt_rows
 from app.engine.selection.selector import Chosen, Selection, Selector
-from app.engine.spec.proposal import Proposer
+from app.engine.spec.proposal import Proposer, build_proposer
 from app.engine.spec.schedule import SpeculationSchedule
 from app.engine.spec.speculator import SpecStats, Speculator
-from app.engine.to_device import to_device
+from app.engine.step_in_flight import StepInFlight
 from app.guided.vocabulary import GuidedVocabulary, build_guided_vocabulary
 from app.models.config import ModelConfig
 from app.outputs import RequestOutput, RequestRejected
 from app.sampling_params import SamplingParams
-
-
-@dataclass
-class StepInFlight:
-    """A step launched on the device whose choices have not reached the host."""
-    batch: dict[Request, int]  # request -> tokens computed, in batch order
-    layout: RowLayout | None
-    selection: Selection | None
 
 
 @dataclass
@@ -53,18 +45,6 @@ class EngineStats:
     generation_tokens: int
     num_steps: int
     spec: SpecStats = field(default_factory=SpecStats)
-
-
-def build_proposer(config: EngineConfig) -> Proposer | None:
-    """The in-process proposer the config names (the Serve graph passes a remote one instead)."""
-    if config.speculative_method == "ngram":
-        from app.engine.spec.ngram_proposer import NgramProposer
-        return NgramProposer(k=config.num_speculative_tokens)
-    if config.speculative_method == "draft" and config.draft_model:
-        from app.engine.spec.draft_worker import DraftWorker
-        return DraftWorker(dataclasses.replace(config, model=config.draft_model, speculative_method=None,
-                                               draft_model=None))
-    return None
 
 
 class LLMEngine:
@@ -155,7 +135,7 @@ class LLMEngine:
         outputs = self._finish_ahead(ahead) if ahead is not None else []
         if launched is None:
             return outputs
-        if self.overlap_scheduling and self._can_run_ahead(launched):
+        if self.overlap_scheduling and self.speculator is None and launched.plain:
             self.in_flight = launched
             return outputs
         decode_only = self.speculator is not None and all(req.is_decoding for req in launched.batch)
@@ -165,10 +145,10 @@ class LLMEngine:
         return outputs
 
     def _launch(self, batch: dict[Request, int], ahead: StepInFlight | None) -> StepInFlight:
-        """Execute and select, leaving the choices on the device."""
+        """Execute and select; the choices stay on the device, their copy to the host started."""
         if copies := self.block_manager.take_pending_copies():
             self.runner.copy_blocks(copies)
-        device_inputs = self._device_inputs(batch, ahead) if ahead is not None else None
+        device_inputs = ahead.device_inputs(batch) if ahead is not None else None
         logits, layout, prompt_rows = self.runner.execute_with_layout(batch, self.block_manager.tables,
                                                                       device_inputs)
         if prompt_rows is not None:
@@ -176,30 +156,6 @@ class LLMEngine:
             score_prompt_rows(logits[num_sampled:], prompt_rows)
             logits = logits[:num_sampled]
         return StepInFlight(batch, layout, self._select_on_device(logits, layout))
-
-    @staticmethod
-    def _device_inputs(batch: dict[Request, int], ahead: StepInFlight) -> DeviceInputs | None:
-        """The input rows of requests whose last token the step ahead is still choosing."""
-        index_in_ahead = {req: i for i, req in enumerate(ahead.layout.requests)} if ahead.layout else {}
-        rows, indices, end = [], [], 0
-        for req, num_new in batch.items():
-            end += num_new
-            if req in index_in_ahead and req.has_pending_token:  # its last input is that token
-                rows.append(end - 1)
-                indices.append(index_in_ahead[req])
-        if not rows:
-            return None
-        final = ahead.selection.final
-        return DeviceInputs(rows, final.index_select(0, to_device(indices, final.device, torch.long)))
-
-    def _can_run_ahead(self, flight: StepInFlight) -> bool:
-        """Whether the next step may be scheduled before this one's tokens reach the host: every
-        request it samples takes exactly one token, known to the device alone."""
-        if self.speculator is not None:
-            return False
-        return flight.layout is None or all(
-            not r.spec_token_ids and r.guide is None and r.beam_search is None and not r.params.penalised
-            for r in flight.layout.requests)
 
     def _advance_ahead(self, flight: StepInFlight) -> set[Request]:
         """Count the step in flight as computed, and reserve each sampled request's token, so

@@ -56,20 +56,12 @@ def _draw_on_cpu(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
     if not max_top_k:
         return draw_top_p_by_rejection(logits, temperature, top_p, min_p, u)
     tokens = torch.empty(logits.shape[0], dtype=torch.long)
-    with_k = top_k > 0
-    for rows, draw in ((with_k.nonzero()[:, 0], _draw_top_k_rows), ((~with_k).nonzero()[:, 0], _draw_top_p_rows)):
-        if len(rows):
-            tokens[rows] = draw(logits[rows], temperature[rows], top_k[rows], top_p[rows], min_p[rows],
-                                max_top_k, u[rows])
+    k, p = (top_k > 0).nonzero()[:, 0], (top_k == 0).nonzero()[:, 0]
+    if len(k):
+        tokens[k] = draw_top_k(logits[k], temperature[k], top_k[k], top_p[k], min_p[k], max_top_k, u[k, 0])
+    if len(p):
+        tokens[p] = draw_top_p_by_rejection(logits[p], temperature[p], top_p[p], min_p[p], u[p])
     return tokens
-
-
-def _draw_top_k_rows(logits, temperature, top_k, top_p, min_p, max_top_k, u):
-    return draw_top_k(logits, temperature, top_k, top_p, min_p, max_top_k, u[:, 0])
-
-
-def _draw_top_p_rows(logits, temperature, top_k, top_p, min_p, max_top_k, u):
-    return draw_top_p_by_rejection(logits, temperature, top_p, min_p, u)
 
 
 def draw_top_p_by_rejection(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,

@@ -20,6 +20,7 @@ from app.engine.selection.draws import ACCEPT, SAMPLE, step_key, uniforms
 from app.engine.selection.layout import RowLayout
 from app.engine.selection.penalties import apply_penalties
 from app.engine.selection.verify import verify
+from app.engine.to_device import to_device
 from app.outputs import TokenLogprob
 
 
@@ -68,7 +69,7 @@ def _draws_without_drafts(logits: torch.Tensor, layout: RowLayout, key: torch.Te
                  if not req.spec_token_ids and not req.params.greedy]
     if not undrafted:
         return None
-    index = torch.tensor(undrafted, device=logits.device)
+    index = to_device(undrafted, logits.device, torch.long)
     rows = layout.verify.first[index]
     tokens = draw_tokens(logits[rows], layout.temperature[rows], layout.top_k[rows], layout.top_p[rows],
                          layout.min_p[rows], layout.max_top_k, key[rows], layout.position[rows])

@@ -8,11 +8,14 @@ distribution that decodes to, so acceptance by min(1, p/q) stays lossless.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 import torch
+
+from app.config import EngineConfig
 
 
 @dataclass
@@ -76,3 +79,15 @@ class Proposer(Protocol):
 
     def forget(self, request_id: str) -> None:
         """The request finished; drop whatever was kept for it."""
+
+
+def build_proposer(config: EngineConfig) -> Proposer | None:
+    """The in-process proposer the config names (the Serve graph passes a remote one instead)."""
+    if config.speculative_method == "ngram":
+        from app.engine.spec.ngram_proposer import NgramProposer
+        return NgramProposer(k=config.num_speculative_tokens)
+    if config.speculative_method == "draft" and config.draft_model:
+        from app.engine.spec.draft_worker import DraftWorker
+        return DraftWorker(dataclasses.replace(config, model=config.draft_model, speculative_method=None,
+                                               draft_model=None))
+    return None
