@@ -58,6 +58,9 @@ class EngineConfig:
     # (app/engine/spec/adaptive.py), so speculation that does not pay here turns itself off.
     adaptive_speculation: bool = True
     draft_model: str | None = None  # a local draft checkpoint, run in-process (offline use)
+    # With the draft model: a request whose last tokens occurred earlier in its own tokens takes
+    # what followed them as drafts, without a draft call (app/engine/spec/speculator.py).
+    prompt_lookup_first: bool = True
     # Guided decoding: insert the text a format forces (keys, punctuation) as drafts that are
     # always accepted, instead of decoding it token by token.
     enable_jump_forward: bool = True

@@ -1,4 +1,5 @@
-"""Speculative decoding: target alone vs target + draft model vs target + n-gram lookup, at
+"""Speculative decoding: target alone vs target + draft model (prompt lookup first, as served by
+default, and without it) vs target + n-gram lookup, at
 several batch sizes, on an input-grounded workload (repeat a code snippet given in the prompt)
 and on open-ended prompts, in one run. Greedy, so all three produce the same tokens; prints
 output tokens/s, mean request latency, the speed-up over the target alone, the acceptance rate
@@ -99,6 +100,8 @@ def main() -> None:
     engines = {"target alone": LLMEngine(EngineConfig(**common)),
                "target + draft": LLMEngine(EngineConfig(**common, speculative_method="draft",
                                                         draft_model=args.draft_model)),
+               "draft, no lookup": LLMEngine(EngineConfig(**common, speculative_method="draft",
+                                                          draft_model=args.draft_model, prompt_lookup_first=False)),
                "target + n-gram": LLMEngine(EngineConfig(**common, speculative_method="ngram"))}
     if args.compare_fixed:
         engines["draft, fixed k"] = LLMEngine(EngineConfig(**common, speculative_method="draft",

@@ -179,6 +179,7 @@ def test_speculative_decoding_metrics_with_vllm_names():
     spec.steps_by_k = {0: 7, 4: 3}
     spec.num_proposals, spec.proposal_seconds = 3, 0.25
     spec.num_drafts_sent_ahead, spec.num_drafts_ahead_used = 5, 2
+    spec.num_drafts_looked_up = 4
     hub = Hub()
     reporter = em.EngineMetricsReporter(hub, "r1", MODEL, lambda: stats(spec=spec))
     run(reporter.report())
@@ -197,3 +198,4 @@ def test_speculative_decoding_metrics_with_vllm_names():
     assert values(fams, "specserve:spec_decode_proposal_seconds_total") == [0.25]
     assert values(fams, "specserve:spec_decode_drafts_sent_ahead_total") == [5]
     assert values(fams, "specserve:spec_decode_drafts_ahead_used_total") == [2]
+    assert values(fams, "specserve:spec_decode_drafts_looked_up_total") == [4]

@@ -66,8 +66,8 @@ class LLMEngine:
         if config.speculative_method and proposer is not None:
             schedule = SpeculationSchedule.from_config(config.speculation_schedule, config.num_speculative_tokens,
                                                        config.torch_device.type)
-            self.speculator = Speculator(proposer, schedule, self.max_model_len,
-                                         self.model_config.vocab_size, config.seed, config.adaptive_speculation)
+            self.speculator = Speculator(proposer, schedule, self.max_model_len, self.model_config.vocab_size,
+                                         config.seed, config.adaptive_speculation, config.prompt_lookup_first)
         self.requests: dict[str, Request] = {}
         self.beam_searches: dict[str, BeamSearch] = {}  # by the caller's request id
         self._beam_ids = itertools.count()

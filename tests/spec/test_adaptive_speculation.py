@@ -148,7 +148,9 @@ GREEDY = SamplingParams(max_tokens=160, temperature=0.0, ignore_eos=True)
 
 
 def engine_with(proposer, **overrides) -> LLMEngine:
+    """Every row's drafts come from `proposer`: no prompt lookup ahead of it."""
     overrides.setdefault("speculation_schedule", {1: 4})
+    overrides.setdefault("prompt_lookup_first", False)
     return LLMEngine(EngineConfig(model=str(DEFAULT_TARGET), num_kv_blocks=128, speculative_method="draft",
                                   **overrides), proposer=proposer)
 

@@ -16,6 +16,13 @@ so every step emits at least one token and greedy output equals plain decoding.
 When the proposer can answer while the step runs (a draft channel), `send_ahead` asks for the
 next step's drafts of greedy rows during the forward, and `propose` takes those whose guess
 held (app/engine/spec/drafts_ahead.py).
+
+With a draft model and `prompt_lookup_first`, a request whose last LOOKUP_FIRST_MIN_MATCH tokens occurred
+earlier in its own tokens takes what followed them as its drafts, and the draft model is not
+asked for it (nor sent ahead for it). The lookup costs microseconds; a draft call costs a round
+trip to the draft replica. On copying work (summaries, code edits, document QA) most steps then
+make no call at all. Matches of 3+ tokens are accepted about as often as the draft model's
+drafts on the default pair; shorter ones much less (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -30,10 +37,13 @@ import torch
 from app.engine.request import Request
 from app.engine.spec.adaptive import AdaptiveSpeculation
 from app.engine.spec.drafts_ahead import DraftsAhead
+from app.engine.spec.ngram_proposer import NgramProposer
 from app.engine.spec.proposal import DraftInput, Proposer
 from app.engine.spec.schedule import SpeculationSchedule
 
 logger = logging.getLogger(__name__)
+
+LOOKUP_FIRST_MIN_MATCH = 3  # the shortest match of the last tokens that proposes instead of the draft model
 
 
 @dataclass
@@ -49,6 +59,7 @@ class SpecStats:
     proposal_seconds: float = 0.0  # spent waiting for them (in the served app: the DraftModel round trip)
     num_drafts_sent_ahead: int = 0  # requests whose next step's drafts were asked for during a step
     num_drafts_ahead_used: int = 0  # of those, the ones whose next step took them (no proposal wait)
+    num_drafts_looked_up: int = 0  # drafts found in the request's own tokens instead of asking the draft model
 
     def record(self, num_draft_tokens: int, num_accepted: int) -> None:
         self.num_drafts += 1
@@ -86,7 +97,7 @@ class Speculator:
     `AdaptiveSpeculation` picks k from what steps cost and drafts earn (app/engine/spec/adaptive.py)."""
 
     def __init__(self, proposer: Proposer, schedule: SpeculationSchedule, max_model_len: int,
-                 vocab_width: int, seed: int = 0, adaptive: bool = False):
+                 vocab_width: int, seed: int = 0, adaptive: bool = False, prompt_lookup_first: bool = False):
         self.proposer = proposer
         self.schedule = schedule
         self.adaptive = AdaptiveSpeculation(schedule) if adaptive else None
@@ -98,6 +109,9 @@ class Speculator:
         send_ahead = getattr(proposer, "send_ahead", None)
         self.ahead = DraftsAhead(send_ahead, max_model_len) if send_ahead is not None else None
         self.reads_sequences = getattr(proposer, "reads_sequences", True)  # n-gram lookup does not
+        self.lookup = (NgramProposer(min_n=LOOKUP_FIRST_MIN_MATCH) if prompt_lookup_first and self.reads_sequences
+                       else None)
+        self._looked_up: set[Request] = set()  # this step's rows whose drafts the lookup found
 
     def propose(self, running: list[Request], num_waiting: int = 0) -> None:
         """k follows the load: the running requests and those waiting to start, so a burst of
@@ -114,6 +128,7 @@ class Speculator:
         seeded_k = self.schedule.k_for(1) if self.adaptive is not None else k
         ready = self._take_ahead() if decoding else {}
         candidates, inputs, took_ahead = [], [], False
+        self._looked_up.clear()
         for req in running:
             req.set_spec([])
             k_wanted = seeded_k if req.params.seed is not None and not req.params.greedy else k
@@ -123,6 +138,12 @@ class Speculator:
                         self.max_model_len - req.num_tokens)
             if k_req <= 0:
                 continue
+            if self.lookup is not None:
+                found = self.lookup.propose_for(req.request_id, req.all_token_ids, k_req)
+                if found:
+                    req.set_spec(found)
+                    self._looked_up.add(req)
+                    continue
             if req in ready:
                 req.set_spec(ready[req][:k_req])
                 self.stats.num_drafts_ahead_used += 1
@@ -135,8 +156,9 @@ class Speculator:
             candidates.append(req)
             inputs.append(DraftInput(req.request_id, req.all_token_ids, k_req, p.greedy, p.temperature,
                                      p.top_p, p.top_k, p.min_p, _draft_seed(req, self.generator)))
+        self.stats.num_drafts_looked_up += len(self._looked_up)
         if decoding:  # a step no row drafts in is timed and counted as the plain step it is
-            ran_k = k if inputs or took_ahead else 0
+            ran_k = k if inputs or took_ahead or self._looked_up else 0
             self._step = (batch_size, ran_k)
             self.stats.steps_by_k[ran_k] = self.stats.steps_by_k.get(ran_k, 0) + 1
         if not inputs:
@@ -178,6 +200,7 @@ class Speculator:
             load = len(batch) + num_waiting
             k = self.adaptive.likely_k(load) if self.adaptive is not None else self.schedule.k_for(load)
         if k > 0:
+            batch = {req: n for req, n in batch.items() if req not in self._looked_up}
             self.stats.num_drafts_sent_ahead += self.ahead.send(batch, k)
 
     def _take_ahead(self) -> dict[Request, list[int]]:
@@ -202,6 +225,8 @@ class Speculator:
         self._step = None
 
     def forget(self, request_id: str) -> None:
+        if self.lookup is not None:
+            self.lookup.forget(request_id)
         forget = getattr(self.proposer, "forget", None)
         if forget is not None:
             forget(request_id)
