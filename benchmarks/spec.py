@@ -1,7 +1,7 @@
 """Speculative decoding: target alone vs target + draft model (prompt lookup first, as served by
 default, and without it) vs target + n-gram lookup, at
 several batch sizes, on an input-grounded workload (repeat a code snippet given in the prompt)
-and on open-ended prompts, in one run. Greedy, so all three produce the same tokens; prints
+and on open-ended prompts, in one run. Greedy, so all of them produce the same tokens; prints
 output tokens/s, mean request latency, the speed-up over the target alone, the acceptance rate
 and the mean accepted length (tokens per speculative step).
 

@@ -188,11 +188,7 @@ class LLMEngine:
                 self.generation_tokens += 1
             else:
                 self._append(req, [token])
-            if req.status == RequestStatus.RUNNING:
-                self.block_manager.cache_full_blocks(req)
-            outputs.append(self._output(req, chosen.logprobs))
-            if req.is_finished:
-                self._release(req)
+            outputs.append(self._emit(req, chosen.logprobs))
         return outputs
 
     def _schedule(self, hold: set[Request] = frozenset()):
@@ -282,8 +278,14 @@ class LLMEngine:
             req.set_spec([])
         count = self._append(req, chosen.token_ids)
         req.num_computed_tokens = min(num_known + chosen.num_accepted, req.num_tokens)
+        return self._emit(req, chosen.logprobs[:count] if chosen.logprobs is not None else None)
+
+    def _emit(self, req: Request, logprobs: list | None) -> RequestOutput:
+        """After a request's new tokens: offer the blocks they filled to the prefix cache, give
+        its output, and release it if they finished it. (A request preempted meanwhile has no
+        computed tokens, so it offers nothing.)"""
         self.block_manager.cache_full_blocks(req)
-        out = self._output(req, chosen.logprobs[:count] if chosen.logprobs is not None else None)
+        out = self._output(req, logprobs)
         if req.is_finished:
             self._release(req)
         return out

@@ -17,9 +17,9 @@ When the proposer can answer while the step runs (a draft channel), `send_ahead`
 next step's drafts of greedy rows during the forward, and `propose` takes those whose guess
 held (app/engine/spec/drafts_ahead.py).
 
-With a draft model and `prompt_lookup_first`, a request whose last LOOKUP_FIRST_MIN_MATCH tokens occurred
-earlier in its own tokens takes what followed them as its drafts, and the draft model is not
-asked for it (nor sent ahead for it). The lookup costs microseconds; a draft call costs a round
+With a draft model and `prompt_lookup_first`, a request whose last LOOKUP_FIRST_MIN_MATCH tokens
+occurred earlier in its own tokens takes what followed them as its drafts, and the draft model
+is not asked for it (nor sent ahead for it). The lookup costs microseconds; a draft call costs a round
 trip to the draft replica. On copying work (summaries, code edits, document QA) most steps then
 make no call at all. Matches of 3+ tokens are accepted about as often as the draft model's
 drafts on the default pair; shorter ones much less (benchmarks/RESULTS.md).
