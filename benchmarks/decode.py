@@ -6,7 +6,8 @@ step) x steps/s / the card's measured device-to-device copy bandwidth: at batch 
 >= 75%, CUDA graphs on) a decode step can go no faster than reading the weights once. Each
 batch size runs greedy decoding without and with overlapped scheduling (the host preparing step
 N+1 while step N runs), and sampled (temperature 0.8, top_p 0.95) with it, side by side; the
-CUDA kernels one decode step launches are counted with torch.profiler, per decoder layer.
+CUDA kernels one decode step launches are counted with torch.profiler, per decoder layer, and
+the share of 8 decode steps in which the GPU runs nothing (the host work left un-overlapped).
 
     python benchmarks/decode.py [--batch-sizes 1 64 256] [--prompt-len 128] [--gen-len 128]
                                 [--model-dir DIR (reuse a checkpoint)] [--layers 32]
@@ -128,6 +129,44 @@ def kernels_per_step(engine, batch: int, prompt_len: int, tag: str, sampled: boo
     return kernels, copies
 
 
+def gpu_idle_share(engine, batch: int, prompt_len: int, tag: str, sampled: bool, steps: int = 8) -> float:
+    """The share of `steps` decode steps' wall time in which the GPU runs nothing (no kernel, no
+    copy), by torch.profiler's device intervals: the host work the step leaves un-overlapped.
+    An upper bound: the profiler's own hooks slow each launch a little."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    from app.sampling_params import SamplingParams
+    settings = SAMPLED if sampled else dict(temperature=0.0)
+    params = SamplingParams(max_tokens=steps + 8, ignore_eos=True, **settings)
+    vocab = engine.model_config.vocab_size
+    for i in range(batch):
+        engine.add_request(f"{tag}-{i}", torch.randint(10, vocab, (prompt_len,)).tolist(), params)
+    started: set[str] = set()
+    while len(started) < batch:
+        started.update(o.request_id for o in engine.step())
+    engine.step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            engine.step()
+        torch.cuda.synchronize()
+    intervals = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
+                       if e.device_type == DeviceType.CUDA and e.time_range.end > e.time_range.start)
+    busy, reach = 0.0, None
+    for start, end in intervals:  # the union of the device's intervals
+        if reach is None or start > reach:
+            busy += end - start
+            reach = end
+        elif end > reach:
+            busy += end - reach
+            reach = end
+    window = intervals[-1][1] - intervals[0][0] if intervals else 0.0
+    while engine.has_unfinished_requests():
+        engine.step()
+    return 1.0 - busy / window if window else float("nan")
+
+
 @torch.inference_mode()
 def run_hf(hf, batch: int, prompt_len: int, gen_len: int) -> float:
     ids = torch.randint(10, hf.config.vocab_size, (batch, prompt_len), device="cuda")
@@ -186,19 +225,21 @@ def main() -> int:
             r = run_engine(engine, batch, args.prompt_len, args.gen_len, f"b{batch}-{mode}", sampled)
             mbu = step_bytes(hf, batch, context) * r["steps_s"] / copy_bw
             kernels, copies = kernels_per_step(engine, batch, 16, f"k{batch}-{mode}", sampled)
+            idle = gpu_idle_share(engine, batch, args.prompt_len, f"i{batch}-{mode}", sampled)
             rows.append((batch, mode, r["decode_tok_s"], mbu, r["e2e_tok_s"], hf_tok_s,
-                         kernels / layers, copies))
+                         kernels / layers, idle))
             print(f"batch {batch:4d} {mode:20s}: decode {r['decode_tok_s']:9.1f} tok/s  MBU {100 * mbu:5.1f}%  "
                   f"e2e {r['e2e_tok_s']:9.1f} tok/s  transformers greedy {hf_tok_s:9.1f} tok/s  "
                   f"(x{r['e2e_tok_s'] / hf_tok_s:.1f})  {kernels / layers:.1f} kernels/layer/step "
-                  f"({kernels} kernels, {copies} copies)")
+                  f"({kernels} kernels, {copies} copies)  GPU idle {100 * idle:.1f}% of decode steps")
         serial, greedy, sampled_row = rows[-3:]
         print(f"batch {batch:4d}: sampled / greedy decode tok/s = {sampled_row[2] / greedy[2]:.2f}; "
               f"greedy with / without overlapped scheduling = {greedy[2] / serial[2]:.2f}")
-    print("\n| batch | mode | decode tok/s | MBU | e2e tok/s | transformers greedy tok/s | kernels/layer/step |"
-          "\n|---|---|---|---|---|---|---|")
-    for batch, mode, dec, mbu, e2e, hf_s, per_layer, _ in rows:
-        print(f"| {batch} | {mode} | {dec:.0f} | {100 * mbu:.0f}% | {e2e:.0f} | {hf_s:.0f} | {per_layer:.1f} |")
+    print("\n| batch | mode | decode tok/s | MBU | e2e tok/s | transformers greedy tok/s | kernels/layer/step "
+          "| GPU idle |\n|---|---|---|---|---|---|---|---|")
+    for batch, mode, dec, mbu, e2e, hf_s, per_layer, idle in rows:
+        print(f"| {batch} | {mode} | {dec:.0f} | {100 * mbu:.0f}% | {e2e:.0f} | {hf_s:.0f} | {per_layer:.1f} "
+              f"| {100 * idle:.1f}% |")
     return 0
 
 

@@ -1,5 +1,5 @@
-"""Top-p by rejection and min-p, one Triton program per row, without sorting the vocabulary:
-the CUDA half of `app.engine.selection.draw` (whose docstring gives the method, and whose
+"""Top-p by rejection, min-p and a top-k floor, one Triton program per row, without sorting
+the vocabulary: the CUDA half of `app.engine.selection.draw` (whose docstring gives the method, and whose
 `draw_top_p_by_rejection` is the same steps in torch ops, used on the CPU and as this kernel's
 reference). After the redraws the nucleus is found by a binary search over the float32 bit
 patterns, ordered as the floats are. Masses are fp32 sums in a fixed order, so a uniform within
@@ -73,8 +73,9 @@ def _draw(base, V, inv_t, m, key_floor, x_floor, u, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _filtered_sample_kernel(logits_ptr, stride, temperature_ptr, top_p_ptr, min_p_ptr,
-                            u_ptr, u_stride, out_ptr, V, BLOCK: tl.constexpr, ROUNDS: tl.constexpr):
+def _filtered_sample_kernel(logits_ptr, stride, temperature_ptr, top_p_ptr, min_p_ptr, floor_ptr,
+                            u_ptr, u_stride, out_ptr, V, BLOCK: tl.constexpr, ROUNDS: tl.constexpr,
+                            HAS_FLOOR: tl.constexpr):
     row = tl.program_id(0)
     base = logits_ptr + row.to(tl.int64) * stride
     inv_t = 1.0 / tl.load(temperature_ptr + row).to(tl.float32)
@@ -89,6 +90,8 @@ def _filtered_sample_kernel(logits_ptr, stride, temperature_ptr, top_p_ptr, min_
         m = tl.maximum(m, tl.max(x, axis=0))
         lowest = tl.minimum(lowest, tl.min(tl.where(valid, x, float("inf")), axis=0))
     key_floor = _order_key(lowest)
+    if HAS_FLOOR:  # the row's top-k cut: its k-th largest logit
+        key_floor = tl.maximum(key_floor, _order_key(tl.load(floor_ptr + row).to(tl.float32) * inv_t))
     x_floor = m + tl.log(min_p)  # min_p 0: -inf, nothing cut
 
     token = _draw(base, V, inv_t, m, key_floor, x_floor, tl.load(u_row).to(tl.float32), BLOCK)
@@ -115,15 +118,18 @@ def _filtered_sample_kernel(logits_ptr, stride, temperature_ptr, top_p_ptr, min_
 
 
 def filtered_sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
-                    min_p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+                    min_p: torch.Tensor, u: torch.Tensor, floor: torch.Tensor | None = None
+                    ) -> torch.Tensor:
     """logits [R, V] (any float dtype, last dim contiguous); per-row settings [R]; uniforms
     u [R, rounds], independent, the first the row's own (with one, top-p goes straight to the
-    search, and every row draws the reference's token). -> [R] int64."""
+    search, and every row draws the reference's token); floor [R] fp32 or None: raw logits
+    below which a row draws nothing (its top-k cut). -> [R] int64."""
     assert logits.dim() == 2 and logits.stride(-1) == 1 and u.dim() == 2 and u.shape[0] == logits.shape[0]
     rows, vocab = logits.shape
     out = torch.empty(rows, dtype=torch.long, device=logits.device)
     if rows:
         _filtered_sample_kernel[(rows,)](
-            logits, logits.stride(0), temperature, top_p, min_p, u, u.stride(0), out, vocab,
-            BLOCK=min(triton.next_power_of_2(vocab), MAX_BLOCK), ROUNDS=u.shape[1], num_warps=8)
+            logits, logits.stride(0), temperature, top_p, min_p, temperature if floor is None else floor,
+            u, u.stride(0), out, vocab, BLOCK=min(triton.next_power_of_2(vocab), MAX_BLOCK),
+            ROUNDS=u.shape[1], HAS_FLOOR=floor is not None, num_warps=8)
     return out

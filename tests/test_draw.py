@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from app.engine.selection.distribution import filter_logits, row_probs
-from app.engine.selection.draw import draw_top_k, draw_top_p_by_rejection, draw_with_uniforms
+from app.engine.selection.draw import draw_top_k, draw_top_p_by_rejection, draw_with_uniforms, top_k_floor
 from app.engine.selection.draws import DRAW_ROUNDS
 from app.engine.selection.verify import sample_inverse_cdf
 
@@ -74,17 +74,28 @@ def test_top_k_rows_draw_the_reference_token_from_their_k_largest():
     assert got.tolist() == reference(logits, temperature, top_k, top_p, min_p, u).tolist()
 
 
-@pytest.mark.parametrize("top_p,min_p,scale", [(0.6, 0.0, 0.3), (0.5, 0.3, 1.0), (0.95, 0.0, 1.0)])
+def test_top_k_floor_is_the_kth_largest_logit_and_minus_inf_without_a_cut():
+    logits = torch.tensor([[0.5, 3.0, -1.0, 2.0], [1.0, 1.0, 1.0, 0.0], [4.0, 3.0, 2.0, 1.0]])
+    floor = top_k_floor(logits, torch.tensor([2, 3, 0]), max_top_k=3)
+    assert floor.tolist() == [2.0, 1.0, float("-inf")]
+    assert top_k_floor(logits, torch.tensor([4, 9, 1]), max_top_k=9).tolist() == [float("-inf")] * 2 + [4.0]
+
+
+@pytest.mark.parametrize("top_p,min_p,scale,top_k", [(0.6, 0.0, 0.3, 0), (0.5, 0.3, 1.0, 0),
+                                                     (0.95, 0.0, 1.0, 0), (0.8, 0.0, 0.3, 7)])
 @pytest.mark.parametrize("rounds", [2, DRAW_ROUNDS])
-def test_top_p_by_rejection_follows_the_nucleus(top_p, min_p, scale, rounds):
-    """Flat rows need several redraws; with 2 rounds, one redraw and then the cut nucleus."""
+def test_top_p_by_rejection_follows_the_nucleus(top_p, min_p, scale, top_k, rounds):
+    """Flat rows need several redraws; with 2 rounds, one redraw and then the cut nucleus. With
+    a top-k floor (the CUDA kernel's cut), the nucleus is of the top-k distribution."""
     n = 6000
     logits = torch.tensor([2.0, 1.5, 1.2, 1.0, 0.9, 0.5, 0.0, -0.5, -1.0, -3.0]) * scale
     vocab = len(logits)
     u = torch.rand(n, rounds, generator=torch.Generator().manual_seed(rounds), dtype=torch.float64)
-    got = draw_top_p_by_rejection(logits.repeat(n, 1), torch.ones(n), torch.full((n,), top_p),
-                                  torch.full((n,), min_p), u)
-    expected = filter_logits(logits[None], torch.tensor([0]), torch.tensor([top_p]),
+    rows = logits.repeat(n, 1)
+    floor = top_k_floor(rows, torch.full((n,), top_k), top_k) if top_k else None
+    got = draw_top_p_by_rejection(rows, torch.ones(n), torch.full((n,), top_p), torch.full((n,), min_p),
+                                  u, floor)
+    expected = filter_logits(logits[None], torch.tensor([top_k]), torch.tensor([top_p]),
                              torch.tensor([min_p]))[0].softmax(-1).double() * n
     observed = torch.bincount(got, minlength=vocab).double()
     support = expected > 0

@@ -1,11 +1,11 @@
-"""The top-p kernel draws what the torch steps it mirrors draw (app/engine/selection/draw.py),
+"""The sampling kernel draws what the torch steps it mirrors draw (app/engine/selection/draw.py),
 round for round, and with one round the reference's token (sort, softmax, inverse CDF)."""
 
 import pytest
 import torch
 
 from app.engine.selection.distribution import row_probs
-from app.engine.selection.draw import draw_top_p_by_rejection, draw_with_uniforms
+from app.engine.selection.draw import draw_top_p_by_rejection, draw_with_uniforms, top_k_floor
 from app.engine.selection.draws import DRAW_ROUNDS
 from app.engine.selection.verify import sample_inverse_cdf
 from kernels.filtered_sampling import filtered_sample
@@ -31,22 +31,32 @@ def strided_logits(rows, vocab, dtype, scale=3.0, seed=0):
     return padded.to(dtype).to(DEVICE)[:, :vocab]
 
 
+def top_k_rows(rows: int, device: str = DEVICE) -> torch.Tensor:
+    """No cut on some rows; on others k = 3, 5, 40, and 250 past a 200-token grammar mask."""
+    return torch.tensor([0, 5, 250, 0, 40, 0, 3])[torch.arange(rows) % 7].to(device)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_one_round_draws_the_reference_token(dtype):
     """With one uniform the kernel cuts the nucleus by search, then draws as the reference."""
     logits = strided_logits(24, 700, dtype)  # several blocks per row
     temperature, top_p, min_p, u = settings(24, rounds=1)
-    zero_k = torch.zeros(24, dtype=torch.long, device=DEVICE)
-    reference = sample_inverse_cdf(row_probs(logits.float(), temperature, zero_k, top_p, min_p, True), u[:, 0])
-    assert filtered_sample(logits, temperature, top_p, min_p, u).tolist() == reference.tolist()
+    top_k = top_k_rows(24)
+    if dtype == torch.float16:  # fp16 ties at a top-k cut; the reference keeps only some
+        top_k = torch.zeros_like(top_k)
+    reference = sample_inverse_cdf(row_probs(logits.float(), temperature, top_k, top_p, min_p, True), u[:, 0])
+    floor = top_k_floor(logits, top_k, 250)
+    assert filtered_sample(logits, temperature, top_p, min_p, u, floor).tolist() == reference.tolist()
 
 
 @pytest.mark.parametrize("scale", [3.0, 0.05])  # peaked rows keep their first draw; flat ones redraw
 def test_every_round_draws_what_the_torch_steps_draw(scale):
     logits = strided_logits(24, 300, torch.float32, scale=scale, seed=2)
     temperature, top_p, min_p, u = settings(24, rounds=DRAW_ROUNDS, seed=3)
-    expected = draw_top_p_by_rejection(logits.cpu(), temperature.cpu(), top_p.cpu(), min_p.cpu(), u.cpu())
-    assert filtered_sample(logits, temperature, top_p, min_p, u).tolist() == expected.tolist()
+    floor = top_k_floor(logits, top_k_rows(24), 250)
+    expected = draw_top_p_by_rejection(logits.cpu(), temperature.cpu(), top_p.cpu(), min_p.cpu(), u.cpu(),
+                                       floor.cpu())
+    assert filtered_sample(logits, temperature, top_p, min_p, u, floor).tolist() == expected.tolist()
 
 
 @pytest.mark.gpu
@@ -68,6 +78,19 @@ def test_llama3_vocabulary_lands_where_the_reference_cdf_puts_the_uniform():
     lower = upper - probs.gather(1, got[:, None])[:, 0]
     tol = 1e-4 * cdf[:, -1]
     assert ((lower - tol <= target) & (target <= upper + tol)).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_ties_at_the_top_k_cut_are_all_kept():
+    """As vLLM keeps them: top_k 2 over [3, 1, 1, 1, 0] draws each tied 1 (a sort keeps one)."""
+    n = 3000
+    logits = torch.tensor([3.0, 1.0, 1.0, 1.0, 0.0], device="cuda").repeat(n, 1)
+    u = torch.rand(n, DRAW_ROUNDS, generator=torch.Generator().manual_seed(8), dtype=torch.float64).cuda()
+    ones = torch.ones(n, device="cuda")
+    got = draw_with_uniforms(logits, ones, torch.full((n,), 2, device="cuda"), ones, 0 * ones, 2, u)
+    counts = torch.bincount(got, minlength=5).tolist()
+    assert counts[4] == 0 and min(counts[1:4]) > 0
 
 
 @pytest.mark.parametrize("top_p", [5e-324, 1e-30])

@@ -9,12 +9,17 @@ rows of a 128k vocabulary on an H200, and 13 of 23 ms for 64 rows of 4096 on one
   from, so a kept token follows the nucleus's distribution exactly; a row keeps its first
   draw with probability >= top_p. After DRAW_ROUNDS - 2 redraws the nucleus is cut as the
   reference cuts it and drawn from with the last uniform. min-p is a floor against the maximum.
-- rows with a top-k cut: the reference's cuts on their k largest logits, in vocabulary order.
+- rows with a top-k cut: on CUDA the cut is a floor too, the row's k-th largest logit (one
+  batched `topk`), below which nothing is drawn, and top-p is cut on the mass above it, as
+  the reference cuts it on the top-k distribution. Ties at the k-th value are all kept there,
+  as vLLM's top-k keeps them (the reference keeps an arbitrary k of them; bf16 logits tie
+  often). On the CPU, where picking rows costs nothing, such rows take the reference's cuts
+  on their k largest logits, in vocabulary order (faster there than the rejection steps).
 
-On CUDA the top-p part is one Triton program per row (`kernels/filtered_sampling.py`); on the
-CPU the same steps in torch ops. Round 0 uses the row's SAMPLE uniform, so a row without top-p
-draws the reference's token for it. Which path a row takes depends on its own settings alone,
-so a seeded request draws the same tokens alone or in any batch.
+On CUDA this is one Triton program per row (`kernels/filtered_sampling.py`); on the CPU the same
+steps in torch ops. Round 0 uses the row's SAMPLE uniform, so a row without top-p
+draws the reference's token for it. Which steps a row takes depends on its own settings and
+the device alone, so a seeded request draws the same tokens alone or in any batch.
 """
 
 from __future__ import annotations
@@ -42,11 +47,8 @@ def draw_with_uniforms(logits: torch.Tensor, temperature: torch.Tensor, top_k: t
     if not logits.is_cuda:
         return _draw_on_cpu(logits, temperature, top_k, top_p, min_p, max_top_k, u)
     from kernels.filtered_sampling import filtered_sample
-    tokens = filtered_sample(logits.contiguous(), temperature, top_p, min_p, u)
-    if max_top_k:  # shapes fixed by the host: every row drawn both ways
-        tokens = torch.where(top_k > 0, draw_top_k(logits, temperature, top_k, top_p, min_p,
-                                                   max_top_k, u[:, 0]), tokens)
-    return tokens
+    floor = top_k_floor(logits, top_k, max_top_k) if max_top_k else None
+    return filtered_sample(logits.contiguous(), temperature, top_p, min_p, u, floor)
 
 
 def _draw_on_cpu(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
@@ -64,10 +66,24 @@ def _draw_on_cpu(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
     return tokens
 
 
+def top_k_floor(logits: torch.Tensor, top_k: torch.Tensor, max_top_k: int) -> torch.Tensor:
+    """[R] fp32: each row's k-th largest logit, -inf where it has no cut (top_k 0, or k at
+    least the vocabulary). `max_top_k`, known on the host, fixes the shapes."""
+    width = min(max_top_k, logits.shape[-1])
+    largest = logits.topk(width, dim=-1).values.float()
+    kth = largest.gather(1, (top_k.clamp(1, width) - 1)[:, None])[:, 0]
+    cut = (top_k > 0) & (top_k <= width) & (top_k < logits.shape[-1])
+    return torch.where(cut, kth, float("-inf"))
+
+
 def draw_top_p_by_rejection(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
-                            min_p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """The torch version of the kernel: the same rounds, uniforms and cuts."""
+                            min_p: torch.Tensor, u: torch.Tensor, floor: torch.Tensor | None = None
+                            ) -> torch.Tensor:
+    """The torch version of the kernel: the same rounds, uniforms and cuts. `floor`: [R] raw
+    logits below which a row draws nothing (its top-k cut), or None."""
     x = logits.float() / temperature[:, None]
+    if floor is not None:
+        x = x.masked_fill(x < (floor / temperature)[:, None], float("-inf"))
     top = x.amax(-1, keepdim=True)
     weight = (x - top).exp()
     goal = nucleus_goal(top_p, weight.sum(-1))
