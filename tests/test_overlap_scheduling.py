@@ -92,3 +92,48 @@ def test_steps_with_penalties_or_beams_run_one_at_a_time(checkpoint):
 
 def test_overlap_is_on_where_the_device_runs_beside_the_host(checkpoint):
     assert make_engine(checkpoint, overlap_scheduling=None).overlap_scheduling is False  # CPU
+
+
+def run_counting_overlap(engine, batch, params) -> tuple[list[list[int]], int]:
+    """(each request's tokens, steps that returned with a step left in flight)."""
+    ids = [str(i) for i in range(len(batch))]
+    for rid, prompt, p in zip(ids, batch, params):
+        engine.add_request(rid, prompt, p)
+    tokens, overlapped = {rid: [] for rid in ids}, 0
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            tokens[out.request_id] += out.new_token_ids
+        overlapped += engine.in_flight is not None
+    return [tokens[rid] for rid in ids], overlapped
+
+
+def repetitive_prompts(n: int) -> list[list[int]]:
+    """Prompts that repeat a phrase, so n-gram lookup finds drafts in them."""
+    return [[7 + i, 40 + i, 90 + i, 130 + i] * (3 + i % 4) for i in range(n)]
+
+
+def test_a_speculating_engine_overlaps_the_steps_that_draft_nothing(checkpoint):
+    """k is 0 from 4 running requests up: those steps run ahead; the steps that draft wait for
+    the tokens in flight first. Greedy tokens stay the plain engine's."""
+    batch = repetitive_prompts(6)
+    params = [SamplingParams(max_tokens=4 + 5 * i, temperature=0, ignore_eos=True) for i in range(6)]
+    expected = make_engine(checkpoint, overlap_scheduling=False).generate(batch, params)
+    engine = make_engine(checkpoint, overlap_scheduling=True, speculative_method="ngram",
+                         speculation_schedule={1: 3, 4: 0}, adaptive_speculation=False)
+    tokens, overlapped = run_counting_overlap(engine, batch, params)
+    assert tokens == expected
+    spec = engine.stats().spec
+    assert overlapped > 0 and spec.steps_by_k.get(3, 0) > 0 and spec.num_accepted_tokens > 0
+    assert_nothing_held(engine)
+
+
+def test_adaptive_speculation_times_the_overlapped_steps(checkpoint):
+    """Else k = 0 would never be timed while it overlaps, and stay the untried candidate."""
+    engine = make_engine(checkpoint, overlap_scheduling=True, speculative_method="ngram",
+                         speculation_schedule={1: 2}, adaptive_speculation=True)
+    params = [SamplingParams(max_tokens=40, temperature=0, ignore_eos=True)] * 2
+    _, overlapped = run_counting_overlap(engine, repetitive_prompts(2), params)
+    buckets = engine.speculator.adaptive.buckets.values()
+    assert overlapped > 0 and any(b.num_timed(0) > 0 for b in buckets)
+    assert any(b.num_timed(k) > 0 for b in buckets for k in (1, 2))
+    assert_nothing_held(engine)

@@ -126,19 +126,28 @@ class LLMEngine:
         beams or penalties) is left running on the device: the next call schedules and launches
         the step after it first, feeding it the tokens where they are, and only then waits for
         the step in flight and updates from it. The host's work then runs beside the device's.
-        So a call returns the outputs of the step before the one it launches."""
+        So a call returns the outputs of the step before the one it launches. With speculation,
+        the steps whose k is 0 run so too; a step that drafts first waits for the tokens in
+        flight, which its drafts continue."""
         started = time.perf_counter()
         ahead, self.in_flight = self.in_flight, None
         held = self._advance_ahead(ahead) if ahead is not None else set()
-        scheduled = self._schedule(held)
+        outputs, k = [], None
+        if ahead is not None and self.speculator is not None:
+            k = self.speculator.choose_k(self.scheduler.running, len(self.scheduler.waiting))
+            if k > 0:
+                outputs, ahead, held = self._finish_ahead(ahead), None, set()
+        scheduled = self._schedule(held, k)
         launched = self._launch(scheduled.num_scheduled_tokens, ahead) if scheduled else None
-        outputs = self._finish_ahead(ahead) if ahead is not None else []
+        outputs += self._finish_ahead(ahead) if ahead is not None else []
         if launched is None:
             return outputs
-        if self.overlap_scheduling and self.speculator is None and launched.plain:
-            self.in_flight = launched
-            return outputs
         decode_only = self.speculator is not None and all(req.is_decoding for req in launched.batch)
+        if self.overlap_scheduling and launched.plain:
+            self.in_flight = launched
+            if decode_only and ahead is not None:  # a steady overlapped call lasts one step
+                self.speculator.record_step(time.perf_counter() - started)
+            return outputs
         outputs += self._update(launched.batch, launched.layout, self._to_host(launched))
         if decode_only:  # the steps adaptive speculation compares
             self.speculator.record_step(time.perf_counter() - started)
@@ -191,10 +200,11 @@ class LLMEngine:
             outputs.append(self._emit(req, chosen.logprobs))
         return outputs
 
-    def _schedule(self, hold: set[Request] = frozenset()):
-        """Drafts (proposed, then kept inside any grammar, or forced by it), then the batch."""
+    def _schedule(self, hold: set[Request] = frozenset(), k: int | None = None):
+        """Drafts (proposed, up to k each when the caller chose it, then kept inside any
+        grammar, or forced by it), then the batch."""
         if self.speculator is not None:
-            self.speculator.propose(self.scheduler.running, len(self.scheduler.waiting))
+            self.speculator.propose(self.scheduler.running, len(self.scheduler.waiting), k)
         if any(r.guide is not None for r in self.scheduler.running):
             plan_guided_drafts(self.scheduler.running, self.tokenizer, self.max_model_len,
                                self.config.enable_jump_forward)

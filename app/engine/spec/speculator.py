@@ -113,15 +113,23 @@ class Speculator:
                        else None)
         self._looked_up: set[Request] = set()  # this step's rows whose drafts the lookup found
 
-    def propose(self, running: list[Request], num_waiting: int = 0) -> None:
-        """k follows the load: the running requests and those waiting to start, so a burst of
-        arrivals turns speculation down before its prompts are read, instead of holding each of
-        their prefill steps on a draft call for the few requests already decoding."""
+    def choose_k(self, running: list[Request], num_waiting: int = 0) -> int:
+        """This step's k. It follows the load: the running requests and those waiting to start,
+        so a burst of arrivals turns speculation down before its prompts are read, instead of
+        holding each of their prefill steps on a draft call for the few requests already
+        decoding. With adaptive speculation, each call is one of its steps."""
+        if not any(r.is_decoding for r in running):
+            return 0
+        batch_size = len(running) + num_waiting
+        return self.adaptive.k_for(batch_size) if self.adaptive is not None else self.schedule.k_for(batch_size)
+
+    def propose(self, running: list[Request], num_waiting: int = 0, k: int | None = None) -> None:
+        """Drafts for this step's decoding requests, up to `k` each (None: `choose_k`'s)."""
         batch_size = len(running) + num_waiting
         decoding = any(r.is_decoding for r in running)
-        if decoding:
-            k = self.adaptive.k_for(batch_size) if self.adaptive is not None else self.schedule.k_for(batch_size)
-        else:  # nothing to draft for, and not one of adaptive speculation's steps
+        if k is None:
+            k = self.choose_k(running, num_waiting)
+        if not decoding:  # nothing to draft for, and not one of adaptive speculation's steps
             k, self._step = 0, None
         # A seeded sampled request drafts the same k in every step, alone or in any batch, so its
         # tokens depend on its seed alone, never on the timings the adaptive k follows.
