@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+MAX_PROMPT_LOOKUP = 4  # the longest match of a request's last tokens n-gram lookup tries
+
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
            "fp16": torch.float16, "half": torch.float16, "bfloat16": torch.bfloat16,
            "bf16": torch.bfloat16}
@@ -61,6 +63,8 @@ class EngineConfig:
     # With the draft model: a request whose last tokens occurred earlier in its own tokens takes
     # what followed them as drafts, without a draft call (app/engine/spec/speculator.py).
     prompt_lookup_first: bool = True
+    # With "ngram": the shortest match of a request's last tokens that proposes (vLLM's name).
+    prompt_lookup_min: int = 1
     # Guided decoding: insert the text a format forces (keys, punctuation) as drafts that are
     # always accepted, instead of decoding it token by token.
     enable_jump_forward: bool = True
@@ -80,6 +84,8 @@ class EngineConfig:
             raise ValueError(f"speculative_method must be draft, ngram or None, got {self.speculative_method!r}")
         if self.num_speculative_tokens < 0:
             raise ValueError("num_speculative_tokens must be >= 0")
+        if not 1 <= self.prompt_lookup_min <= MAX_PROMPT_LOOKUP:
+            raise ValueError(f"prompt_lookup_min must be in [1, {MAX_PROMPT_LOOKUP}]")
 
     @property
     def torch_dtype(self) -> torch.dtype:

@@ -7,7 +7,9 @@ import time
 import numpy as np
 import pytest
 
+from app.config import EngineConfig
 from app.engine.spec.ngram_proposer import NgramProposer, find_ngram_continuation
+from app.engine.spec.proposal import build_proposer
 
 
 def brute_force(tokens: list[int], k: int, min_n: int, max_n: int) -> list[int]:
@@ -111,3 +113,17 @@ def test_speed_on_8k_tokens():
     per_list_call = (time.perf_counter() - start) / 30 * 1e6
     print(f"\n  ngram on {len(tokens)} tokens: propose_for {per_call:.0f} us/call, "
           f"search of an array {per_array_call:.0f} us, of a list {per_list_call:.0f} us")
+
+
+def test_prompt_lookup_min_sets_the_shortest_match_that_proposes():
+    tokens = [5, 6, 9, 1, 5, 6]  # the last 2 tokens occurred before, the last 3 did not
+    assert build_proposer(EngineConfig(model="m", speculative_method="ngram")).propose_for("a", tokens, 2) == [9, 1]
+    strict = build_proposer(EngineConfig(model="m", speculative_method="ngram", prompt_lookup_min=3))
+    assert strict.propose_for("b", tokens, 2) == []
+    assert strict.propose_for("c", tokens + [9], 2) == [1, 5]
+
+
+@pytest.mark.parametrize("shortest", [0, 5])
+def test_prompt_lookup_min_out_of_range_is_refused(shortest):
+    with pytest.raises(ValueError, match="prompt_lookup_min"):
+        EngineConfig(model="m", speculative_method="ngram", prompt_lookup_min=shortest)

@@ -15,7 +15,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from app.config import EngineConfig
+from app.config import MAX_PROMPT_LOOKUP, EngineConfig
 
 
 @dataclass
@@ -85,7 +85,8 @@ def build_proposer(config: EngineConfig) -> Proposer | None:
     """The in-process proposer the config names (the Serve graph passes a remote one instead)."""
     if config.speculative_method == "ngram":
         from app.engine.spec.ngram_proposer import NgramProposer
-        return NgramProposer(k=config.num_speculative_tokens)
+        return NgramProposer(k=config.num_speculative_tokens, min_n=config.prompt_lookup_min,
+                             max_n=MAX_PROMPT_LOOKUP)
     if config.speculative_method == "draft" and config.draft_model:
         from app.engine.spec.draft_worker import DraftWorker
         return DraftWorker(dataclasses.replace(config, model=config.draft_model, speculative_method=None,
