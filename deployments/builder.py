@@ -63,16 +63,16 @@ class Placement:
     draft_gpus: float  # per DraftModel replica
 
 
-def placement(device: str, with_draft: bool) -> Placement:
+def placement(device: str, drafting: bool) -> Placement:
     """Where the model stages run for the `device` argument. With GPUs a target replica takes a
-    whole GPU, or all but DRAFT_GPU_SHARE of one when a draft model is deployed, so that Ray can
-    put a draft replica beside it on the same GPU: the draft never falls back to the CPU there.
-    Without GPUs both run on the CPU."""
+    whole GPU, or all but DRAFT_GPU_SHARE of one when the draft model speculates, so that Ray
+    can put a draft replica beside it on the same GPU: a draft in use never falls back to the
+    CPU there. Without GPUs both run on the CPU."""
     if device == "auto":
         device = "cuda" if cluster_gpus() > 0 else "cpu"
     if not device.startswith("cuda"):
         return Placement(device, 0.0, 0.0)
-    if not with_draft:
+    if not drafting:
         return Placement(device, 1.0, 0.0)
     return Placement(device, 1.0 - DRAFT_GPU_SHARE, DRAFT_GPU_SHARE)
 
@@ -104,15 +104,16 @@ def build_app(args: dict) -> Application:
     # graph reaches, hence passed to the target even when unused), so that a config naming the
     # DraftModel stage stays valid when speculation is switched to ngram or off.
     with_draft = a.draft_model is not None or a.speculative_method == "draft"
-    place = placement(a.device, with_draft)
+    place = placement(a.device, a.speculative_method == "draft")  # an unused draft takes no GPU
 
     hub = MetricsHub.bind()
     target_config = engine_config(a, model, place.device, draft_model=None)
     draft = None
     if with_draft:
         draft_resources = {**DraftModel.ray_actor_options, "num_gpus": place.draft_gpus}  # CPUs, priority
+        draft_device = place.device if place.draft_gpus else "cpu"
         draft = DraftModel.options(ray_actor_options=draft_resources).bind(engine_config(
-            a, resolve_checkpoint(a.draft_model), place.device, speculative_method=None, draft_model=None))
+            a, resolve_checkpoint(a.draft_model), draft_device, speculative_method=None, draft_model=None))
     constraint = ConstraintService.bind(model, hub, name, a.guided_compile_timeout_s,
                                         a.guided_max_cached_indexes)  # compiles for the target's vocabulary
     target_resources = {**TargetModel.ray_actor_options, "num_gpus": place.target_gpus}  # CPUs, priority

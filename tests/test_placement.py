@@ -29,7 +29,7 @@ def model_stages(gpus: float, monkeypatch, **overrides) -> tuple:
 
 
 def test_on_a_cluster_with_gpus_the_draft_shares_a_gpu_beside_the_target(monkeypatch):
-    target, target_config, draft, draft_config = model_stages(2.0, monkeypatch)
+    target, target_config, draft, draft_config = model_stages(2.0, monkeypatch, speculative_method="draft")
     assert target_config.device == "cuda" and draft_config.device == "cuda"  # never the CPU silently
     target_gpus, draft_gpus = target.ray_actor_options["num_gpus"], draft.ray_actor_options["num_gpus"]
     assert 0 < draft_gpus < target_gpus < 1 and target_gpus + draft_gpus == pytest.approx(1.0)
@@ -43,7 +43,16 @@ def test_a_target_without_a_draft_takes_a_whole_gpu(monkeypatch):
     assert draft is None and config.device == "cuda" and target.ray_actor_options["num_gpus"] == 1.0
 
 
+def test_a_draft_deployed_but_unused_takes_no_gpu(monkeypatch):
+    """The shipped config keeps the DraftModel stage (one edit switches speculation to it) but
+    speculates by n-gram lookup: the target then takes the whole GPU, the idle draft the CPU."""
+    target, config, draft, draft_config = model_stages(1.0, monkeypatch)
+    assert config.speculative_method == "ngram" and config.device == "cuda"
+    assert target.ray_actor_options["num_gpus"] == 1.0
+    assert draft.ray_actor_options["num_gpus"] == 0 and draft_config.device == "cpu"
+
+
 def test_without_gpus_both_run_on_the_cpu(monkeypatch):
-    target, target_config, draft, draft_config = model_stages(0.0, monkeypatch)
+    target, target_config, draft, draft_config = model_stages(0.0, monkeypatch, speculative_method="draft")
     assert (target_config.device, draft_config.device) == ("cpu", "cpu")
     assert target.ray_actor_options["num_gpus"] == 0 and draft.ray_actor_options["num_gpus"] == 0
