@@ -1,0 +1,27 @@
+"""Engine alone, batch 1, copying prompts, sampled (0.8 / 0.95): ngram from 3-token matches
+against no speculation, alternated, 3 rounds (is the served sampled loss in the engine?)."""
+import os, sys, time
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, ".")
+from transformers import AutoTokenizer
+from app.config import EngineConfig
+from app.engine.engine import LLMEngine
+from app.sampling_params import SamplingParams
+from benchmarks.grounded_prompts import input_grounded_texts
+tok = AutoTokenizer.from_pretrained("checkpoints/tiny-target")
+prompts = [tok.encode(t) for t in input_grounded_texts(16, 0)]
+common = dict(model="checkpoints/tiny-target", num_kv_blocks=2048, max_num_seqs=8)
+engines = {"off": LLMEngine(EngineConfig(**common)),
+           "ngram3": LLMEngine(EngineConfig(**common, speculative_method="ngram", prompt_lookup_min=3))}
+for greedy in (False, True):
+    params = SamplingParams(max_tokens=64, ignore_eos=True, **(dict(temperature=0) if greedy else dict(temperature=0.8, top_p=0.95)))
+    res = {k: [] for k in engines}
+    for r in range(3):
+        for name, eng in (engines.items() if r % 2 == 0 else reversed(engines.items())):
+            t = time.perf_counter()
+            for p in prompts:
+                eng.generate([p], params)
+            res[name].append(time.perf_counter() - t)
+    print("greedy" if greedy else "sampled", {k: [round(x, 2) for x in v] for k, v in res.items()},
+          "ngram3/off", round(sum(res["ngram3"]) / sum(res["off"]), 3),
+          engines["ngram3"].stats().spec.acceptance_rate)
