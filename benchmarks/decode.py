@@ -97,22 +97,28 @@ def run_engine(engine, batch: int, prompt_len: int, gen_len: int, tag: str, samp
                 steps_s=steps / (t1 - t_decode))
 
 
+def start_decoding(engine, batch: int, prompt_len: int, tag: str, sampled: bool, max_tokens: int) -> None:
+    """Add `batch` random prompts and step until every one decodes, then one decode step more
+    (graph capture, caches), so what is measured next is a steady decode step."""
+    from app.sampling_params import SamplingParams
+    settings = SAMPLED if sampled else dict(temperature=0.0)
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, **settings)
+    vocab = engine.model_config.vocab_size
+    for i in range(batch):
+        engine.add_request(f"{tag}-{i}", torch.randint(10, vocab, (prompt_len,)).tolist(), params)
+    started: set[str] = set()
+    while len(started) < batch:
+        started.update(o.request_id for o in engine.step())
+    engine.step()
+    torch.cuda.synchronize()
+
+
 def kernels_per_step(engine, batch: int, prompt_len: int, tag: str, sampled: bool) -> tuple[int, int]:
     """(CUDA kernels, memory copies/sets) in one decode step at this batch size, by torch.profiler."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    from app.sampling_params import SamplingParams
-    settings = SAMPLED if sampled else dict(temperature=0.0)
-    params = SamplingParams(max_tokens=16, ignore_eos=True, **settings)
-    vocab = engine.model_config.vocab_size
-    for i in range(batch):
-        engine.add_request(f"{tag}-{i}", torch.randint(10, vocab, (prompt_len,)).tolist(), params)
-    started: set[str] = set()
-    while len(started) < batch:  # prefill until every request decodes
-        started.update(o.request_id for o in engine.step())
-    engine.step()  # one decode step unprofiled (graph capture, caches)
-    torch.cuda.synchronize()
+    start_decoding(engine, batch, prompt_len, tag, sampled, max_tokens=16)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         engine.step()
         torch.cuda.synchronize()
@@ -136,17 +142,7 @@ def gpu_idle_share(engine, batch: int, prompt_len: int, tag: str, sampled: bool,
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    from app.sampling_params import SamplingParams
-    settings = SAMPLED if sampled else dict(temperature=0.0)
-    params = SamplingParams(max_tokens=steps + 8, ignore_eos=True, **settings)
-    vocab = engine.model_config.vocab_size
-    for i in range(batch):
-        engine.add_request(f"{tag}-{i}", torch.randint(10, vocab, (prompt_len,)).tolist(), params)
-    started: set[str] = set()
-    while len(started) < batch:
-        started.update(o.request_id for o in engine.step())
-    engine.step()
-    torch.cuda.synchronize()
+    start_decoding(engine, batch, prompt_len, tag, sampled, max_tokens=steps + 8)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
             engine.step()

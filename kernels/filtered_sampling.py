@@ -1,7 +1,7 @@
 """Top-p by rejection, min-p and a top-k floor, one Triton program per row, without sorting
-the vocabulary: the CUDA half of `app.engine.selection.draw` (whose docstring gives the method, and whose
-`draw_top_p_by_rejection` is the same steps in torch ops, used on the CPU and as this kernel's
-reference). After the redraws the nucleus is found by a binary search over the float32 bit
+the vocabulary: the CUDA half of `app.engine.selection.draw` (whose docstring gives the method,
+and whose `draw_top_p_by_rejection` is the same steps in torch ops, used on the CPU and as this
+kernel's reference). After the redraws the nucleus is found by a binary search over the float32 bit
 patterns, ordered as the floats are. Masses are fp32 sums in a fixed order, so a uniform within
 rounding of a CDF boundary may pick the neighbouring token; ties at the cut are all kept.
 """
@@ -129,7 +129,8 @@ def filtered_sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torc
     out = torch.empty(rows, dtype=torch.long, device=logits.device)
     if rows:
         _filtered_sample_kernel[(rows,)](
-            logits, logits.stride(0), temperature, top_p, min_p, temperature if floor is None else floor,
+            logits, logits.stride(0), temperature, top_p, min_p,
+            temperature if floor is None else floor,  # without a floor, a pointer never read
             u, u.stride(0), out, vocab, BLOCK=min(triton.next_power_of_2(vocab), MAX_BLOCK),
             ROUNDS=u.shape[1], HAS_FLOOR=floor is not None, num_warps=8)
     return out

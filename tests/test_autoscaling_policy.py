@@ -10,7 +10,7 @@ from ray.serve.config import AutoscalingConfig, AutoscalingContext
 from deployments.autoscaling import (KV_USAGE, ONGOING_PROPOSALS, RUNNING, WAITING, EngineLoadPolicy,
                                      draft_load_policy, engine_load_policy, target_autoscaling_stats)
 from deployments.draft import ProposalLoad
-from app.engine.engine import EngineStats
+from app.engine.engine_stats import EngineStats
 
 
 def stats(**kw) -> EngineStats:

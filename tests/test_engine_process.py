@@ -286,7 +286,7 @@ def test_every_message_round_trips_across_the_process_boundary():
     pair, in a child process, equal to what went in (what the engine loop's dispatch matches)."""
     import multiprocessing
 
-    from app.engine.engine import EngineStats
+    from app.engine.engine_stats import EngineStats
     from app.engine.request_limits import RequestLimits
     from app.engine.spec.proposal import DraftInput, Proposal
     from app.outputs import BeamHypothesis, RequestOutput, TokenLogprob

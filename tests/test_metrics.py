@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.engine.engine import EngineStats
+from app.engine.engine_stats import EngineStats
 from deployments import engine_metrics as em
 from deployments import metrics as m
 

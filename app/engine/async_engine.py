@@ -20,7 +20,8 @@ from outlines_core import Index
 
 from app.config import EngineConfig
 from app.engine.core_loop import CoreLoop
-from app.engine.engine import EngineStats, LLMEngine
+from app.engine.engine import LLMEngine
+from app.engine.engine_stats import EngineStats
 from app.engine.front_config import FrontConfig
 from app.engine.messages import (AbortRequest, AddRequest, CacheReport, Command, DropFormat, FormatIndex,
                                  ReportCache, Stop)

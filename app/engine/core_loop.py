@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from app.engine.engine import EngineStats, LLMEngine
+from app.engine.engine import LLMEngine
+from app.engine.engine_stats import EngineStats
 from app.engine.messages import (AbortRequest, AddRequest, CacheReport, Command, DropFormat, FormatIndex,
                                  ReportCache, Stop)
 from app.guided.guide import CompiledFormat

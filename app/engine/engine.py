@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
-from dataclasses import dataclass, field
 
 import torch
 from transformers import AutoTokenizer
@@ -13,6 +12,7 @@ from transformers import AutoTokenizer
 from app.config import EngineConfig
 from app.engine.beam_search import BeamSearch
 from app.engine.block_manager import BlockManager
+from app.engine.engine_stats import EngineStats
 from app.engine.guided_rows import plan_guided_drafts
 from app.engine.model_runner import ModelRunner
 from app.engine.request import Request, RequestStatus, stop_token_ids
@@ -29,22 +29,6 @@ from app.guided.vocabulary import GuidedVocabulary, build_guided_vocabulary
 from app.models.config import ModelConfig
 from app.outputs import RequestOutput, RequestRejected
 from app.sampling_params import SamplingParams
-
-
-@dataclass
-class EngineStats:
-    num_requests_running: int
-    num_requests_waiting: int
-    num_blocks_total: int
-    num_blocks_used: int
-    kv_cache_usage: float  # fraction of blocks referenced by a request
-    prefix_cache_queries: int  # tokens, cumulative
-    prefix_cache_hits: int
-    num_preemptions: int
-    prompt_tokens: int  # prompt tokens computed (cache hits excluded), cumulative
-    generation_tokens: int
-    num_steps: int
-    spec: SpecStats = field(default_factory=SpecStats)
 
 
 class LLMEngine:

@@ -38,7 +38,8 @@ from multiprocessing.connection import Connection
 from app.config import EngineConfig
 from app.engine.async_engine import AsyncEngineFront
 from app.engine.core_loop import CoreLoop
-from app.engine.engine import EngineStats, LLMEngine
+from app.engine.engine import LLMEngine
+from app.engine.engine_stats import EngineStats
 from app.engine.front_config import FrontConfig
 from app.engine.messages import (AddRequest, CacheReport, Command, DraftChannelFound, Drafts, EngineFailed,
                                  EngineReady, FindDraftChannel, ProposeDrafts, StartEngine, StepOutputs, Stop)

@@ -19,7 +19,7 @@ from app.sampling_params import SamplingParams
 if TYPE_CHECKING:  # names for the annotations only: the engine's modules import this one
     from outlines_core import Index
 
-    from app.engine.engine import EngineStats
+    from app.engine.engine_stats import EngineStats
     from app.engine.request_limits import RequestLimits
     from app.engine.spec.draft_channel import DraftChannelAddress
     from app.engine.spec.proposal import DraftInput, Proposal

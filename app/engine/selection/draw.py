@@ -72,7 +72,7 @@ def top_k_floor(logits: torch.Tensor, top_k: torch.Tensor, max_top_k: int) -> to
     width = min(max_top_k, logits.shape[-1])
     largest = logits.topk(width, dim=-1).values.float()
     kth = largest.gather(1, (top_k.clamp(1, width) - 1)[:, None])[:, 0]
-    cut = (top_k > 0) & (top_k <= width) & (top_k < logits.shape[-1])
+    cut = (top_k > 0) & (top_k < logits.shape[-1])  # top_k <= max_top_k, so then k <= width
     return torch.where(cut, kth, float("-inf"))
 
 
