@@ -180,6 +180,36 @@ def test_the_engine_speculates_at_the_bound_when_drafts_are_free_and_right(plain
     assert e.stats().spec.num_accepted_tokens >= 0.9 * e.stats().spec.num_draft_tokens
 
 
+class NeverFindsProposer:
+    """Asked every step, like n-gram lookup on text that never repeats, and finds nothing."""
+    reads_sequences = False
+
+    def propose_batch(self, inputs: list[DraftInput]) -> list[Proposal]:
+        return [Proposal([]) for _ in inputs]
+
+
+def test_a_step_whose_proposer_found_nothing_is_timed_as_a_plain_step(plain_output):
+    """Counted as k=4, such steps would credit k=4 with a drafted step's expected tokens at a
+    plain step's cost."""
+    e = engine_with(NeverFindsProposer())
+    assert e.generate([PROMPT], GREEDY)[0] == plain_output
+    spec = e.stats().spec
+    assert spec.num_proposals > 0 and set(spec.steps_by_k) == {0}, spec.steps_by_k
+    bucket = e.speculator.adaptive.buckets[1]
+    assert bucket.num_timed(0) > 0 and all(bucket.num_timed(k) == 0 for k in range(1, 5))
+
+
+def test_only_a_proposer_that_reads_sequences_pays_a_catch_up_after_plain_steps():
+    """n-gram lookup reads nothing it missed: its first drafted step after plain ones is timed
+    like any other (most of its drafted steps follow one where nothing matched)."""
+    for catches_up, timed in ((True, 0), (False, 1)):
+        adaptive = AdaptiveSpeculation(SpeculationSchedule({1: 4}), catches_up=catches_up)
+        adaptive.k_for(1)
+        adaptive.record_step(1, 0, 0.01)
+        adaptive.record_step(1, 4, 0.011)
+        assert adaptive.buckets[1].num_timed(4) == timed
+
+
 def test_without_adaptation_the_schedule_is_followed_exactly(plain_output):
     e = engine_with(SlowWrongProposer(), adaptive_speculation=False, speculation_schedule={1: 2})
     e.generate([PROMPT], SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True))

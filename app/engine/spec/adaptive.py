@@ -13,8 +13,8 @@ A request in a step with k drafts expects 1 + a1 + a1·a2 + ... + a1···ak tok
 most expected tokens per second of step wins (by a margin, so noise does not flip it). A k's
 step time is the fastest of its recent steps: on a shared host, steps are slowed by everything
 else, and a try of a rarely run k also meets cold kernels. Other ks are still tried now and
-then, a few steps in a row (the first is not timed: the draft model catches up there on every
-token since its last call, which steady speculation never pays), and more rarely the longer
+then, a few steps in a row (with a draft model the first is not timed: it catches up there on
+every token since its last call, which steady speculation never pays), and more rarely the longer
 the best one holds, so the choice follows a change of workload. k=0 is always a candidate, so
 speculation that does not pay turns itself off.
 """
@@ -95,8 +95,11 @@ class BucketTimes:
 class AdaptiveSpeculation:
     """`k_for(batch_size)` like a schedule, learning from `record_step` and `record_draft`."""
 
-    def __init__(self, bounds: SpeculationSchedule):
+    def __init__(self, bounds: SpeculationSchedule, catches_up: bool = True):
+        """catches_up: the proposer reads what it missed on its first call after steps without
+        drafts (a draft model does; n-gram lookup has nothing to read), so that step is not timed."""
         self.bounds = bounds
+        self.catches_up = catches_up
         self.acceptance = AcceptanceEstimate(bounds.max_k)
         self.buckets: dict[int, BucketTimes] = {}
         self.previous_k = 0  # of the last step timed
@@ -135,8 +138,9 @@ class AdaptiveSpeculation:
 
     def record_step(self, batch_size: int, k: int, seconds: float) -> None:
         """A decode-only step of `batch_size` requests that ran with k drafts took `seconds`
-        (not counted when it is the first with drafts after one without: the catch-up)."""
-        catching_up = k > 0 and self.previous_k == 0
+        (not counted when it is the first with drafts after one without and the proposer
+        catches up there). A step whose rows got no drafts is a k=0 step, whatever k was asked."""
+        catching_up = self.catches_up and k > 0 and self.previous_k == 0
         self.previous_k = k
         bound = self.bounds.k_for(batch_size)
         bucket = self.buckets.get(_bucket(batch_size))

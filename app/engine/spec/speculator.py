@@ -100,7 +100,6 @@ class Speculator:
                  vocab_width: int, seed: int = 0, adaptive: bool = False, prompt_lookup_first: bool = False):
         self.proposer = proposer
         self.schedule = schedule
-        self.adaptive = AdaptiveSpeculation(schedule) if adaptive else None
         self.max_model_len = max_model_len
         self.vocab_width = vocab_width
         self.generator = torch.Generator().manual_seed(seed + 1)
@@ -109,6 +108,7 @@ class Speculator:
         send_ahead = getattr(proposer, "send_ahead", None)
         self.ahead = DraftsAhead(send_ahead, max_model_len) if send_ahead is not None else None
         self.reads_sequences = getattr(proposer, "reads_sequences", True)  # n-gram lookup does not
+        self.adaptive = AdaptiveSpeculation(schedule, catches_up=self.reads_sequences) if adaptive else None
         self.lookup = (NgramProposer(min_n=LOOKUP_FIRST_MIN_MATCH) if prompt_lookup_first and self.reads_sequences
                        else None)
         self._looked_up: set[Request] = set()  # this step's rows whose drafts the lookup found
@@ -165,12 +165,14 @@ class Speculator:
             inputs.append(DraftInput(req.request_id, req.all_token_ids, k_req, p.greedy, p.temperature,
                                      p.top_p, p.top_k, p.min_p, _draft_seed(req, self.generator)))
         self.stats.num_drafts_looked_up += len(self._looked_up)
-        if decoding:  # a step no row drafts in is timed and counted as the plain step it is
-            ran_k = k if inputs or took_ahead or self._looked_up else 0
+        if inputs:
+            self._ask_proposer(candidates, inputs)
+        if decoding:  # a step no row got drafts in (none asked, or none found) is the plain step it is
+            ran_k = k if any(req.spec_token_ids for req in running) else 0
             self._step = (batch_size, ran_k)
             self.stats.steps_by_k[ran_k] = self.stats.steps_by_k.get(ran_k, 0) + 1
-        if not inputs:
-            return
+
+    def _ask_proposer(self, candidates: list[Request], inputs: list[DraftInput]) -> None:
         started = time.perf_counter()
         try:
             proposals = self.proposer.propose_batch(inputs)
