@@ -183,6 +183,9 @@ def main() -> int:
     parser.add_argument("--gen-len", type=int, default=128)
     parser.add_argument("--layers", type=int, default=32)
     parser.add_argument("--model-dir", type=Path, default=None)
+    parser.add_argument("--max-model-len", type=int, default=None,
+                        help="the engine's context limit (default: prompt + gen + 16); a deployment's "
+                             "8192 sizes every CUDA graph's attention grid for 8 splits")
     parser.add_argument("--skip-hf", action="store_true")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -198,8 +201,9 @@ def main() -> int:
     copy_bw = copy_bandwidth()
     print(f"device-to-device copy: {copy_bw / 1e9:.0f} GB/s")
     hf, model_dir = build_model(args.layers, args.model_dir)
-    max_len = args.prompt_len + args.gen_len + 16
-    kv_gib = max(args.batch_sizes) * max_len * kv_bytes_per_token(hf) / 2**30 * 1.2 + 1
+    needed_len = args.prompt_len + args.gen_len + 16
+    max_len = args.max_model_len or needed_len
+    kv_gib = max(args.batch_sizes) * needed_len * kv_bytes_per_token(hf) / 2**30 * 1.2 + 1
     engine = LLMEngine(EngineConfig(model=str(model_dir), dtype="bfloat16", device="cuda",
                                     kv_cache_memory_gib=kv_gib, max_num_seqs=max(args.batch_sizes),
                                     max_num_batched_tokens=8192, max_model_len=max_len))

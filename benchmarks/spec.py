@@ -1,6 +1,6 @@
-"""Speculative decoding: target alone vs target + draft model (prompt lookup first, as served by
-default, and without it) vs target + n-gram lookup, at
-several batch sizes, on an input-grounded workload (repeat a code snippet given in the prompt)
+"""Speculative decoding: target alone vs target + draft model (prompt lookup first, and without
+it) vs target + n-gram lookup (from 1-token matches, and from 3-token ones as served by
+default), at several batch sizes, on an input-grounded workload (repeat a code snippet given in the prompt)
 and on open-ended prompts, in one run. Greedy, so all of them produce the same tokens; prints
 output tokens/s, mean request latency, the speed-up over the target alone, the acceptance rate
 and the mean accepted length (tokens per speculative step).
@@ -102,7 +102,9 @@ def main() -> None:
                                                         draft_model=args.draft_model)),
                "draft, no lookup": LLMEngine(EngineConfig(**common, speculative_method="draft",
                                                           draft_model=args.draft_model, prompt_lookup_first=False)),
-               "target + n-gram": LLMEngine(EngineConfig(**common, speculative_method="ngram"))}
+               "target + n-gram": LLMEngine(EngineConfig(**common, speculative_method="ngram")),
+               "n-gram, 3-token matches": LLMEngine(EngineConfig(**common, speculative_method="ngram",
+                                                                 prompt_lookup_min=3))}  # as served
     if args.compare_fixed:
         engines["draft, fixed k"] = LLMEngine(EngineConfig(**common, speculative_method="draft",
                                                            draft_model=args.draft_model, adaptive_speculation=False))

@@ -7,8 +7,10 @@ each K/V tile is read once per group rather than once per query head.
 Split-K (flash-decoding): a sequence's context is cut into splits of a FIXED `partition_size`
 tokens, so how a sequence is summed depends on its own length only, never on the batch it is
 in. Each split writes its normalised partial output and log-sum-exp; a merge kernel combines
-the splits that exist (empty ones are never read). With one split for every sequence the
-split kernel writes the output directly (bitwise the same as a one-split merge).
+the splits that exist (empty ones are never read). A sequence with one split gets its output
+from the split kernel directly (bitwise the same as a one-split merge), which the merge then
+skips: under a CUDA graph the grid is sized for the longest context, yet short sequences
+write and read no partials. With one split for every sequence the merge is not launched.
 
 Tuning knobs (benchmarks/kernels.py sweeps them on a GPU; the defaults are the code's
 original choices): `num_warps`/`num_stages`; `head_major`, a grid whose fastest axis is the
@@ -124,7 +126,7 @@ def _decode_split_kernel(
             m_i = m_new
         o = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
         mask = g_mask[:, None] & d_mask[None, :]
-        if DIRECT:
+        if DIRECT or seq_len <= PARTITION:  # the sequence's only split: its output
             ptrs = out_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
             tl.store(ptrs, o.to(out_ptr.dtype.element_ty), mask=mask)
         else:
@@ -146,31 +148,32 @@ def _decode_merge_kernel(
     h = tl.program_id(1).to(tl.int64)
     seq_len = tl.load(seq_lens_ptr + b)
     num_splits = tl.cdiv(seq_len, PARTITION)  # this sequence's splits only
-    offs_s = tl.arange(0, CHUNK)
-    offs_d = tl.arange(0, BLOCK_D)
-    d_mask = offs_d < head_dim
-    lse_ptr = part_lse_ptr + b * stride_lb + h * stride_lh
-    o_ptr = part_out_ptr + b * stride_pb + h * stride_ph
-    max_vec = tl.full([CHUNK], float("-inf"), tl.float32)
-    for c in range(0, num_splits, CHUNK):
-        lse = tl.load(lse_ptr + c + offs_s, mask=c + offs_s < num_splits, other=float("-inf"))
-        max_vec = tl.maximum(max_vec, lse)
-    lse_max = tl.max(max_vec, 0)
-    lse_max = tl.where(lse_max == float("-inf"), 0.0, lse_max)
-    w_vec = tl.zeros([CHUNK], tl.float32)
-    acc = tl.zeros([CHUNK, BLOCK_D], tl.float32)
-    for c in range(0, num_splits, CHUNK):
-        s_mask = c + offs_s < num_splits
-        lse = tl.load(lse_ptr + c + offs_s, mask=s_mask, other=float("-inf"))
-        w = tl.where(s_mask, tl.exp2(lse - lse_max), 0.0)
-        o = tl.load(o_ptr + (c + offs_s)[:, None] * stride_ps + offs_d[None, :],
-                    mask=s_mask[:, None] & d_mask[None, :], other=0.0)
-        w_vec += w
-        acc += o * w[:, None]
-    total = tl.sum(w_vec, 0)
-    res = tl.sum(acc, 0) / tl.where(total == 0.0, 1.0, total)
-    tl.store(out_ptr + b * stride_ob + h * stride_oh + offs_d, res.to(out_ptr.dtype.element_ty),
-             mask=d_mask)
+    if num_splits != 1:  # one split wrote the output itself
+        offs_s = tl.arange(0, CHUNK)
+        offs_d = tl.arange(0, BLOCK_D)
+        d_mask = offs_d < head_dim
+        lse_ptr = part_lse_ptr + b * stride_lb + h * stride_lh
+        o_ptr = part_out_ptr + b * stride_pb + h * stride_ph
+        max_vec = tl.full([CHUNK], float("-inf"), tl.float32)
+        for c in range(0, num_splits, CHUNK):
+            lse = tl.load(lse_ptr + c + offs_s, mask=c + offs_s < num_splits, other=float("-inf"))
+            max_vec = tl.maximum(max_vec, lse)
+        lse_max = tl.max(max_vec, 0)
+        lse_max = tl.where(lse_max == float("-inf"), 0.0, lse_max)
+        w_vec = tl.zeros([CHUNK], tl.float32)
+        acc = tl.zeros([CHUNK, BLOCK_D], tl.float32)
+        for c in range(0, num_splits, CHUNK):
+            s_mask = c + offs_s < num_splits
+            lse = tl.load(lse_ptr + c + offs_s, mask=s_mask, other=float("-inf"))
+            w = tl.where(s_mask, tl.exp2(lse - lse_max), 0.0)
+            o = tl.load(o_ptr + (c + offs_s)[:, None] * stride_ps + offs_d[None, :],
+                        mask=s_mask[:, None] & d_mask[None, :], other=0.0)
+            w_vec += w
+            acc += o * w[:, None]
+        total = tl.sum(w_vec, 0)
+        res = tl.sum(acc, 0) / tl.where(total == 0.0, 1.0, total)
+        tl.store(out_ptr + b * stride_ob + h * stride_oh + offs_d, res.to(out_ptr.dtype.element_ty),
+                 mask=d_mask)
 
 
 def default_block_n(dtype: torch.dtype, block_d: int) -> int:

@@ -128,3 +128,24 @@ def test_unseeded_draws_change_with_the_step_and_the_engine_seed():
     assert select(requests, logits, step=1) == first
     assert select(requests, logits, step=2) != first
     assert select(requests, logits, step=1, seed=3) != first
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_greedy_rows_choose_alike_from_16_bit_logits_and_only_such_steps_skip_the_fp32_cast(device):
+    """The runner hands an all-greedy step the model's bf16 logits (no [rows, vocab] cast): the
+    argmax, ties included, must be the one of their fp32 copy."""
+    torch.manual_seed(0)
+    logits = (torch.randn(32, 1000) * 4).to(torch.bfloat16)
+    logits[::2, 10] = logits[::2, 900] = logits.max() + 1  # ties at the top: the lower id wins
+    greedy = [decoding(f"g{i}", SamplingParams(temperature=0)) for i in range(32)]
+    chosen = select(greedy, logits.to(device))
+    assert chosen == select(greedy, logits.float().to(device))
+    assert all(c == [10] for c in chosen[::2])
+    assert not RowLayout.build({r: 1 for r in greedy}, torch.device(device)).needs_fp32_logits
+
+    sampled = decoding("s", SamplingParams(temperature=0.8))
+    penalised = decoding("p", SamplingParams(temperature=0, repetition_penalty=1.2))
+    guided = decoding("j", SamplingParams(temperature=0))
+    guided.guide = object()
+    for other in (sampled, penalised, guided):
+        assert RowLayout.build({greedy[0]: 1, other: 1}, torch.device(device)).needs_fp32_logits

@@ -3,7 +3,10 @@ overhead (hundreds of launches for a 32-layer model), which one graph replay rem
 
 The model runner (`ModelRunner.execute`) builds one at start-up on CUDA, which captures every
 padded size then, and replays it for each step `can_run` accepts (decode-only, within the
-buffers); other steps run the model eagerly.
+buffers); other steps run the model eagerly. A replay gives the final hidden states and the
+logits of every row in the model's dtype (the lm_head is in the graph too): in a decode-only
+step every row is sampled, save a one-token prompt chunk now and then, for which the runner
+takes the hidden states instead. Selection still runs eagerly after the replay.
 
 Graphs are captured for padded batch sizes (1, 2, 4, 8, then every 16 up to the max) over
 static input buffers. A step's rows are copied in; padding rows get slot -1 (their K/V are
@@ -46,7 +49,7 @@ class CudaGraphDecodeRunner:
         self.query_start_loc = torch.arange(n + 1, dtype=torch.int32, device=dev)
         self.block_tables = torch.zeros(n, max_blocks_per_seq, dtype=torch.int32, device=dev)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.outputs: dict[int, torch.Tensor] = {}
+        self.outputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # (hidden, logits)
         self._capture()
 
     def _meta(self, bs: int) -> AttentionMetadata:
@@ -57,9 +60,10 @@ class CudaGraphDecodeRunner:
             slot_mapping=self.slot_mapping[:bs], query_lens_cpu=[1] * bs,
             seq_lens_cpu=[self.max_seq_len] * bs)
 
-    def _forward(self, bs: int) -> torch.Tensor:
-        return self.model(self.input_ids[:bs], self.positions[:bs], self.kv_caches,
-                          self._meta(bs), self.backend)
+    def _forward(self, bs: int) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = self.model(self.input_ids[:bs], self.positions[:bs], self.kv_caches,
+                            self._meta(bs), self.backend)
+        return hidden, self.model.compute_logits(hidden, fp32=False)
 
     @torch.inference_mode()
     def _capture(self) -> None:
@@ -83,9 +87,10 @@ class CudaGraphDecodeRunner:
 
     @torch.inference_mode()
     def run(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata
-            ) -> torch.Tensor:
-        """Final hidden states [n, hidden] of the n decode rows; a view of the graph's output
-        buffer, overwritten by the next run."""
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Final hidden states [n, hidden] and logits [n, vocab] (model dtype) of the n decode
+        rows: views of the graph's output buffers, overwritten by the next run (which the
+        stream orders after every kernel already launched that reads them)."""
         n = meta.num_seqs
         bs = next(s for s in self.sizes if s >= n)
         width = meta.block_tables.shape[1]
@@ -99,4 +104,5 @@ class CudaGraphDecodeRunner:
         # Columns past `width` keep stale ids: never read, as seq_len bounds every read.
         self.block_tables[:n, :width].copy_(meta.block_tables, non_blocking=True)
         self.graphs[bs].replay()
-        return self.outputs[bs][:n]
+        hidden, logits = self.outputs[bs]
+        return hidden[:n], logits[:n]

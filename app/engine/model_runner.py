@@ -126,21 +126,28 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute(self, scheduled: dict[Request, int], tables: BlockTables,
-                prompt_rows: PromptRows | None = None, device_inputs: DeviceInputs | None = None
-                ) -> torch.Tensor:
-        """Run the step; return fp32 logits for the requests whose known tokens are all
-        computed after it, in batch order: one row, or 1 + k rows for a request verifying k
-        draft tokens. The logits of `prompt_rows` follow them, when given."""
-        input_ids, positions, meta, sample_rows = self.prepare(scheduled, tables)
+                prompt_rows: PromptRows | None = None, device_inputs: DeviceInputs | None = None,
+                fp32_logits: bool = True) -> torch.Tensor:
+        """Run the step; return logits (fp32, or the model's dtype when `fp32_logits` is False)
+        for the requests whose known tokens are all computed after it, in batch order: one
+        row, or 1 + k rows for a request verifying k draft tokens. The logits of
+        `prompt_rows` follow them, when given."""
+        input_ids, positions, meta, rows = self.prepare(scheduled, tables)
         if device_inputs is not None:
             input_ids.index_copy_(0, to_device(device_inputs.rows, self.device, torch.long), device_inputs.tokens)
-        if self.cuda_graphs is not None and self.cuda_graphs.can_run(meta):
-            hidden = self.cuda_graphs.run(input_ids, positions, meta)
-        else:
-            hidden = self.model(input_ids, positions, self.kv_caches, meta, self.backend)
         if prompt_rows is not None:
-            sample_rows = sample_rows + prompt_rows.rows
-        return self.model.compute_logits(hidden.index_select(0, to_device(sample_rows, self.device, torch.long)))
+            rows = rows + prompt_rows.rows
+        if self.cuda_graphs is not None and self.cuda_graphs.can_run(meta):
+            hidden, logits = self.cuda_graphs.run(input_ids, positions, meta)
+            if rows != list(range(len(hidden))):  # not every row sampled: a one-token prompt chunk
+                logits = self._logits(hidden, rows)
+        else:
+            logits = self._logits(self.model(input_ids, positions, self.kv_caches, meta, self.backend), rows)
+        return logits.float() if fp32_logits else logits
+
+    def _logits(self, hidden: torch.Tensor, rows: list[int]) -> torch.Tensor:
+        return self.model.compute_logits(hidden.index_select(0, to_device(rows, self.device, torch.long)),
+                                         fp32=False)
 
     def execute_with_layout(self, scheduled: dict[Request, int], tables: BlockTables,
                             device_inputs: DeviceInputs | None = None
@@ -150,4 +157,5 @@ class ModelRunner:
         logits are the last rows."""
         layout = RowLayout.build(scheduled, self.device)  # before the step moves num_computed_tokens
         prompt_rows = PromptRows.build(scheduled)
-        return self.execute(scheduled, tables, prompt_rows, device_inputs), layout, prompt_rows
+        fp32 = layout is not None and layout.needs_fp32_logits  # prompt logprobs cast their own rows
+        return self.execute(scheduled, tables, prompt_rows, device_inputs, fp32), layout, prompt_rows

@@ -116,5 +116,7 @@ class LlamaForCausalLM(nn.Module):
             hidden, residual = layer(hidden, residual, cos, sin, kv_cache, meta, backend, ops)
         return ops.add_rms_norm(hidden, residual, self.model.norm)[0]
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(hidden).float()
+    def compute_logits(self, hidden: torch.Tensor, fp32: bool = True) -> torch.Tensor:
+        """fp32=False: in the model's dtype, for a caller that casts only when it needs to."""
+        logits = self.lm_head(hidden)
+        return logits.float() if fp32 else logits

@@ -58,12 +58,18 @@ def test_split_count_ignores_batch():
     assert torch.equal(both, static)
 
 
-def test_one_split_direct_equals_merged():
-    """Short contexts skip the merge kernel; the merged path must give the same bits."""
-    case = make_paged_case([1, 1, 1], [3, 20, 63], 8, 2, 16, 16, torch.float32, seed=4)
-    direct = run_decode(case, partition_size=64, block_n=16)
-    merged = run_decode(case, partition_size=64, block_n=16, max_seq_len=200)
-    assert torch.equal(direct, merged)
+def test_a_one_split_sequence_is_the_same_without_the_merge_and_beside_split_ones():
+    """Short sequences write their output from the split kernel, whether the batch skips the
+    merge (every sequence fits one split) or not (a long neighbour, or a grid sized for a long
+    max length): the same bits either way, and the merge leaves them alone."""
+    case = make_paged_case([1, 1, 1, 1], [3, 20, 63, 150], 8, 2, 16, 16, torch.float32, seed=4)
+    kv, m = case.kv_cache, case.meta
+    short = decode_attention(case.query[:3], kv[0], kv[1], m.block_tables[:3], m.seq_lens[:3], 0.25,
+                             max_seq_len=64, partition_size=64, block_n=16)
+    beside_long = run_decode(case, partition_size=64, block_n=16)
+    static = run_decode(case, partition_size=64, block_n=16, max_seq_len=4096)
+    assert torch.equal(short, beside_long[:3]) and torch.equal(beside_long, static)
+    check(beside_long, case)
 
 
 def test_empty_sequence_gives_zeros():

@@ -185,7 +185,8 @@ def test_overlapped_scheduling_gives_the_serial_engines_tokens(checkpoint):
 
 
 def test_cuda_graph_decode_matches_eager(checkpoint):
-    """Graph replay (padded batch) gives eager's hidden states, and padding rows write no KV."""
+    """Graph replay (padded batch) gives eager's hidden states and logits, and padding rows
+    write no KV."""
     from app.config import EngineConfig
     from app.engine.cuda_graphs import CudaGraphDecodeRunner
     from app.engine.engine import LLMEngine
@@ -206,13 +207,14 @@ def test_cuda_graph_decode_matches_eager(checkpoint):
     positions = torch.tensor(context, device="cuda")
     before = [c.clone() for c in runner.kv_caches]
     assert graphs.can_run(meta)
-    got = graphs.run(input_ids, positions, meta).clone()
+    got, got_logits = (t.clone() for t in graphs.run(input_ids, positions, meta))
     after_graph = [c.clone() for c in runner.kv_caches]
     for c, b in zip(runner.kv_caches, before):
         c.copy_(b)
     with torch.inference_mode():
         want = runner.model(input_ids, positions, runner.kv_caches, meta, runner.backend)
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(got_logits, runner.model.compute_logits(want), atol=1e-4, rtol=1e-4)
     for g, e in zip(after_graph, runner.kv_caches):  # same slots written, nothing else
         assert torch.equal(g.isnan(), e.isnan())
         torch.testing.assert_close(g.nan_to_num(), e.nan_to_num(), atol=1e-4, rtol=1e-4)

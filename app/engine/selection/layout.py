@@ -44,6 +44,13 @@ class RowLayout:
     penalties: Penalties | None = None  # None when no request has a penalty or a logit bias
 
     @property
+    def needs_fp32_logits(self) -> bool:
+        """A greedy choice is an argmax: the same on 16-bit logits as on their exact fp32 copy,
+        so an all-greedy step skips the cast (0.1 ms for [256, 128k] on an H100). Draws,
+        penalties and grammar masks read fp32; logprobs cast the rows they read."""
+        return not self.all_greedy or self.penalties is not None or any(r.guide is not None for r in self.requests)
+
+    @property
     def guided(self) -> list[tuple[Request, int]]:
         return [(r, row) for r, row in zip(self.requests, self.first_rows) if r.guide is not None]
 
