@@ -127,12 +127,12 @@ def _decode_split_kernel(
         o = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
         mask = g_mask[:, None] & d_mask[None, :]
         if DIRECT or seq_len <= PARTITION:  # the sequence's only split: its output
-            ptrs = out_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
-            tl.store(ptrs, o.to(out_ptr.dtype.element_ty), mask=mask)
-        else:
-            ptrs = (part_out_ptr + b * stride_pb + heads[:, None] * stride_ph
-                    + split * stride_ps + offs_d[None, :])
-            tl.store(ptrs, o, mask=mask)
+            out_ptrs = out_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
+            tl.store(out_ptrs, o.to(out_ptr.dtype.element_ty), mask=mask)
+        else:  # (names of their own: a variable keeps one type across both branches)
+            part_ptrs = (part_out_ptr + b * stride_pb + heads[:, None] * stride_ph
+                         + split * stride_ps + offs_d[None, :])
+            tl.store(part_ptrs, o, mask=mask)
             lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_i))
             tl.store(part_lse_ptr + b * stride_lb + heads * stride_lh + split, lse, mask=g_mask)
 
