@@ -12,9 +12,12 @@ Graphs are captured for padded batch sizes (1, 2, 4, 8, then every 16 up to the 
 static input buffers. A step's rows are copied in; padding rows get slot -1 (their K/V are
 written nowhere) and seq_len 0 (attention reads nothing and returns zeros). The block-table
 buffer has `max_blocks_per_seq` columns: a sequence of exactly max_model_len tokens needs
-ceil(max_model_len / block_size) of them, hence the +1 margin above. The backend's decode
-grid is sized for the longest possible context while capturing (`static_decode`), since
-a graph cannot follow the step's CPU-side max_seq_len.
+ceil(max_model_len / block_size) of them, hence the +1 margin above. A graph cannot follow
+the step's CPU-side max_seq_len, so the backend's decode grid is sized while capturing
+(`static_decode`) for a *reach*: every size is captured twice when the model's longest
+context needs more than one attention split, once for that longest context and once for
+steps whose sequences all fit one split (the backend's `partition_size`). Those replay a
+grid of one split per sequence with no merge kernel, the same numbers as the long grid.
 """
 
 from __future__ import annotations
@@ -48,35 +51,45 @@ class CudaGraphDecodeRunner:
         self.context_lens = torch.zeros(n, dtype=torch.int32, device=dev)
         self.query_start_loc = torch.arange(n + 1, dtype=torch.int32, device=dev)
         self.block_tables = torch.zeros(n, max_blocks_per_seq, dtype=torch.int32, device=dev)
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.outputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # (hidden, logits)
+        # One logits buffer for every graph ([256, 128k] bf16 is 66 MB; a graph's own output
+        # per padded size and reach would hold over 1 GB).
+        lm_head = model.lm_head.weight
+        self.logits = torch.empty(n, lm_head.shape[0], dtype=lm_head.dtype, device=dev)
+        one_split = getattr(backend, "partition_size", None)  # the longest context one split holds
+        self.reaches = [self.max_seq_len]  # ascending
+        if one_split is not None and one_split < self.max_seq_len:
+            self.reaches.insert(0, one_split)
+        # Keyed by (reach, padded size); outputs are (hidden, logits).
+        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self.outputs: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         self._capture()
 
-    def _meta(self, bs: int) -> AttentionMetadata:
+    def _meta(self, bs: int, reach: int) -> AttentionMetadata:
         """Views of the static buffers: what the captured kernels read at replay."""
         return AttentionMetadata(
             query_start_loc=self.query_start_loc[:bs + 1], seq_lens=self.seq_lens[:bs],
             context_lens=self.context_lens[:bs], block_tables=self.block_tables[:bs],
             slot_mapping=self.slot_mapping[:bs], query_lens_cpu=[1] * bs,
-            seq_lens_cpu=[self.max_seq_len] * bs)
+            seq_lens_cpu=[reach] * bs)
 
-    def _forward(self, bs: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _forward(self, bs: int, reach: int) -> tuple[torch.Tensor, torch.Tensor]:
         hidden = self.model(self.input_ids[:bs], self.positions[:bs], self.kv_caches,
-                            self._meta(bs), self.backend)
-        return hidden, self.model.compute_logits(hidden, fp32=False)
+                            self._meta(bs, reach), self.backend)
+        return hidden, self.model.compute_logits(hidden, fp32=False, out=self.logits[:bs])
 
     @torch.inference_mode()
     def _capture(self) -> None:
         pool = None
-        with self.backend.static_decode(self.max_seq_len):
-            for bs in reversed(self.sizes):  # largest first; the smaller ones reuse its pool
-                self._forward(bs)  # warm-up compiles the kernels; all rows are padding: no effect
-                torch.cuda.synchronize(self.device)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
-                    self.outputs[bs] = self._forward(bs)
-                pool = graph.pool() if pool is None else pool
-                self.graphs[bs] = graph
+        for reach in reversed(self.reaches):  # the longest first: its grid needs the most memory
+            with self.backend.static_decode(reach):
+                for bs in reversed(self.sizes):  # largest first; the others reuse its pool
+                    self._forward(bs, reach)  # warm-up compiles the kernels; all rows are padding
+                    torch.cuda.synchronize(self.device)
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph, pool=pool):
+                        self.outputs[reach, bs] = self._forward(bs, reach)
+                    pool = graph.pool() if pool is None else pool
+                    self.graphs[reach, bs] = graph
         torch.cuda.synchronize(self.device)
 
     def can_run(self, meta: AttentionMetadata) -> bool:
@@ -93,6 +106,7 @@ class CudaGraphDecodeRunner:
         stream orders after every kernel already launched that reads them)."""
         n = meta.num_seqs
         bs = next(s for s in self.sizes if s >= n)
+        reach = next(r for r in self.reaches if r >= meta.max_seq_len)
         width = meta.block_tables.shape[1]
         self.input_ids[:n].copy_(input_ids, non_blocking=True)
         self.positions[:n].copy_(positions, non_blocking=True)
@@ -103,6 +117,6 @@ class CudaGraphDecodeRunner:
         self.context_lens[:n].copy_(meta.context_lens, non_blocking=True)
         # Columns past `width` keep stale ids: never read, as seq_len bounds every read.
         self.block_tables[:n, :width].copy_(meta.block_tables, non_blocking=True)
-        self.graphs[bs].replay()
-        hidden, logits = self.outputs[bs]
+        self.graphs[reach, bs].replay()
+        hidden, logits = self.outputs[reach, bs]
         return hidden[:n], logits[:n]

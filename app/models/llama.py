@@ -116,7 +116,9 @@ class LlamaForCausalLM(nn.Module):
             hidden, residual = layer(hidden, residual, cos, sin, kv_cache, meta, backend, ops)
         return ops.add_rms_norm(hidden, residual, self.model.norm)[0]
 
-    def compute_logits(self, hidden: torch.Tensor, fp32: bool = True) -> torch.Tensor:
-        """fp32=False: in the model's dtype, for a caller that casts only when it needs to."""
-        logits = self.lm_head(hidden)
+    def compute_logits(self, hidden: torch.Tensor, fp32: bool = True, out: torch.Tensor | None = None
+                       ) -> torch.Tensor:
+        """fp32=False: in the model's dtype, for a caller that casts only when it needs to.
+        `out` (model dtype): where to write them (a CUDA graph's one buffer for every size)."""
+        logits = self.lm_head(hidden) if out is None else torch.matmul(hidden, self.lm_head.weight.t(), out=out)
         return logits.float() if fp32 else logits

@@ -184,9 +184,11 @@ def test_overlapped_scheduling_gives_the_serial_engines_tokens(checkpoint):
     assert outputs[0] == outputs[1]
 
 
-def test_cuda_graph_decode_matches_eager(checkpoint):
+@pytest.mark.parametrize("context", [[5, 16, 31], [5, 16, 259]], ids=["one-split-graph", "long-graph"])
+def test_cuda_graph_decode_matches_eager(checkpoint, context):
     """Graph replay (padded batch) gives eager's hidden states and logits, and padding rows
-    write no KV."""
+    write no KV: from the graphs for steps that fit one attention split, and from those for
+    the longest context."""
     from app.config import EngineConfig
     from app.engine.cuda_graphs import CudaGraphDecodeRunner
     from app.engine.engine import LLMEngine
@@ -196,8 +198,15 @@ def test_cuda_graph_decode_matches_eager(checkpoint):
     runner = engine.runner
     graphs = CudaGraphDecodeRunner(runner.model, runner.kv_caches, runner.backend, max_batch_size=8,
                                    max_blocks_per_seq=17, device="cuda")
-    context = [5, 16, 31]  # 3 rows -> padded to the graph of 4
-    tables = torch.tensor([[1, 2, 0], [3, 4, 0], [5, 6, 7]], dtype=torch.int32)
+    assert graphs.reaches == [runner.backend.partition_size, 17 * 16]
+    # 3 rows -> padded to the graph of 4; each sequence's blocks after the previous one's
+    width = -(-(max(context) + 1) // 16)
+    rows, first = [], 1
+    for c in context:
+        n = -(-(c + 1) // 16)
+        rows.append(list(range(first, first + n)) + [0] * (width - n))
+        first += n
+    tables = torch.tensor(rows, dtype=torch.int32)
     meta = make_meta([1, 1, 1], context, tables, 16, "cuda")
     for cache in runner.kv_caches:  # the cached prefix: random K/V at every earlier position
         for row, c in zip(tables.tolist(), context):
