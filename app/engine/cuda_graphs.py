@@ -59,9 +59,9 @@ class CudaGraphDecodeRunner:
         self.reaches = [self.max_seq_len]  # ascending
         if one_split is not None and one_split < self.max_seq_len:
             self.reaches.insert(0, one_split)
-        # Keyed by (reach, padded size); outputs are (hidden, logits).
+        # Keyed by (reach, padded size); each graph's final hidden states are its own output.
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
-        self.outputs: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        self.hidden: dict[tuple[int, int], torch.Tensor] = {}
         self._capture()
 
     def _meta(self, bs: int, reach: int) -> AttentionMetadata:
@@ -72,10 +72,12 @@ class CudaGraphDecodeRunner:
             slot_mapping=self.slot_mapping[:bs], query_lens_cpu=[1] * bs,
             seq_lens_cpu=[reach] * bs)
 
-    def _forward(self, bs: int, reach: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _forward(self, bs: int, reach: int) -> torch.Tensor:
+        """The final hidden states; the logits go to the shared buffer."""
         hidden = self.model(self.input_ids[:bs], self.positions[:bs], self.kv_caches,
                             self._meta(bs, reach), self.backend)
-        return hidden, self.model.compute_logits(hidden, fp32=False, out=self.logits[:bs])
+        self.model.compute_logits(hidden, fp32=False, out=self.logits[:bs])
+        return hidden
 
     @torch.inference_mode()
     def _capture(self) -> None:
@@ -87,7 +89,7 @@ class CudaGraphDecodeRunner:
                     torch.cuda.synchronize(self.device)
                     graph = torch.cuda.CUDAGraph()
                     with torch.cuda.graph(graph, pool=pool):
-                        self.outputs[reach, bs] = self._forward(bs, reach)
+                        self.hidden[reach, bs] = self._forward(bs, reach)
                     pool = graph.pool() if pool is None else pool
                     self.graphs[reach, bs] = graph
         torch.cuda.synchronize(self.device)
@@ -118,5 +120,4 @@ class CudaGraphDecodeRunner:
         # Columns past `width` keep stale ids: never read, as seq_len bounds every read.
         self.block_tables[:n, :width].copy_(meta.block_tables, non_blocking=True)
         self.graphs[reach, bs].replay()
-        hidden, logits = self.outputs[reach, bs]
-        return hidden[:n], logits[:n]
+        return self.hidden[reach, bs][:n], self.logits[:n]

@@ -135,7 +135,7 @@ class Speculator:
         # tokens depend on its seed alone, never on the timings the adaptive k follows.
         seeded_k = self.schedule.k_for(1) if self.adaptive is not None else k
         ready = self._take_ahead() if decoding else {}
-        candidates, inputs, took_ahead = [], [], False
+        candidates, inputs = [], []
         self._looked_up.clear()
         for req in running:
             req.set_spec([])
@@ -155,7 +155,6 @@ class Speculator:
             if req in ready:
                 req.set_spec(ready[req][:k_req])
                 self.stats.num_drafts_ahead_used += 1
-                took_ahead = True
                 continue
             p = req.params
             seeded = p.seed is not None and not p.greedy  # its drafts may not depend on timing
