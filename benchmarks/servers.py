@@ -2,7 +2,9 @@
 
 - `specserve`: `serve run serve_config.yaml` from a source tree (this checkout, or another
   commit's worktree: `compare_refs.py`), with app arguments overridden in a temporary copy of
-  the config (e.g. `speculative_method=null`). Only that tree is on PYTHONPATH.
+  the config (e.g. `speculative_method=null`), and top-level keys of the file as
+  `serve.<key>=...` (e.g. `serve.controller_options=null`: the Python proxy instead of
+  HAProxy). Only that tree is on PYTHONPATH.
 - `vllm`: vLLM's OpenAI server from its own venv (see offline_throughput.py's docstring for
   the install), `python -m vllm.entrypoints.openai.api_server` (the `vllm` CLI dies of an
   illegal instruction on these CPUs), fp32, the same checkpoint and served name.
@@ -29,6 +31,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+TOP_LEVEL_PREFIX = "serve."  # an override of a top-level key of serve_config.yaml, not an app argument
 DEFAULT_VLLM_PYTHON = os.environ.get("SPECSERVE_VLLM_PYTHON", str(Path.home() / "vllm-venv" / "bin" / "python"))
 
 
@@ -67,7 +70,13 @@ def vllm_available(python: str) -> str | None:
 def _specserve_command(spec: ServerSpec, port: int, workdir: Path) -> tuple[list[str], dict, Path]:
     config = yaml.safe_load((spec.source / "serve_config.yaml").read_text())
     config.setdefault("http_options", {})["port"] = port
-    config["applications"][0]["args"].update(spec.overrides)
+    for key, value in spec.overrides.items():
+        if key.startswith(TOP_LEVEL_PREFIX):  # e.g. serve.controller_options=null
+            config.pop(key[len(TOP_LEVEL_PREFIX):], None)
+            if value is not None:
+                config[key[len(TOP_LEVEL_PREFIX):]] = value
+        else:
+            config["applications"][0]["args"][key] = value
     path = workdir / "serve_config.yaml"
     path.write_text(yaml.safe_dump(config))
     env = dict(os.environ, PYTHONPATH=str(spec.source), HF_HUB_OFFLINE="1")

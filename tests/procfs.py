@@ -63,3 +63,32 @@ def thread_niceness(pid: int) -> set[int]:
     except OSError:  # a process or thread that ended while we looked
         pass
     return values
+
+
+def _listening_socket_inodes(port: int) -> set[str]:
+    """Inodes of the TCP sockets listening on `port` (IPv4 and IPv6) on this machine."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            local_port = int(fields[1].rsplit(":", 1)[1], 16)
+            if local_port == port and fields[3] == "0A":  # 0A: LISTEN
+                inodes.add(fields[9])
+    return inodes
+
+
+def listening_process_names(port: int) -> set[str]:
+    """The names (/proc/<pid>/comm) of the processes that hold a socket listening on `port`."""
+    wanted = {f"socket:[{inode}]" for inode in _listening_socket_inodes(port)}
+    names = set()
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if any(str(fd.readlink()) in wanted for fd in (proc / "fd").iterdir()):
+                names.add((proc / "comm").read_text().strip())
+        except OSError:  # ended while we looked, or not ours to read
+            continue
+    return names

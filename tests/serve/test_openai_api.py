@@ -11,7 +11,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.procfs import engine_processes, replica_stages, thread_niceness
+from tests.procfs import engine_processes, listening_process_names, replica_stages, thread_niceness
 
 pytestmark = pytest.mark.slow
 
@@ -25,6 +25,17 @@ def test_models_and_health(serve_app, client):
     # An argument given to the app reaches the engine.
     assert serve_app.target_handle().stats.remote().result()["num_blocks_total"] == serve_app.args["num_kv_blocks"]
     assert requests.get(serve_app.url + "/health", timeout=30).status_code == 200
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads listening sockets from /proc")
+def test_http_comes_in_through_haproxy(serve_app, client):
+    """`serve_config.yaml` starts Serve with HAProxy as its HTTP ingress: the app's port is
+    HAProxy's, not the Python proxy actor's, which relayed every streamed chunk."""
+    port = int(serve_app.url.rsplit(":", 1)[1])
+    assert listening_process_names(port) == {"haproxy"}
+    chunks = client.completions.create(model=serve_app.model, prompt="def add(a, b):", max_tokens=4,
+                                       temperature=0, stream=True)
+    assert len([c for c in chunks if c.choices and c.choices[0].text]) >= 1
 
 
 @pytest.mark.parametrize("stream", [False, True])
