@@ -72,9 +72,10 @@ def _specserve_command(spec: ServerSpec, port: int, workdir: Path) -> tuple[list
     config.setdefault("http_options", {})["port"] = port
     for key, value in spec.overrides.items():
         if key.startswith(TOP_LEVEL_PREFIX):  # e.g. serve.controller_options=null
-            config.pop(key[len(TOP_LEVEL_PREFIX):], None)
+            name = key[len(TOP_LEVEL_PREFIX):]
+            config.pop(name, None)
             if value is not None:
-                config[key[len(TOP_LEVEL_PREFIX):]] = value
+                config[name] = value
         else:
             config["applications"][0]["args"][key] = value
     path = workdir / "serve_config.yaml"
