@@ -41,16 +41,25 @@ PREFIX_CACHE = ("specserve:prefix_cache_queries_total", "specserve:prefix_cache_
 ROUTER_REQUESTS = "specserve:router_requests_total"  # by reason: prefix, load, no_prefix
 
 
+# Each round redeploys the app; behind HAProxy a stopping Ingress replica would wait Ray's 30 s
+# for load balancers to let go of it first.
+SHORT_INGRESS_DRAIN = {"RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1"}
+
+
 def start_ray_serve(num_cpus: int, port: int) -> None:
-    """A local Ray with the environment serve_config.yaml gives its app, and Serve on `port`."""
+    """A local Ray with the environment serve_config.yaml gives its app, and Serve on `port`
+    with the controller options it gives (HAProxy as the HTTP ingress)."""
     import ray
     from ray import serve
 
     config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
     env = dict(config["applications"][0].get("runtime_env", {}).get("env_vars", {}))
-    env.update({"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
+    env.update({"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **SHORT_INGRESS_DRAIN})
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, runtime_env={"env_vars": env})
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    controller = config.get("controller_options") or {}
+    controller_env = {**controller.get("runtime_env", {}).get("env_vars", {}), **SHORT_INGRESS_DRAIN}
+    serve.start(http_options={"host": "127.0.0.1", "port": port},
+                controller_options={**controller, "runtime_env": {"env_vars": controller_env}})
 
 
 def deploy(args, router: str) -> None:
