@@ -28,12 +28,11 @@ import time
 from pathlib import Path
 
 import requests
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import serving  # noqa: E402
+from benchmarks import local_serve, serving  # noqa: E402
 
 APP = "specserve"
 ROUTERS = ["power_of_two", "prefix_aware"]
@@ -41,25 +40,16 @@ PREFIX_CACHE = ("specserve:prefix_cache_queries_total", "specserve:prefix_cache_
 ROUTER_REQUESTS = "specserve:router_requests_total"  # by reason: prefix, load, no_prefix
 
 
-# Each round redeploys the app; behind HAProxy a stopping Ingress replica would wait Ray's 30 s
-# for load balancers to let go of it first.
-SHORT_INGRESS_DRAIN = {"RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1"}
-
-
 def start_ray_serve(num_cpus: int, port: int) -> None:
-    """A local Ray with the environment serve_config.yaml gives its app, and Serve on `port`
-    with the controller options it gives (HAProxy as the HTTP ingress)."""
+    """A local Ray and Serve on `port` as `serve run serve_config.yaml` would start them
+    (local_serve.py: HAProxy, with a short Ingress drain between the rounds' redeploys)."""
     import ray
     from ray import serve
 
-    config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
-    env = dict(config["applications"][0].get("runtime_env", {}).get("env_vars", {}))
-    env.update({"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **SHORT_INGRESS_DRAIN})
+    env = {**local_serve.app_env_vars(), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, runtime_env={"env_vars": env})
-    controller = config.get("controller_options") or {}
-    controller_env = {**controller.get("runtime_env", {}).get("env_vars", {}), **SHORT_INGRESS_DRAIN}
     serve.start(http_options={"host": "127.0.0.1", "port": port},
-                controller_options={**controller, "runtime_env": {"env_vars": controller_env}})
+                controller_options=local_serve.controller_options())
 
 
 def deploy(args, router: str) -> None:

@@ -17,6 +17,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_SERVE_LOG_TO_STDERR", "0")
 
+from benchmarks import local_serve  # noqa: E402
 from tests.checkpoints import DEFAULT_DRAFT, DEFAULT_TARGET  # noqa: E402
 
 CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|eos|>{% endfor %}"
@@ -79,45 +80,16 @@ class ServeApp:
         return serve.get_deployment_handle("TargetModel", self.name)
 
 
-def _serve_config() -> dict:
-    import yaml
-
-    return yaml.safe_load((Path(__file__).resolve().parents[2] / "serve_config.yaml").read_text())
-
-
-def serve_config_env_vars() -> dict[str, str]:
-    """The environment `serve_config.yaml` gives the application (Ray Serve's throughput mode,
-    …), so that test apps run in the mode users get: a draft call that only failed there went
-    unnoticed while the tests ran without it."""
-    [app] = _serve_config()["applications"]
-    return dict(app.get("runtime_env", {}).get("env_vars", {}))
-
-
-# An Ingress replica behind HAProxy stays up 30 s after it is told to stop, so that a load
-# balancer can take it out of rotation first; each test app's teardown would wait for it.
-SHORT_INGRESS_DRAIN = {"RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1"}
-
-
-def serve_config_controller_options() -> dict | None:
-    """The Serve controller's options in `serve_config.yaml` (HAProxy as the HTTP ingress), so
-    that test requests take the users' way in; with a short drain."""
-    options = _serve_config().get("controller_options")
-    if options is None:
-        return None
-    env_vars = {**options.get("runtime_env", {}).get("env_vars", {}), **SHORT_INGRESS_DRAIN}
-    return {**options, "runtime_env": {**options.get("runtime_env", {}), "env_vars": env_vars}}
-
-
 def start_ray_serve(num_cpus: int = 4) -> int:
-    """Start a small local Ray (every actor in the environment `serve_config.yaml` gives its
-    application) and Serve's HTTP ingress as `serve_config.yaml` starts it, on a free port;
-    returns the port."""
+    """Start a small local Ray and Serve on a free port as `serve run serve_config.yaml` would
+    (benchmarks/local_serve.py), so that test apps run in the mode users get: a draft call
+    that only failed in throughput mode went unnoticed while the tests ran without it.
+    Returns the port."""
     import ray
     from ray import serve
 
     port = free_port()
-    env_vars = {**serve_config_env_vars(), **SHORT_INGRESS_DRAIN, "HF_HUB_OFFLINE": "1",
-                "TOKENIZERS_PARALLELISM": "false",
+    env_vars = {**local_serve.app_env_vars(), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                 # throughput mode buffers 1000 access-log lines; tests read the logs at once
                 "RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE": "1"}
     for attempt in range(3):
@@ -132,7 +104,7 @@ def start_ray_serve(num_cpus: int = 4) -> int:
             if attempt == 2:
                 raise
     serve.start(http_options={"host": "127.0.0.1", "port": port},
-                controller_options=serve_config_controller_options())
+                controller_options=local_serve.controller_options())
     return port
 
 
