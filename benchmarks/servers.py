@@ -2,9 +2,10 @@
 
 - `specserve`: `serve run serve_config.yaml` from a source tree (this checkout, or another
   commit's worktree: `compare_refs.py`), with app arguments overridden in a temporary copy of
-  the config (e.g. `speculative_method=null`), and top-level keys of the file as
-  `serve.<key>=...` (e.g. `serve.controller_options=null`: the Python proxy instead of
-  HAProxy). Only that tree is on PYTHONPATH.
+  the config (e.g. `speculative_method=null`), and the file's own keys as `serve.<dotted
+  path>=...` (e.g. `serve.controller_options=null`: the Python proxy instead of HAProxy;
+  `serve.controller_options.runtime_env.env_vars.NAME="value"`: one more variable). Only
+  that tree is on PYTHONPATH.
 - `vllm`: vLLM's OpenAI server from its own venv (see offline_throughput.py's docstring for
   the install), `python -m vllm.entrypoints.openai.api_server` (the `vllm` CLI dies of an
   illegal instruction on these CPUs), fp32, the same checkpoint and served name.
@@ -72,10 +73,7 @@ def _specserve_command(spec: ServerSpec, port: int, workdir: Path) -> tuple[list
     config.setdefault("http_options", {})["port"] = port
     for key, value in spec.overrides.items():
         if key.startswith(TOP_LEVEL_PREFIX):  # e.g. serve.controller_options=null
-            name = key[len(TOP_LEVEL_PREFIX):]
-            config.pop(name, None)
-            if value is not None:
-                config[name] = value
+            _set_path(config, key[len(TOP_LEVEL_PREFIX):].split("."), value)
         else:
             config["applications"][0]["args"][key] = value
     path = workdir / "serve_config.yaml"
@@ -83,6 +81,16 @@ def _specserve_command(spec: ServerSpec, port: int, workdir: Path) -> tuple[list
     env = dict(os.environ, PYTHONPATH=str(spec.source), HF_HUB_OFFLINE="1")
     serve = Path(sys.executable).with_name("serve")  # this venv's, beside its python
     return [str(serve), "run", str(path)], env, spec.source
+
+
+def _set_path(config: dict, path: list[str], value) -> None:
+    """config[a][b]... = value along the dotted path (dicts made where missing); None removes it."""
+    *parents, leaf = path
+    for name in parents:
+        config = config.setdefault(name, {})
+    config.pop(leaf, None)
+    if value is not None:
+        config[leaf] = value
 
 
 def _vllm_command(spec: ServerSpec, port: int, model: str, served_name: str) -> tuple[list[str], dict, Path]:

@@ -19,6 +19,13 @@ def test_overrides_reach_app_arguments_and_top_level_keys(tmp_path):
     assert "serve.controller_options" not in args
 
 
+def test_a_dotted_top_level_key_sets_one_nested_value(tmp_path):
+    spec = ServerSpec.parse("specserve:serve.controller_options.runtime_env.env_vars.RAY_SERVE_X=\"0.5\"")
+    _specserve_command(spec, 8123, tmp_path)
+    env_vars = yaml.safe_load((tmp_path / "serve_config.yaml").read_text())["controller_options"]["runtime_env"]["env_vars"]
+    assert env_vars["RAY_SERVE_X"] == "0.5" and env_vars["RAY_SERVE_ENABLE_HA_PROXY"] == "1"  # beside the others
+
+
 def test_without_overrides_the_shipped_config_runs_as_it_is(tmp_path):
     _specserve_command(ServerSpec.parse("specserve"), 8123, tmp_path)
     config = yaml.safe_load((tmp_path / "serve_config.yaml").read_text())
