@@ -3,7 +3,9 @@ it) vs target + n-gram lookup (from 1-token matches, and from 3-token ones as se
 default), at several batch sizes, on an input-grounded workload (repeat a code snippet given in the prompt)
 and on open-ended prompts, in one run. Greedy, so all of them produce the same tokens; prints
 output tokens/s, mean request latency, the speed-up over the target alone, the acceptance rate
-and the mean accepted length (tokens per speculative step).
+and the mean accepted length (tokens per speculative step). Each cell runs
+`--prompts-per-cell` prompts (16) in groups of its batch size, one group after another: the
+grounded prompts differ in how well the model copies them (benchmarks/RESULTS.md, 2026-11-26).
 
     python benchmarks/spec.py --batch-sizes 1 4 16 64 --output-len 64
 
@@ -62,14 +64,34 @@ def run(engine: LLMEngine, prompts: list[list[int]], output_len: int) -> dict:
                 finish[out.request_id] = time.perf_counter() - start
     elapsed = time.perf_counter() - start
     spec = engine.stats().spec
-    drafts, draft_tokens = spec.num_drafts - before_drafts, spec.num_draft_tokens - before_tokens
-    accepted = spec.num_accepted_tokens - before_accepted
-    return {"seconds": elapsed, "tokens": tokens, "tokens_per_s": tokens / elapsed,
-            "mean_latency_s": sum(finish.values()) / len(finish),
+    return summary(seconds=elapsed, tokens=tokens, latencies=list(finish.values()),
+                   drafts=spec.num_drafts - before_drafts, draft_tokens=spec.num_draft_tokens - before_tokens,
+                   accepted=spec.num_accepted_tokens - before_accepted,
+                   steps_by_k={k: n - before.steps_by_k.get(k, 0) for k, n in spec.steps_by_k.items()
+                               if n > before.steps_by_k.get(k, 0)})
+
+
+def run_cell(engine: LLMEngine, prompts: list[list[int]], batch: int, output_len: int) -> dict:
+    """`prompts` in groups of `batch`, one group after another, pooled: a cell measures them all,
+    not only the first `batch` (one prompt can copy far better than the workload does)."""
+    parts = [run(engine, prompts[i:i + batch], output_len) for i in range(0, len(prompts) - batch + 1, batch)]
+    steps_by_k: dict[int, int] = {}
+    for part in parts:
+        for k, n in part["steps_by_k"].items():
+            steps_by_k[k] = steps_by_k.get(k, 0) + n
+    return summary(seconds=sum(p["seconds"] for p in parts), tokens=sum(p["tokens"] for p in parts),
+                   latencies=[t for p in parts for t in p["latencies"]],
+                   drafts=sum(p["drafts"] for p in parts), draft_tokens=sum(p["draft_tokens"] for p in parts),
+                   accepted=sum(p["accepted"] for p in parts), steps_by_k=steps_by_k)
+
+
+def summary(seconds: float, tokens: int, latencies: list[float], drafts: int, draft_tokens: int,
+            accepted: int, steps_by_k: dict[int, int]) -> dict:
+    return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds,
+            "latencies": latencies, "mean_latency_s": sum(latencies) / len(latencies),
+            "drafts": drafts, "draft_tokens": draft_tokens, "accepted": accepted,
             "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
-            "mean_accepted_length": 1 + accepted / drafts if drafts else None,
-            "steps_by_k": {k: n - before.steps_by_k.get(k, 0) for k, n in spec.steps_by_k.items()
-                           if n > before.steps_by_k.get(k, 0)}}
+            "mean_accepted_length": 1 + accepted / drafts if drafts else None, "steps_by_k": steps_by_k}
 
 
 def main() -> None:
@@ -82,6 +104,9 @@ def main() -> None:
     parser.add_argument("--schedule", default=None, help="batch:k thresholds, e.g. 1:4,8:2,32:0")
     parser.add_argument("--compare-fixed", action="store_true",
                         help="also run the draft model with k by the schedule alone (no adaptation)")
+    parser.add_argument("--prompts-per-cell", type=int, default=16,
+                        help="prompts each cell runs, in groups of its batch size (at least one group; "
+                             "1: only the first batch, as before 2026-11-26)")
     parser.add_argument("--repeats", type=int, default=2, help="best of this many runs per cell")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--seed", type=int, default=0)
@@ -94,7 +119,7 @@ def main() -> None:
         schedule = {int(b): int(k) for b, k in (x.split(":") for x in args.schedule.split(","))}
 
     tokenizer = AutoTokenizer.from_pretrained(args.model)
-    work = workloads(tokenizer, max(args.batch_sizes), args.seed)
+    work = workloads(tokenizer, max(*args.batch_sizes, args.prompts_per_cell), args.seed)
     common = dict(model=args.model, num_kv_blocks=4096, max_num_seqs=max(args.batch_sizes),
                   num_speculative_tokens=args.num_speculative_tokens, speculation_schedule=schedule)
     engines = {"target alone": LLMEngine(EngineConfig(**common)),
@@ -113,17 +138,19 @@ def main() -> None:
 
     results = []
     print(f"output_len={args.output_len} k={args.num_speculative_tokens} schedule="
-          f"{engines['target + draft'].speculator.schedule.as_dict()} (adaptive) threads={torch.get_num_threads()}")
+          f"{engines['target + draft'].speculator.schedule.as_dict()} (adaptive) threads={torch.get_num_threads()} "
+          f"prompts per cell={args.prompts_per_cell}")
     for workload, prompts in work.items():
         for batch in args.batch_sizes:
             cells = {}
             for _ in range(args.repeats):  # methods interleaved, so drift hits all alike
                 for name, engine in engines.items():
-                    r = run(engine, prompts[:batch], args.output_len)
+                    r = run_cell(engine, prompts[:max(batch, args.prompts_per_cell)], batch, args.output_len)
                     if name not in cells or r["seconds"] < cells[name]["seconds"]:
                         cells[name] = r
             base = cells["target alone"]["tokens_per_s"]
             for name, r in cells.items():
+                del r["latencies"]
                 r.update(workload=workload, batch=batch, method=name, speedup=r["tokens_per_s"] / base)
                 results.append(r)
                 acc = "" if r["acceptance_rate"] is None else (
