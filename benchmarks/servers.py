@@ -32,7 +32,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-TOP_LEVEL_PREFIX = "serve."  # an override of a top-level key of serve_config.yaml, not an app argument
+TOP_LEVEL_PREFIX = "serve."  # an override of a key of serve_config.yaml itself (a dotted path), not an app argument
 DEFAULT_VLLM_PYTHON = os.environ.get("SPECSERVE_VLLM_PYTHON", str(Path.home() / "vllm-venv" / "bin" / "python"))
 
 

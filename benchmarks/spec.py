@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -75,14 +76,11 @@ def run_cell(engine: LLMEngine, prompts: list[list[int]], batch: int, output_len
     """`prompts` in groups of `batch`, one group after another, pooled: a cell measures them all,
     not only the first `batch` (one prompt can copy far better than the workload does)."""
     parts = [run(engine, prompts[i:i + batch], output_len) for i in range(0, len(prompts) - batch + 1, batch)]
-    steps_by_k: dict[int, int] = {}
-    for part in parts:
-        for k, n in part["steps_by_k"].items():
-            steps_by_k[k] = steps_by_k.get(k, 0) + n
+    steps_by_k = sum((Counter(p["steps_by_k"]) for p in parts), Counter())
     return summary(seconds=sum(p["seconds"] for p in parts), tokens=sum(p["tokens"] for p in parts),
                    latencies=[t for p in parts for t in p["latencies"]],
                    drafts=sum(p["drafts"] for p in parts), draft_tokens=sum(p["draft_tokens"] for p in parts),
-                   accepted=sum(p["accepted"] for p in parts), steps_by_k=steps_by_k)
+                   accepted=sum(p["accepted"] for p in parts), steps_by_k=dict(steps_by_k))
 
 
 def summary(seconds: float, tokens: int, latencies: list[float], drafts: int, draft_tokens: int,
