@@ -193,7 +193,6 @@ def main() -> int:
         return 0
 
     from app.config import EngineConfig
-    from app.engine.cuda_graphs import CudaGraphDecodeRunner
     from app.engine.engine import LLMEngine
 
     print(f"{datetime.date.today()}  {torch.cuda.get_device_name()}  command: python "
@@ -204,12 +203,15 @@ def main() -> int:
     needed_len = args.prompt_len + args.gen_len + 16
     max_len = args.max_model_len or needed_len
     kv_gib = max(args.batch_sizes) * needed_len * kv_bytes_per_token(hf) / 2**30 * 1.2 + 1
+    started = time.perf_counter()
     engine = LLMEngine(EngineConfig(model=str(model_dir), dtype="bfloat16", device="cuda",
                                     kv_cache_memory_gib=kv_gib, max_num_seqs=max(args.batch_sizes),
                                     max_num_batched_tokens=8192, max_model_len=max_len))
-    graphs = any(isinstance(v, CudaGraphDecodeRunner) for v in vars(engine.runner).values())
+    built_s = time.perf_counter() - started
+    graphs = engine.runner.cuda_graphs
     print(f"engine: attention {engine.runner.backend.name}, layer ops {engine.runner.model.ops.name}, "
-          f"CUDA graphs {'on' if graphs else 'OFF'}")
+          + (f"CUDA graphs on: {len(graphs.graphs)} captured in {graphs.capture_s:.1f} s, reaches "
+             f"{graphs.reaches}" if graphs else "CUDA graphs OFF") + f"; engine built in {built_s:.1f} s")
     launches = kernels_per_layer(engine, batch_size=1)
     print(f"kernel launches per decoder layer, batch-1 decode step: {sum(launches.values())} "
           f"(goal <= 12)\n{format_kernels(launches)}")

@@ -1,30 +1,43 @@
-"""CUDA graphs for decode-only steps: at small batches a decode step is mostly kernel-launch
-overhead (hundreds of launches for a 32-layer model), which one graph replay removes.
+"""CUDA graphs for decode steps, plain and verifying: at small batches a decode step is mostly
+kernel-launch overhead (hundreds of launches for a 32-layer model), which one graph replay
+removes. A verifying step (1 + k query tokens per sequence) run eagerly cost about six plain
+steps of the tiny pair on an H100, so drafts could never pay there (RESULTS.md, 2026-11-26).
 
 The model runner (`ModelRunner.execute`) builds one at start-up on CUDA, which captures every
-padded size then, and replays it for each step `can_run` accepts (decode-only, within the
-buffers); other steps run the model eagerly. A replay gives the final hidden states and the
-logits of every row in the model's dtype (the lm_head is in the graph too): in a decode-only
-step every row is sampled, save a one-token prompt chunk now and then, for which the runner
-takes the hidden states instead. Selection still runs eagerly after the replay.
+shape then, and replays it for each step `can_run` accepts; other steps run the model eagerly.
+A replay gives the final hidden states and the logits of every token row in the model's dtype
+(the lm_head is in the graph too): in a decode step every row is sampled, save a short prompt
+chunk now and then, for which the runner takes the hidden states instead. Selection still runs
+eagerly after the replay.
 
-Graphs are captured for padded batch sizes (1, 2, 4, 8, then every 16 up to the max) over
-static input buffers. A step's rows are copied in; padding rows get slot -1 (their K/V are
-written nowhere) and seq_len 0 (attention reads nothing and returns zeros). The block-table
-buffer has `max_blocks_per_seq` columns: a sequence of exactly max_model_len tokens needs
-ceil(max_model_len / block_size) of them, hence the +1 margin above. A graph cannot follow
-the step's CPU-side max_seq_len, so the backend's decode grid is sized while capturing
-(`static_decode`) for a *reach*: every size is captured twice when the model's longest
-context needs more than one attention split, once for that longest context and once for
-steps whose sequences all fit one split (the backend's `partition_size`). Those replay a
-grid of one split per sequence with no merge kernel, the same numbers as the long grid.
+Shapes: padded sequence counts (1, 2, 4, 8, then every 16 up to the max) times a query length,
+over static input buffers (`StaticStepInputs`). Plain decode steps (one query token per
+sequence) are captured up to `max_num_seqs`. Verifying steps are captured at one query length,
+1 + the speculation schedule's largest k, for the batch sizes the schedule drafts at; a step
+whose sequences verify fewer drafts (or run a prompt chunk that short) replays the same graph
+with its rows at the front and padding behind.
+
+Attention: the prefill kernel, which verifying steps use, sizes its grid by sequences and query
+length alone. The decode kernel's grid follows the longest context, which a graph cannot read
+from the step, so it is sized while capturing (`static_decode`) for a *reach*: every plain size
+is captured twice when the model's longest context needs more than one attention split, once
+for that longest context and once for steps whose sequences all fit one split (the backend's
+`partition_size`). Those replay a grid of one split per sequence with no merge kernel, the same
+numbers as the long grid. The block-table buffer has `max_blocks_per_seq` columns: a sequence of
+exactly max_model_len tokens needs ceil(max_model_len / block_size) of them, hence the +1 margin
+the runner gives.
 """
 
 from __future__ import annotations
 
+import logging
+import time
+
 import torch
 
 from kernels.attention_interface import AttentionMetadata
+
+logger = logging.getLogger(__name__)
 
 
 def capture_sizes(max_batch_size: int) -> list[int]:
@@ -33,9 +46,59 @@ def capture_sizes(max_batch_size: int) -> list[int]:
     return sizes + [max_batch_size]
 
 
+class StaticStepInputs:
+    """The buffers a captured step reads. A step's rows are copied to the front; the rest of
+    the padded shape is padding: its tokens have slot -1 (their K/V are written nowhere), its
+    sequences seq_len 0 (decode attention reads nothing) and no query tokens (query_start_loc
+    repeats the step's token count, so the prefill kernel's programs for them exit at once)."""
+
+    def __init__(self, max_seqs: int, max_tokens: int, max_blocks_per_seq: int, device: torch.device):
+        i32 = dict(dtype=torch.int32, device=device)
+        self.input_ids = torch.zeros(max_tokens, dtype=torch.long, device=device)
+        self.positions = torch.zeros(max_tokens, dtype=torch.long, device=device)
+        self.slot_mapping = torch.full((max_tokens,), -1, dtype=torch.int64, device=device)
+        self.seq_lens = torch.zeros(max_seqs, **i32)
+        self.context_lens = torch.zeros(max_seqs, **i32)
+        self.query_start_loc = torch.zeros(max_seqs + 1, **i32)
+        self.one_query_each = torch.arange(max_seqs + 1, **i32)  # a plain decode step's starts
+        self.block_tables = torch.zeros(max_seqs, max_blocks_per_seq, **i32)
+
+    def meta(self, seqs: int, query_len: int, reach: int) -> AttentionMetadata:
+        """Views of the buffers for a shape of `seqs` sequences of `query_len` query tokens that
+        reach `reach` tokens of context: what the captured kernels read at replay."""
+        starts = self.one_query_each if query_len == 1 else self.query_start_loc
+        return AttentionMetadata(
+            query_start_loc=starts[:seqs + 1], seq_lens=self.seq_lens[:seqs],
+            context_lens=self.context_lens[:seqs], block_tables=self.block_tables[:seqs],
+            slot_mapping=self.slot_mapping[:seqs * query_len], query_lens_cpu=[query_len] * seqs,
+            seq_lens_cpu=[reach] * seqs)
+
+    def load(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
+             seqs: int, query_len: int) -> int:
+        """Copy a step's rows in, padded to the shape; returns the step's token count."""
+        n, tokens = meta.num_seqs, input_ids.shape[0]
+        self.input_ids[:tokens].copy_(input_ids, non_blocking=True)
+        self.positions[:tokens].copy_(positions, non_blocking=True)
+        self.slot_mapping[:tokens].copy_(meta.slot_mapping, non_blocking=True)
+        self.slot_mapping[tokens:seqs * query_len].fill_(-1)
+        self.seq_lens[:n].copy_(meta.seq_lens, non_blocking=True)
+        self.seq_lens[n:seqs].zero_()
+        self.context_lens[:n].copy_(meta.context_lens, non_blocking=True)
+        if query_len > 1:
+            self.query_start_loc[:n + 1].copy_(meta.query_start_loc, non_blocking=True)
+            self.query_start_loc[n + 1:seqs + 1].fill_(tokens)
+        # Columns past `width` keep stale ids: never read, as seq_len bounds every read.
+        width = meta.block_tables.shape[1]
+        self.block_tables[:n, :width].copy_(meta.block_tables, non_blocking=True)
+        return tokens
+
+
 class CudaGraphDecodeRunner:
     def __init__(self, model: torch.nn.Module, kv_caches: list[torch.Tensor], backend,
-                 max_batch_size: int, max_blocks_per_seq: int, device: torch.device | str):
+                 max_batch_size: int, max_blocks_per_seq: int, device: torch.device | str,
+                 verify_query_len: int = 1, verify_max_batch: int = 0):
+        """verify_query_len > 1 and verify_max_batch > 0: also capture verifying steps of up to
+        that many sequences, each with up to that many query tokens."""
         self.model, self.kv_caches, self.backend = model, kv_caches, backend
         self.device = torch.device(device)
         assert self.device.type == "cuda", "CUDA graphs need a CUDA device"
@@ -43,81 +106,77 @@ class CudaGraphDecodeRunner:
         self.max_blocks_per_seq = max_blocks_per_seq
         self.max_seq_len = max_blocks_per_seq * kv_caches[0].shape[2]
         self.sizes = capture_sizes(max_batch_size)
-        n, dev = max_batch_size, self.device
-        self.input_ids = torch.zeros(n, dtype=torch.long, device=dev)
-        self.positions = torch.zeros(n, dtype=torch.long, device=dev)
-        self.slot_mapping = torch.full((n,), -1, dtype=torch.int64, device=dev)
-        self.seq_lens = torch.zeros(n, dtype=torch.int32, device=dev)
-        self.context_lens = torch.zeros(n, dtype=torch.int32, device=dev)
-        self.query_start_loc = torch.arange(n + 1, dtype=torch.int32, device=dev)
-        self.block_tables = torch.zeros(n, max_blocks_per_seq, dtype=torch.int32, device=dev)
+        verifies = verify_query_len > 1 and verify_max_batch > 0
+        self.verify_query_len = verify_query_len if verifies else 1
+        self.verify_sizes = capture_sizes(min(verify_max_batch, max_batch_size)) if verifies else []
+        max_tokens = max([max_batch_size] + [s * self.verify_query_len for s in self.verify_sizes])
+        self.inputs = StaticStepInputs(max_batch_size, max_tokens, max_blocks_per_seq, self.device)
         # One logits buffer for every graph ([256, 128k] bf16 is 66 MB; a graph's own output
-        # per padded size and reach would hold over 1 GB).
+        # per shape would hold over 1 GB).
         lm_head = model.lm_head.weight
-        self.logits = torch.empty(n, lm_head.shape[0], dtype=lm_head.dtype, device=dev)
+        self.logits = torch.empty(max_tokens, lm_head.shape[0], dtype=lm_head.dtype, device=self.device)
         one_split = getattr(backend, "partition_size", None)  # the longest context one split holds
         self.reaches = [self.max_seq_len]  # ascending
         if one_split is not None and one_split < self.max_seq_len:
             self.reaches.insert(0, one_split)
-        # Keyed by (reach, padded size); each graph's final hidden states are its own output.
-        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
-        self.hidden: dict[tuple[int, int], torch.Tensor] = {}
+        # Keyed by (reach, padded sequences, query length); each graph's final hidden states
+        # are its own output.
+        self.graphs: dict[tuple[int, int, int], torch.cuda.CUDAGraph] = {}
+        self.hidden: dict[tuple[int, int, int], torch.Tensor] = {}
+        started = time.perf_counter()
         self._capture()
+        self.capture_s = time.perf_counter() - started  # start-up cost, printed by decode.py
+        logger.info("captured %d CUDA graphs (%d plain sizes x reaches %s, %d verifying sizes of %d "
+                    "query tokens) in %.1f s", len(self.graphs), len(self.sizes), self.reaches,
+                    len(self.verify_sizes), self.verify_query_len, self.capture_s)
 
-    def _meta(self, bs: int, reach: int) -> AttentionMetadata:
-        """Views of the static buffers: what the captured kernels read at replay."""
-        return AttentionMetadata(
-            query_start_loc=self.query_start_loc[:bs + 1], seq_lens=self.seq_lens[:bs],
-            context_lens=self.context_lens[:bs], block_tables=self.block_tables[:bs],
-            slot_mapping=self.slot_mapping[:bs], query_lens_cpu=[1] * bs,
-            seq_lens_cpu=[reach] * bs)
-
-    def _forward(self, bs: int, reach: int) -> torch.Tensor:
+    def _forward(self, seqs: int, query_len: int, reach: int) -> torch.Tensor:
         """The final hidden states; the logits go to the shared buffer."""
-        hidden = self.model(self.input_ids[:bs], self.positions[:bs], self.kv_caches,
-                            self._meta(bs, reach), self.backend)
-        self.model.compute_logits(hidden, fp32=False, out=self.logits[:bs])
+        tokens = seqs * query_len
+        hidden = self.model(self.inputs.input_ids[:tokens], self.inputs.positions[:tokens], self.kv_caches,
+                            self.inputs.meta(seqs, query_len, reach), self.backend)
+        self.model.compute_logits(hidden, fp32=False, out=self.logits[:tokens])
         return hidden
 
     @torch.inference_mode()
     def _capture(self) -> None:
+        shapes = [(reach, seqs, 1) for reach in reversed(self.reaches) for seqs in reversed(self.sizes)]
+        # The prefill kernel's grid does not follow the context: one reach serves every step.
+        shapes += [(self.max_seq_len, seqs, self.verify_query_len) for seqs in reversed(self.verify_sizes)]
         pool = None
-        for reach in reversed(self.reaches):  # the longest first: its grid needs the most memory
+        for reach, seqs, query_len in shapes:  # the largest first; the others reuse its pool
             with self.backend.static_decode(reach):
-                for bs in reversed(self.sizes):  # largest first; the others reuse its pool
-                    self._forward(bs, reach)  # warm-up compiles the kernels; all rows are padding
-                    torch.cuda.synchronize(self.device)
-                    graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph, pool=pool):
-                        self.hidden[reach, bs] = self._forward(bs, reach)
-                    pool = graph.pool() if pool is None else pool
-                    self.graphs[reach, bs] = graph
+                self._forward(seqs, query_len, reach)  # warm-up compiles the kernels; all rows are padding
+                torch.cuda.synchronize(self.device)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    self.hidden[reach, seqs, query_len] = self._forward(seqs, query_len, reach)
+            pool = graph.pool() if pool is None else pool
+            self.graphs[reach, seqs, query_len] = graph
         torch.cuda.synchronize(self.device)
 
     def can_run(self, meta: AttentionMetadata) -> bool:
-        n = meta.num_seqs
-        return (0 < n <= self.max_batch_size and meta.is_decode_only
-                and meta.block_tables.shape[1] <= self.max_blocks_per_seq
-                and meta.max_seq_len <= self.max_seq_len)
+        n, query_len = meta.num_seqs, meta.max_query_len
+        if not (n > 0 and meta.block_tables.shape[1] <= self.max_blocks_per_seq
+                and meta.max_seq_len <= self.max_seq_len):
+            return False
+        if query_len == 1:
+            return n <= self.max_batch_size
+        return bool(self.verify_sizes) and query_len <= self.verify_query_len and n <= self.verify_sizes[-1]
 
     @torch.inference_mode()
     def run(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata
             ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Final hidden states [n, hidden] and logits [n, vocab] (model dtype) of the n decode
-        rows: views of the graph's output buffers, overwritten by the next run (which the
+        """Final hidden states [T, hidden] and logits [T, vocab] (model dtype) of the step's T
+        token rows: views of the graph's output buffers, overwritten by the next run (which the
         stream orders after every kernel already launched that reads them)."""
         n = meta.num_seqs
-        bs = next(s for s in self.sizes if s >= n)
-        reach = next(r for r in self.reaches if r >= meta.max_seq_len)
-        width = meta.block_tables.shape[1]
-        self.input_ids[:n].copy_(input_ids, non_blocking=True)
-        self.positions[:n].copy_(positions, non_blocking=True)
-        self.slot_mapping[:n].copy_(meta.slot_mapping, non_blocking=True)
-        self.slot_mapping[n:bs].fill_(-1)
-        self.seq_lens[:n].copy_(meta.seq_lens, non_blocking=True)
-        self.seq_lens[n:bs].zero_()
-        self.context_lens[:n].copy_(meta.context_lens, non_blocking=True)
-        # Columns past `width` keep stale ids: never read, as seq_len bounds every read.
-        self.block_tables[:n, :width].copy_(meta.block_tables, non_blocking=True)
-        self.graphs[reach, bs].replay()
-        return self.hidden[reach, bs][:n], self.logits[:n]
+        if meta.max_query_len == 1:
+            seqs, query_len = next(s for s in self.sizes if s >= n), 1
+            reach = next(r for r in self.reaches if r >= meta.max_seq_len)
+        else:
+            seqs, query_len = next(s for s in self.verify_sizes if s >= n), self.verify_query_len
+            reach = self.max_seq_len
+        tokens = self.inputs.load(input_ids, positions, meta, seqs, query_len)
+        self.graphs[reach, seqs, query_len].replay()
+        return self.hidden[reach, seqs, query_len][:tokens], self.logits[:tokens]

@@ -36,7 +36,10 @@ class LLMEngine:
         self.config = config
         self.model_config = ModelConfig.from_dir(config.model)
         self.max_model_len = self.model_config.max_model_len(config.max_model_len)
-        self.runner = ModelRunner(config, self.model_config, self.max_model_len)
+        schedule = (SpeculationSchedule.from_config(config.speculation_schedule, config.num_speculative_tokens,
+                                                    config.torch_device.type)
+                    if config.speculative_method else None)
+        self.runner = ModelRunner(config, self.model_config, self.max_model_len, drafts=schedule)
         self.block_manager = BlockManager(self.runner.num_blocks, config.block_size,
                                           config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
@@ -47,9 +50,7 @@ class LLMEngine:
         self._tokenizer = None
         self._guided_vocabulary: GuidedVocabulary | None = None
         proposer = proposer or build_proposer(config)
-        if config.speculative_method and proposer is not None:
-            schedule = SpeculationSchedule.from_config(config.speculation_schedule, config.num_speculative_tokens,
-                                                       config.torch_device.type)
+        if schedule is not None and proposer is not None:
             self.speculator = Speculator(proposer, schedule, self.max_model_len, self.model_config.vocab_size,
                                          config.seed, config.adaptive_speculation, config.prompt_lookup_first)
         self.requests: dict[str, Request] = {}

@@ -13,6 +13,7 @@ from app.engine.to_device import to_device
 from app.engine.request import Request
 from app.engine.selection.layout import RowLayout
 from app.engine.selection.prompt_logprobs import PromptRows
+from app.engine.spec.schedule import SpeculationSchedule
 from app.models.config import ModelConfig
 from app.models.layer_ops import select_layer_ops
 from app.models.loader import load_model
@@ -51,7 +52,10 @@ def kv_block_bytes(cfg: ModelConfig, block_size: int, dtype: torch.dtype) -> int
 
 
 class ModelRunner:
-    def __init__(self, config: EngineConfig, model_config: ModelConfig, max_model_len: int):
+    def __init__(self, config: EngineConfig, model_config: ModelConfig, max_model_len: int,
+                 drafts: SpeculationSchedule | None = None):
+        """drafts: the speculation schedule, when the engine speculates: CUDA graphs are then
+        captured for its verifying steps too."""
         self.config = config
         self.device = config.torch_device
         self.dtype = config.torch_dtype
@@ -75,7 +79,9 @@ class ModelRunner:
             from app.engine.cuda_graphs import CudaGraphDecodeRunner
             self.cuda_graphs = CudaGraphDecodeRunner(
                 self.model, self.kv_caches, self.backend, max_batch_size=config.max_num_seqs,
-                max_blocks_per_seq=-(-max_model_len // self.block_size) + 1, device=self.device)
+                max_blocks_per_seq=-(-max_model_len // self.block_size) + 1, device=self.device,
+                verify_query_len=1 + drafts.max_k if drafts else 1,
+                verify_max_batch=drafts.largest_drafting_batch(config.max_num_seqs) if drafts else 0)
 
     def copy_blocks(self, copies: list[tuple[int, int]]) -> None:
         """Copy whole KV blocks (source, destination) in every layer: copy on write of a block

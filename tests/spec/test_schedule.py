@@ -15,6 +15,14 @@ def test_step_function_boundaries():
     assert s.k_for(8) == 3 and s.max_k == 4
 
 
+def test_largest_drafting_batch_sizes_the_verify_graphs():
+    """The CUDA graphs for verifying steps cover the batch sizes that draft, no more."""
+    assert SpeculationSchedule(GPU_DEFAULT).largest_drafting_batch(256) == 31
+    assert SpeculationSchedule(GPU_DEFAULT).largest_drafting_batch(16) == 16
+    assert SpeculationSchedule({1: 2}).largest_drafting_batch(64) == 64
+    assert SpeculationSchedule.disabled().largest_drafting_batch(64) == 0
+
+
 def test_default_turns_speculation_off_at_large_batches():
     s = SpeculationSchedule.default(4)
     assert s.as_dict() == GPU_DEFAULT

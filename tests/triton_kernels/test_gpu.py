@@ -184,11 +184,14 @@ def test_overlapped_scheduling_gives_the_serial_engines_tokens(checkpoint):
     assert outputs[0] == outputs[1]
 
 
-@pytest.mark.parametrize("context", [[5, 16, 31], [5, 16, 259]], ids=["one-split-graph", "long-graph"])
-def test_cuda_graph_decode_matches_eager(checkpoint, context):
+@pytest.mark.parametrize("context,query_lens", [([5, 16, 31], [1, 1, 1]), ([5, 16, 259], [1, 1, 1]),
+                                                ([5, 16, 259], [3, 1, 2])],
+                         ids=["one-split-graph", "long-graph", "verify-graph"])
+def test_cuda_graph_decode_matches_eager(checkpoint, context, query_lens):
     """Graph replay (padded batch) gives eager's hidden states and logits, and padding rows
-    write no KV: from the graphs for steps that fit one attention split, and from those for
-    the longest context."""
+    write no KV: from the graphs for steps that fit one attention split, from those for the
+    longest context, and from those for verifying steps (2, 0 and 1 drafts in a graph of 3
+    query tokens per sequence)."""
     from app.config import EngineConfig
     from app.engine.cuda_graphs import CudaGraphDecodeRunner
     from app.engine.engine import LLMEngine
@@ -197,26 +200,28 @@ def test_cuda_graph_decode_matches_eager(checkpoint, context):
                                     num_kv_blocks=64, enable_cuda_graphs=False))
     runner = engine.runner
     graphs = CudaGraphDecodeRunner(runner.model, runner.kv_caches, runner.backend, max_batch_size=8,
-                                   max_blocks_per_seq=17, device="cuda")
+                                   max_blocks_per_seq=17, device="cuda", verify_query_len=3, verify_max_batch=4)
     assert graphs.reaches == [runner.backend.partition_size, 17 * 16]
-    # 3 rows -> padded to the graph of 4; each sequence's blocks after the previous one's
-    width = -(-(max(context) + 1) // 16)
+    assert graphs.verify_sizes == [1, 2, 4] and len(graphs.graphs) == 2 * 4 + 3
+    # 3 sequences -> padded to the graphs of 4; each sequence's blocks after the previous one's
+    width = -(-max(c + q for c, q in zip(context, query_lens)) // 16)
     rows, first = [], 1
-    for c in context:
-        n = -(-(c + 1) // 16)
+    for c, q in zip(context, query_lens):
+        n = -(-(c + q) // 16)
         rows.append(list(range(first, first + n)) + [0] * (width - n))
         first += n
     tables = torch.tensor(rows, dtype=torch.int32)
-    meta = make_meta([1, 1, 1], context, tables, 16, "cuda")
+    meta = make_meta(query_lens, context, tables, 16, "cuda")
     for cache in runner.kv_caches:  # the cached prefix: random K/V at every earlier position
         for row, c in zip(tables.tolist(), context):
             for p in range(c):
                 cache[:, row[p // 16], p % 16] = torch.randn_like(cache[:, 0, 0])
-    input_ids = torch.tensor([7, 8, 9], device="cuda")
-    positions = torch.tensor(context, device="cuda")
+    input_ids = torch.arange(7, 7 + sum(query_lens), device="cuda")
+    positions = torch.tensor([c + j for c, q in zip(context, query_lens) for j in range(q)], device="cuda")
     before = [c.clone() for c in runner.kv_caches]
     assert graphs.can_run(meta)
     got, got_logits = (t.clone() for t in graphs.run(input_ids, positions, meta))
+    assert got.shape[0] == sum(query_lens)
     after_graph = [c.clone() for c in runner.kv_caches]
     for c, b in zip(runner.kv_caches, before):
         c.copy_(b)
@@ -228,3 +233,25 @@ def test_cuda_graph_decode_matches_eager(checkpoint, context):
     for g, e in zip(after_graph, runner.kv_caches):  # same slots written, nothing else
         assert torch.equal(g.isnan(), e.isnan())
         torch.testing.assert_close(g.nan_to_num(), e.nan_to_num(), atol=1e-4, rtol=1e-4)
+
+
+def test_speculation_through_verify_graphs_gives_the_plain_engines_tokens():
+    """Verifying steps replay their CUDA graphs (n-gram drafts at a fixed k, so every row that
+    finds a match verifies) and greedy tokens are the engine's without speculation."""
+    from app.config import EngineConfig
+    from app.engine.engine import LLMEngine
+    from app.sampling_params import SamplingParams
+    from tests.checkpoints import DEFAULT_TARGET
+    gen = torch.Generator().manual_seed(2)
+    prompts = [(torch.randint(5, 4000, (period,), generator=gen).tolist() * 6)[:40] for period in (3, 5, 7, 11)]
+    params = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
+    common = dict(model=str(DEFAULT_TARGET), dtype="float32", device="cuda", num_kv_blocks=128)
+    plain = LLMEngine(EngineConfig(**common)).generate(prompts, params)
+    engine = LLMEngine(EngineConfig(**common, speculative_method="ngram", adaptive_speculation=False))
+    graphs = engine.runner.cuda_graphs
+    assert graphs.verify_query_len == 5 and graphs.verify_sizes[-1] == 31
+    replays = []
+    run = graphs.run
+    graphs.run = lambda ids, pos, meta: (replays.append(meta.max_query_len), run(ids, pos, meta))[1]
+    assert engine.generate(prompts, params) == plain
+    assert any(q > 1 for q in replays) and engine.stats().spec.num_drafts > 0

@@ -83,6 +83,11 @@ class SpeculationSchedule:
         """Largest k ever used (what to size draft buffers and KV reservations for)."""
         return self.ks[0]
 
+    def largest_drafting_batch(self, max_batch_size: int) -> int:
+        """The largest batch size, up to `max_batch_size`, whose k is above 0 (0: none)."""
+        first_off = next((b for b, k in zip(self.batch_sizes, self.ks) if k == 0), None)
+        return max_batch_size if first_off is None else min(first_off - 1, max_batch_size)
+
     def as_dict(self) -> dict[int, int]:
         return dict(zip(self.batch_sizes, self.ks))
 
