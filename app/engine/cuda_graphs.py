@@ -12,10 +12,11 @@ eagerly after the replay.
 
 Shapes: padded sequence counts (1, 2, 4, 8, then every 16 up to the max) times a query length,
 over static input buffers (`StaticStepInputs`). Plain decode steps (one query token per
-sequence) are captured up to `max_num_seqs`. Verifying steps are captured at one query length,
-1 + the speculation schedule's largest k, for the batch sizes the schedule drafts at; a step
-whose sequences verify fewer drafts (or run a prompt chunk that short) replays the same graph
-with its rows at the front and padding behind.
+sequence) are captured up to `max_num_seqs`. Steps of several query tokens per sequence are
+captured at one query length for the batch sizes the speculation schedule drafts at
+(`MultiTokenSteps`): a target's verifying steps (1 + the largest k), a draft model's uncached
+tails. A step with fewer tokens per sequence (fewer drafts, a prompt chunk that short) replays
+the same graph with its rows at the front and padding behind.
 
 Attention: the prefill kernel, which verifying steps use, sizes its grid by sequences and query
 length alone. The decode kernel's grid follows the longest context, which a graph cannot read
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -44,6 +46,14 @@ def capture_sizes(max_batch_size: int) -> list[int]:
     sizes = [s for s in (1, 2, 4, 8) if s < max_batch_size]
     sizes += list(range(16, max_batch_size, 16))
     return sizes + [max_batch_size]
+
+
+@dataclass(frozen=True)
+class MultiTokenSteps:
+    """Steps of up to `max_seqs` sequences with up to `query_len` query tokens each, captured
+    beside the plain decode steps."""
+    query_len: int
+    max_seqs: int
 
 
 class StaticStepInputs:
@@ -96,9 +106,7 @@ class StaticStepInputs:
 class CudaGraphDecodeRunner:
     def __init__(self, model: torch.nn.Module, kv_caches: list[torch.Tensor], backend,
                  max_batch_size: int, max_blocks_per_seq: int, device: torch.device | str,
-                 verify_query_len: int = 1, verify_max_batch: int = 0):
-        """verify_query_len > 1 and verify_max_batch > 0: also capture verifying steps of up to
-        that many sequences, each with up to that many query tokens."""
+                 multi_token: MultiTokenSteps | None = None):
         self.model, self.kv_caches, self.backend = model, kv_caches, backend
         self.device = torch.device(device)
         assert self.device.type == "cuda", "CUDA graphs need a CUDA device"
@@ -106,10 +114,10 @@ class CudaGraphDecodeRunner:
         self.max_blocks_per_seq = max_blocks_per_seq
         self.max_seq_len = max_blocks_per_seq * kv_caches[0].shape[2]
         self.sizes = capture_sizes(max_batch_size)
-        verifies = verify_query_len > 1 and verify_max_batch > 0
-        self.verify_query_len = verify_query_len if verifies else 1
-        self.verify_sizes = capture_sizes(min(verify_max_batch, max_batch_size)) if verifies else []
-        max_tokens = max([max_batch_size] + [s * self.verify_query_len for s in self.verify_sizes])
+        several = multi_token is not None and multi_token.query_len > 1 and multi_token.max_seqs > 0
+        self.multi_token_len = multi_token.query_len if several else 1
+        self.multi_token_sizes = capture_sizes(min(multi_token.max_seqs, max_batch_size)) if several else []
+        max_tokens = max([max_batch_size] + [s * self.multi_token_len for s in self.multi_token_sizes])
         self.inputs = StaticStepInputs(max_batch_size, max_tokens, max_blocks_per_seq, self.device)
         # One logits buffer for every graph ([256, 128k] bf16 is 66 MB; a graph's own output
         # per shape would hold over 1 GB).
@@ -126,9 +134,9 @@ class CudaGraphDecodeRunner:
         started = time.perf_counter()
         self._capture()
         self.capture_s = time.perf_counter() - started  # start-up cost, printed by decode.py
-        logger.info("captured %d CUDA graphs (%d plain sizes x reaches %s, %d verifying sizes of %d "
-                    "query tokens) in %.1f s", len(self.graphs), len(self.sizes), self.reaches,
-                    len(self.verify_sizes), self.verify_query_len, self.capture_s)
+        logger.info("captured %d CUDA graphs (%d plain sizes x reaches %s, %d sizes of %d query "
+                    "tokens) in %.1f s", len(self.graphs), len(self.sizes), self.reaches,
+                    len(self.multi_token_sizes), self.multi_token_len, self.capture_s)
 
     def _forward(self, seqs: int, query_len: int, reach: int) -> torch.Tensor:
         """The final hidden states; the logits go to the shared buffer."""
@@ -142,7 +150,7 @@ class CudaGraphDecodeRunner:
     def _capture(self) -> None:
         shapes = [(reach, seqs, 1) for reach in reversed(self.reaches) for seqs in reversed(self.sizes)]
         # The prefill kernel's grid does not follow the context: one reach serves every step.
-        shapes += [(self.max_seq_len, seqs, self.verify_query_len) for seqs in reversed(self.verify_sizes)]
+        shapes += [(self.max_seq_len, seqs, self.multi_token_len) for seqs in reversed(self.multi_token_sizes)]
         pool = None
         for reach, seqs, query_len in shapes:  # the largest first; the others reuse its pool
             with self.backend.static_decode(reach):
@@ -162,7 +170,7 @@ class CudaGraphDecodeRunner:
             return False
         if query_len == 1:
             return n <= self.max_batch_size
-        return bool(self.verify_sizes) and query_len <= self.verify_query_len and n <= self.verify_sizes[-1]
+        return bool(self.multi_token_sizes) and query_len <= self.multi_token_len and n <= self.multi_token_sizes[-1]
 
     @torch.inference_mode()
     def run(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata
@@ -175,7 +183,7 @@ class CudaGraphDecodeRunner:
             seqs, query_len = next(s for s in self.sizes if s >= n), 1
             reach = next(r for r in self.reaches if r >= meta.max_seq_len)
         else:
-            seqs, query_len = next(s for s in self.verify_sizes if s >= n), self.verify_query_len
+            seqs, query_len = next(s for s in self.multi_token_sizes if s >= n), self.multi_token_len
             reach = self.max_seq_len
         tokens = self.inputs.load(input_ids, positions, meta, seqs, query_len)
         self.graphs[reach, seqs, query_len].replay()

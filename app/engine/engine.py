@@ -12,6 +12,7 @@ from transformers import AutoTokenizer
 from app.config import EngineConfig
 from app.engine.beam_search import BeamSearch
 from app.engine.block_manager import BlockManager
+from app.engine.cuda_graphs import MultiTokenSteps
 from app.engine.engine_stats import EngineStats
 from app.engine.guided_rows import plan_guided_drafts
 from app.engine.model_runner import ModelRunner
@@ -39,7 +40,9 @@ class LLMEngine:
         schedule = (SpeculationSchedule.from_config(config.speculation_schedule, config.num_speculative_tokens,
                                                     config.torch_device.type)
                     if config.speculative_method else None)
-        self.runner = ModelRunner(config, self.model_config, self.max_model_len, drafts=schedule)
+        verifying = (MultiTokenSteps(1 + schedule.max_k, schedule.largest_drafting_batch(config.max_num_seqs))
+                     if schedule else None)  # a step verifying k drafts runs 1 + k tokens per sequence
+        self.runner = ModelRunner(config, self.model_config, self.max_model_len, verifying)
         self.block_manager = BlockManager(self.runner.num_blocks, config.block_size,
                                           config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)

@@ -9,11 +9,11 @@ import torch
 
 from app.config import EngineConfig
 from app.engine.block_tables import BlockTables
+from app.engine.cuda_graphs import MultiTokenSteps
 from app.engine.to_device import to_device
 from app.engine.request import Request
 from app.engine.selection.layout import RowLayout
 from app.engine.selection.prompt_logprobs import PromptRows
-from app.engine.spec.schedule import SpeculationSchedule
 from app.models.config import ModelConfig
 from app.models.layer_ops import select_layer_ops
 from app.models.loader import load_model
@@ -53,9 +53,9 @@ def kv_block_bytes(cfg: ModelConfig, block_size: int, dtype: torch.dtype) -> int
 
 class ModelRunner:
     def __init__(self, config: EngineConfig, model_config: ModelConfig, max_model_len: int,
-                 drafts: SpeculationSchedule | None = None):
-        """drafts: the speculation schedule, when the engine speculates: CUDA graphs are then
-        captured for its verifying steps too."""
+                 multi_token: MultiTokenSteps | None = None):
+        """multi_token: the steps of several query tokens per sequence that get CUDA graphs
+        beside plain decode (a target's verifying steps, a draft's tails), on CUDA."""
         self.config = config
         self.device = config.torch_device
         self.dtype = config.torch_dtype
@@ -80,8 +80,7 @@ class ModelRunner:
             self.cuda_graphs = CudaGraphDecodeRunner(
                 self.model, self.kv_caches, self.backend, max_batch_size=config.max_num_seqs,
                 max_blocks_per_seq=-(-max_model_len // self.block_size) + 1, device=self.device,
-                verify_query_len=1 + drafts.max_k if drafts else 1,
-                verify_max_batch=drafts.largest_drafting_batch(config.max_num_seqs) if drafts else 0)
+                multi_token=multi_token)
 
     def copy_blocks(self, copies: list[tuple[int, int]]) -> None:
         """Copy whole KV blocks (source, destination) in every layer: copy on write of a block

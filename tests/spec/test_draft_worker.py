@@ -8,10 +8,10 @@ import torch
 
 from app.config import EngineConfig
 from app.engine.engine import LLMEngine
-from app.engine.spec.draft_worker import DraftWorker
+from app.engine.spec.draft_worker import DraftWorker, uncached_tails
 from app.engine.spec.proposal import CompactProbs, DraftInput
 from app.sampling_params import SamplingParams
-from tests.checkpoints import DEFAULT_DRAFT
+from tests.checkpoints import DEFAULT_DRAFT, DEFAULT_TARGET
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +42,31 @@ def test_a_sequence_seen_before_recomputes_only_its_tail(worker):
     recomputed = worker.num_computed_tokens - before
     bs = worker.block_manager.block_size
     assert recomputed <= bs + 2 + 3  # the partial block, the new tokens, k - 1 decode steps
+
+
+def test_a_call_for_sequences_seen_before_fits_the_tail_graphs():
+    """Once a sequence's prompt is in, each call's first forward runs at most
+    `uncached_tails(config).query_len` tokens of it: the shape for which a draft on CUDA
+    captures graphs. Tokens accepted since the last call are k + 1 at most, the partial block
+    is below block_size."""
+    engine = LLMEngine(EngineConfig(model=str(DEFAULT_TARGET), num_kv_blocks=128, speculative_method="draft",
+                                    draft_model=str(DEFAULT_DRAFT), speculation_schedule=4,
+                                    adaptive_speculation=False, prompt_lookup_first=False))
+    worker = engine.speculator.proposer
+    first_forwards: dict[int, int] = {}  # call -> the most tokens of one sequence in its first forward
+    execute = worker.runner.execute
+
+    def recording(batch, *args, **kwargs):
+        first_forwards.setdefault(worker.num_calls, max(batch.values()))
+        return execute(batch, *args, **kwargs)
+
+    worker.runner.execute = recording
+    engine.generate([s + s for s in sequences(2)], SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True))
+    tails = list(first_forwards.values())
+    bound = uncached_tails(worker.config).query_len
+    assert bound == worker.config.block_size + 4
+    assert tails[0] > bound and len(tails) > 5  # the prompts, then the calls of each step
+    assert max(tails[1:]) <= bound
 
 
 def test_sampled_proposals_carry_their_distribution(worker):

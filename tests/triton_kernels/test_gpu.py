@@ -193,16 +193,16 @@ def test_cuda_graph_decode_matches_eager(checkpoint, context, query_lens):
     longest context, and from those for verifying steps (2, 0 and 1 drafts in a graph of 3
     query tokens per sequence)."""
     from app.config import EngineConfig
-    from app.engine.cuda_graphs import CudaGraphDecodeRunner
+    from app.engine.cuda_graphs import CudaGraphDecodeRunner, MultiTokenSteps
     from app.engine.engine import LLMEngine
     from kernels.reference import make_meta
     engine = LLMEngine(EngineConfig(model=str(checkpoint), dtype="float32", device="cuda",
                                     num_kv_blocks=64, enable_cuda_graphs=False))
     runner = engine.runner
     graphs = CudaGraphDecodeRunner(runner.model, runner.kv_caches, runner.backend, max_batch_size=8,
-                                   max_blocks_per_seq=17, device="cuda", verify_query_len=3, verify_max_batch=4)
+                                   max_blocks_per_seq=17, device="cuda", multi_token=MultiTokenSteps(3, 4))
     assert graphs.reaches == [runner.backend.partition_size, 17 * 16]
-    assert graphs.verify_sizes == [1, 2, 4] and len(graphs.graphs) == 2 * 4 + 3
+    assert graphs.multi_token_sizes == [1, 2, 4] and len(graphs.graphs) == 2 * 4 + 3
     # 3 sequences -> padded to the graphs of 4; each sequence's blocks after the previous one's
     width = -(-max(c + q for c, q in zip(context, query_lens)) // 16)
     rows, first = [], 1
@@ -235,23 +235,37 @@ def test_cuda_graph_decode_matches_eager(checkpoint, context, query_lens):
         torch.testing.assert_close(g.nan_to_num(), e.nan_to_num(), atol=1e-4, rtol=1e-4)
 
 
-def test_speculation_through_verify_graphs_gives_the_plain_engines_tokens():
-    """Verifying steps replay their CUDA graphs (n-gram drafts at a fixed k, so every row that
-    finds a match verifies) and greedy tokens are the engine's without speculation."""
+def _replays(graphs) -> list[int]:
+    """The longest query of each step `graphs` replays from now on."""
+    replays, run = [], graphs.run
+    graphs.run = lambda ids, pos, meta: (replays.append(meta.max_query_len), run(ids, pos, meta))[1]
+    return replays
+
+
+@pytest.mark.parametrize("method", ["ngram", "draft"])
+def test_speculation_through_multi_token_graphs_gives_the_plain_engines_tokens(method):
+    """Verifying steps replay their CUDA graphs (drafts at a fixed k), and so do the draft
+    model's first forwards of a call (its uncached tails); greedy tokens are the engine's
+    without speculation."""
     from app.config import EngineConfig
     from app.engine.engine import LLMEngine
     from app.sampling_params import SamplingParams
-    from tests.checkpoints import DEFAULT_TARGET
+    from tests.checkpoints import DEFAULT_DRAFT, DEFAULT_TARGET
     gen = torch.Generator().manual_seed(2)
     prompts = [(torch.randint(5, 4000, (period,), generator=gen).tolist() * 6)[:40] for period in (3, 5, 7, 11)]
     params = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
     common = dict(model=str(DEFAULT_TARGET), dtype="float32", device="cuda", num_kv_blocks=128)
     plain = LLMEngine(EngineConfig(**common)).generate(prompts, params)
-    engine = LLMEngine(EngineConfig(**common, speculative_method="ngram", adaptive_speculation=False))
+    engine = LLMEngine(EngineConfig(**common, speculative_method=method, draft_model=str(DEFAULT_DRAFT),
+                                    adaptive_speculation=False, prompt_lookup_first=False))
     graphs = engine.runner.cuda_graphs
-    assert graphs.verify_query_len == 5 and graphs.verify_sizes[-1] == 31
-    replays = []
-    run = graphs.run
-    graphs.run = lambda ids, pos, meta: (replays.append(meta.max_query_len), run(ids, pos, meta))[1]
+    assert graphs.multi_token_len == 5 and graphs.multi_token_sizes[-1] == 31
+    verified = _replays(graphs)
+    tails = []
+    if method == "draft":
+        draft_graphs = engine.speculator.proposer.runner.cuda_graphs
+        assert draft_graphs.multi_token_len == 16 + 4
+        tails = _replays(draft_graphs)
     assert engine.generate(prompts, params) == plain
-    assert any(q > 1 for q in replays) and engine.stats().spec.num_drafts > 0
+    assert any(q > 1 for q in verified) and engine.stats().spec.num_drafts > 0
+    assert method == "ngram" or any(q > 1 for q in tails)

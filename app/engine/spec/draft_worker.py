@@ -17,12 +17,25 @@ import torch
 
 from app.config import EngineConfig
 from app.engine.block_manager import BlockManager
+from app.engine.cuda_graphs import MultiTokenSteps
 from app.engine.model_runner import ModelRunner
 from app.engine.request import Request
 from app.engine.selection.distribution import sampling_probs
 from app.engine.spec.proposal import CompactProbs, DraftInput, Proposal
+from app.engine.spec.schedule import SpeculationSchedule
 from app.models.config import ModelConfig
 from app.sampling_params import SamplingParams
+
+
+def uncached_tails(config: EngineConfig) -> MultiTokenSteps | None:
+    """The first forward of a call for sequences seen before: the partial last block (prefix
+    caching keeps full blocks only) and the tokens since the last call, the accepted drafts
+    and one more. Up to block_size + k tokens, run as a CUDA graph like a verifying step."""
+    schedule = SpeculationSchedule.from_config(config.speculation_schedule, config.num_speculative_tokens,
+                                               config.torch_device.type)
+    if schedule.max_k == 0:
+        return None
+    return MultiTokenSteps(config.block_size + schedule.max_k, schedule.largest_drafting_batch(config.max_num_seqs))
 
 
 class DraftWorker:
@@ -30,7 +43,7 @@ class DraftWorker:
         self.config = config
         self.model_config = ModelConfig.from_dir(config.model)
         self.max_model_len = self.model_config.max_model_len(config.max_model_len)
-        self.runner = ModelRunner(config, self.model_config, self.max_model_len)
+        self.runner = ModelRunner(config, self.model_config, self.max_model_len, uncached_tails(config))
         self.block_manager = BlockManager(self.runner.num_blocks, config.block_size, enable_prefix_caching=True)
         self.num_calls = 0
         self.num_computed_tokens = 0  # tokens run through the draft model (cache hits excluded)
