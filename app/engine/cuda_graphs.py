@@ -7,8 +7,11 @@ The model runner (`ModelRunner.execute`) builds one at start-up on CUDA, which c
 shape then, and replays it for each step `can_run` accepts; other steps run the model eagerly.
 A replay gives the final hidden states and the logits of every token row in the model's dtype
 (the lm_head is in the graph too): in a decode step every row is sampled, save a short prompt
-chunk now and then, for which the runner takes the hidden states instead. Selection still runs
-eagerly after the replay.
+chunk now and then, for which the runner takes the hidden states instead. A draft's tails are
+the exception: only each sequence's last row is sampled, and the runner computes those rows'
+logits from the hidden states, so their graphs leave the lm_head out (it would be a second
+pass over the lm_head's weights, for nothing).
+Selection still runs eagerly after the replay.
 
 Shapes: padded sequence counts (1, 2, 4, 8, then every 16 up to the max) times a query length,
 over static input buffers (`StaticStepInputs`). Plain decode steps (one query token per
@@ -51,9 +54,11 @@ def capture_sizes(max_batch_size: int) -> list[int]:
 @dataclass(frozen=True)
 class MultiTokenSteps:
     """Steps of up to `max_seqs` sequences with up to `query_len` query tokens each, captured
-    beside the plain decode steps."""
+    beside the plain decode steps. `every_row_sampled`: the graph computes every row's logits
+    (verification); otherwise the hidden states only (a draft's tails)."""
     query_len: int
     max_seqs: int
+    every_row_sampled: bool = True
 
 
 class StaticStepInputs:
@@ -117,12 +122,14 @@ class CudaGraphDecodeRunner:
         several = multi_token is not None and multi_token.query_len > 1 and multi_token.max_seqs > 0
         self.multi_token_len = multi_token.query_len if several else 1
         self.multi_token_sizes = capture_sizes(min(multi_token.max_seqs, max_batch_size)) if several else []
+        self.multi_token_logits = several and multi_token.every_row_sampled
         max_tokens = max([max_batch_size] + [s * self.multi_token_len for s in self.multi_token_sizes])
+        max_logits_rows = max_tokens if self.multi_token_logits else max_batch_size
         self.inputs = StaticStepInputs(max_batch_size, max_tokens, max_blocks_per_seq, self.device)
         # One logits buffer for every graph ([256, 128k] bf16 is 66 MB; a graph's own output
         # per shape would hold over 1 GB).
         lm_head = model.lm_head.weight
-        self.logits = torch.empty(max_tokens, lm_head.shape[0], dtype=lm_head.dtype, device=self.device)
+        self.logits = torch.empty(max_logits_rows, lm_head.shape[0], dtype=lm_head.dtype, device=self.device)
         one_split = getattr(backend, "partition_size", None)  # the longest context one split holds
         self.reaches = [self.max_seq_len]  # ascending
         if one_split is not None and one_split < self.max_seq_len:
@@ -139,12 +146,16 @@ class CudaGraphDecodeRunner:
                     len(self.multi_token_sizes), self.multi_token_len, self.capture_s)
 
     def _forward(self, seqs: int, query_len: int, reach: int) -> torch.Tensor:
-        """The final hidden states; the logits go to the shared buffer."""
+        """The final hidden states; the logits, where the shape has them, go to the shared buffer."""
         tokens = seqs * query_len
         hidden = self.model(self.inputs.input_ids[:tokens], self.inputs.positions[:tokens], self.kv_caches,
                             self.inputs.meta(seqs, query_len, reach), self.backend)
-        self.model.compute_logits(hidden, fp32=False, out=self.logits[:tokens])
+        if self._has_logits(query_len):
+            self.model.compute_logits(hidden, fp32=False, out=self.logits[:tokens])
         return hidden
+
+    def _has_logits(self, query_len: int) -> bool:
+        return query_len == 1 or self.multi_token_logits
 
     @torch.inference_mode()
     def _capture(self) -> None:
@@ -174,10 +185,11 @@ class CudaGraphDecodeRunner:
 
     @torch.inference_mode()
     def run(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata
-            ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Final hidden states [T, hidden] and logits [T, vocab] (model dtype) of the step's T
-        token rows: views of the graph's output buffers, overwritten by the next run (which the
-        stream orders after every kernel already launched that reads them)."""
+            ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Final hidden states [T, hidden] and logits [T, vocab] (model dtype; None for a
+        draft's tails) of the step's T token rows: views of the graph's output buffers,
+        overwritten by the next run (which the stream orders after every kernel already
+        launched that reads them)."""
         n = meta.num_seqs
         if meta.max_query_len == 1:
             seqs, query_len = next(s for s in self.sizes if s >= n), 1
@@ -187,4 +199,5 @@ class CudaGraphDecodeRunner:
             reach = self.max_seq_len
         tokens = self.inputs.load(input_ids, positions, meta, seqs, query_len)
         self.graphs[reach, seqs, query_len].replay()
-        return self.hidden[reach, seqs, query_len][:tokens], self.logits[:tokens]
+        logits = self.logits[:tokens] if self._has_logits(query_len) else None
+        return self.hidden[reach, seqs, query_len][:tokens], logits

@@ -144,7 +144,7 @@ class ModelRunner:
             rows = rows + prompt_rows.rows
         if self.cuda_graphs is not None and self.cuda_graphs.can_run(meta):
             hidden, logits = self.cuda_graphs.run(input_ids, positions, meta)
-            if rows != list(range(len(hidden))):  # not every row sampled: a one-token prompt chunk
+            if logits is None or rows != list(range(len(hidden))):  # a draft's tails, a short prompt chunk
                 logits = self._logits(hidden, rows)
         else:
             logits = self._logits(self.model(input_ids, positions, self.kv_caches, meta, self.backend), rows)

@@ -64,7 +64,7 @@ def test_a_call_for_sequences_seen_before_fits_the_tail_graphs():
     engine.generate([s + s for s in sequences(2)], SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True))
     tails = list(first_forwards.values())
     bound = uncached_tails(worker.config).query_len
-    assert bound == worker.config.block_size + 4
+    assert bound == worker.config.block_size + 4 and not uncached_tails(worker.config).every_row_sampled
     assert tails[0] > bound and len(tails) > 5  # the prompts, then the calls of each step
     assert max(tails[1:]) <= bound
 

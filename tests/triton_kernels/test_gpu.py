@@ -264,7 +264,7 @@ def test_speculation_through_multi_token_graphs_gives_the_plain_engines_tokens(m
     tails = []
     if method == "draft":
         draft_graphs = engine.speculator.proposer.runner.cuda_graphs
-        assert draft_graphs.multi_token_len == 16 + 4
+        assert draft_graphs.multi_token_len == 16 + 4 and not draft_graphs.multi_token_logits  # last rows only
         tails = _replays(draft_graphs)
     assert engine.generate(prompts, params) == plain
     assert any(q > 1 for q in verified) and engine.stats().spec.num_drafts > 0

@@ -35,7 +35,8 @@ def uncached_tails(config: EngineConfig) -> MultiTokenSteps | None:
                                                config.torch_device.type)
     if schedule.max_k == 0:
         return None
-    return MultiTokenSteps(config.block_size + schedule.max_k, schedule.largest_drafting_batch(config.max_num_seqs))
+    return MultiTokenSteps(config.block_size + schedule.max_k, schedule.largest_drafting_batch(config.max_num_seqs),
+                           every_row_sampled=False)  # each sequence's last row only
 
 
 class DraftWorker:
