@@ -8,6 +8,7 @@ to a temp dir. It listens on a free port (so test runs never collide on 8000).
 from __future__ import annotations
 
 import os
+import random
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,10 +57,24 @@ def checkpoints(tmp_path_factory) -> tuple[Path, Path]:
     return path, path
 
 
+# The ports the kernel hands out (ip_local_port_range, 32768-60999 by default) and Ray's worker
+# ports (10002-19999) are taken by Ray's own processes while a test's Serve starts, so a port
+# picked from them can be gone by the time HAProxy binds it (a CI run, 2026-11-26: "cannot bind
+# socket (Address already in use)", one module's 15 tests in error). Serve's ports come from
+# between the two.
+SERVE_PORTS = range(20000, 32768)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now that none of Ray's processes will pick while Serve starts."""
+    for port in random.sample(SERVE_PORTS, 64):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {SERVE_PORTS.start}-{SERVE_PORTS.stop - 1}")
 
 
 @dataclass

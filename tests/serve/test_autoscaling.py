@@ -9,7 +9,6 @@ of both.
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from ray import serve  # noqa: E402
 
 from deployments.autoscaling import engine_load_policy  # noqa: E402
+from tests.serve.conftest import free_port  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 STARTUP_TIMEOUT_S = 600  # a replica process (Ray worker, torch, engine) starting on a busy machine
@@ -48,12 +48,6 @@ def start_ray(attempts: int = 3) -> None:
             ray.shutdown()
             if "timed out during startup" not in str(exc) or attempt == attempts - 1:
                 raise
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
