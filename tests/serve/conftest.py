@@ -57,11 +57,11 @@ def checkpoints(tmp_path_factory) -> tuple[Path, Path]:
     return path, path
 
 
-# The ports the kernel hands out (ip_local_port_range, 32768-60999 by default) and Ray's worker
-# ports (10002-19999) are taken by Ray's own processes while a test's Serve starts, so a port
-# picked from them can be gone by the time HAProxy binds it (a CI run, 2026-11-26: "cannot bind
-# socket (Address already in use)", one module's 15 tests in error). Serve's ports come from
-# between the two.
+# The ports the kernel hands out (ip_local_port_range, 32768-60999 by default: every outgoing
+# connection, and Ray's processes open many while Serve starts) and Ray's worker ports
+# (10002-19999) can be taken between picking a port and HAProxy binding it (a CI run,
+# 2026-11-26: "cannot bind socket (Address already in use)", one module's 15 tests in error).
+# Serve's ports come from between the two.
 SERVE_PORTS = range(20000, 32768)
 
 
