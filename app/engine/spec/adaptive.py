@@ -9,8 +9,12 @@ often the target accepts the drafts of this workload. So the engine measures the
   (powers of two) and per k;
 - the acceptance per draft position (the chance that position j is accepted once the ones
   before it were), from every verified draft, shared across k and batch sizes.
-A request in a step with k drafts expects 1 + a1 + a1·a2 + ... + a1···ak tokens; the k with the
-most expected tokens per second of step wins (by a margin, so noise does not flip it). A k's
+A request with k drafts expects 1 + a1 + a1·a2 + ... + a1···ak tokens. Not every request of a
+step gets drafts (n-gram lookup finds no match for most rows of a workload that does not
+copy), yet the whole step pays for verifying, so a step with k drafts expects per request
+1 + c·(that - 1), c the share of its rows that got drafts (the bucket's recent drafting
+steps). The k with the most expected tokens per second of step wins (by a margin, so noise
+does not flip it). A k's
 step time is the fastest of its recent steps: on a shared host, steps are slowed by everything
 else, and a try of a rarely run k also meets cold kernels. Other ks are still tried now and
 then, a few steps in a row (with a draft model the first is not timed: it catches up there on
@@ -37,6 +41,7 @@ MIN_SAMPLES = 2  # timings of every candidate k before the best is trusted
 FIRST_EXPLORE_EVERY = 8  # steps of a bucket between tries of another k, after the best changed
 MAX_EXPLORE_EVERY = 128  # ... doubling each time a try confirms the best
 TRY_STEPS = 3  # a k other than the best runs this many steps in a row when tried
+DRAFTED_SHARE_DECAY = 0.95  # per drafting step: the share of rows with drafts follows the workload
 
 
 class AcceptanceEstimate:
@@ -77,9 +82,19 @@ class BucketTimes:
     exploring: bool = False
     trying: int = 0  # the k being tried, for `steps_left` more steps
     steps_left: int = 0
+    drafted_rows: float = 1.0  # decayed, over steps with drafts: rows that got drafts ...
+    rows: float = 1.0  # ... of the rows decoding (a prior of one row that got them)
 
     def record(self, k: int, seconds: float) -> None:
         self.recent.setdefault(k, deque(maxlen=RECENT_STEPS)).append(seconds)
+
+    def record_drafted_share(self, share: float) -> None:
+        self.drafted_rows = DRAFTED_SHARE_DECAY * self.drafted_rows + share
+        self.rows = DRAFTED_SHARE_DECAY * self.rows + 1.0
+
+    def drafted_share(self) -> float:
+        """The share of a drafting step's rows that get drafts."""
+        return self.drafted_rows / self.rows
 
     def num_timed(self, k: int) -> int:
         """Recent timed steps with k drafts (at most RECENT_STEPS)."""
@@ -136,15 +151,20 @@ class AdaptiveSpeculation:
     def record_draft(self, num_draft_tokens: int, num_accepted: int) -> None:
         self.acceptance.record(num_draft_tokens, num_accepted)
 
-    def record_step(self, batch_size: int, k: int, seconds: float) -> None:
+    def record_step(self, batch_size: int, k: int, seconds: float, drafted_share: float = 1.0) -> None:
         """A decode-only step of `batch_size` requests that ran with k drafts took `seconds`
         (not counted when it is the first with drafts after one without and the proposer
-        catches up there). A step whose rows got no drafts is a k=0 step, whatever k was asked."""
+        catches up there). A step whose rows got no drafts is a k=0 step, whatever k was asked.
+        `drafted_share`: of a step with drafts, the share of its decoding rows that got them."""
         catching_up = self.catches_up and k > 0 and self.previous_k == 0
         self.previous_k = k
         bound = self.bounds.k_for(batch_size)
         bucket = self.buckets.get(_bucket(batch_size))
-        if bucket is None or k > bound or catching_up:
+        if bucket is None or k > bound:
+            return
+        if k > 0:
+            bucket.record_drafted_share(drafted_share)
+        if catching_up:
             return
         bucket.record(k, seconds / max(batch_size, 1))  # per request: the bucket holds several sizes
         measured = [c for c in range(bound + 1) if bucket.num_timed(c) >= MIN_SAMPLES]
@@ -152,7 +172,8 @@ class AdaptiveSpeculation:
             return
 
         def rate(c: int) -> float:  # tokens per request per second of step
-            return self.acceptance.expected_tokens(c) / bucket.seconds(c)
+            drafted = bucket.drafted_share() * (self.acceptance.expected_tokens(c) - 1)
+            return (1 + drafted) / bucket.seconds(c)
 
         best = max(measured, key=rate)
         if bucket.best in measured and rate(best) < (1 + SWITCH_MARGIN) * rate(bucket.best):

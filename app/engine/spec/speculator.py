@@ -104,7 +104,7 @@ class Speculator:
         self.vocab_width = vocab_width
         self.generator = torch.Generator().manual_seed(seed + 1)
         self.stats = SpecStats()
-        self._step: tuple[int, int] | None = None  # (batch size, k) of the step being run
+        self._step: tuple[int, int, float] | None = None  # (batch size, k, share of rows drafted) of this step
         send_ahead = getattr(proposer, "send_ahead", None)
         self.ahead = DraftsAhead(send_ahead, max_model_len) if send_ahead is not None else None
         self.reads_sequences = getattr(proposer, "reads_sequences", True)  # n-gram lookup does not
@@ -167,8 +167,9 @@ class Speculator:
         if inputs:
             self._ask_proposer(candidates, inputs)
         if decoding:  # a step no row got drafts in (none asked, or none found) is the plain step it is
-            ran_k = k if any(req.spec_token_ids for req in running) else 0
-            self._step = (batch_size, ran_k)
+            drafted = sum(1 for req in running if req.spec_token_ids)
+            ran_k = k if drafted else 0
+            self._step = (batch_size, ran_k, drafted / sum(1 for req in running if req.is_decoding))
             self.stats.steps_by_k[ran_k] = self.stats.steps_by_k.get(ran_k, 0) + 1
 
     def _ask_proposer(self, candidates: list[Request], inputs: list[DraftInput]) -> None:
@@ -230,7 +231,8 @@ class Speculator:
     def record_step(self, seconds: float) -> None:
         """The step `propose` began took `seconds`, proposal included, and computed no prompt."""
         if self.adaptive is not None and self._step is not None:
-            self.adaptive.record_step(*self._step, seconds)
+            batch_size, k, drafted_share = self._step
+            self.adaptive.record_step(batch_size, k, seconds, drafted_share)
         self._step = None
 
     def forget(self, request_id: str) -> None:

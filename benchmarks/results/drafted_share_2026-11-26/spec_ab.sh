@@ -1,0 +1,9 @@
+cd /work/main
+for r in 1 2; do
+  for side in new base; do
+    [ $r = 2 ] && side=$([ $side = base ] && echo new || echo base)
+    dir=$([ $side = base ] && echo /tmp/base_wt || echo /work/main)
+    echo "== round $r $side $(date -u +%T)"
+    (cd $dir && HF_HUB_OFFLINE=1 /work/venv/bin/python benchmarks/spec.py --batch-sizes 2 --repeats 2 --model /work/main/checkpoints/tiny-target --draft-model /work/main/checkpoints/tiny-draft 2>&1 | grep "x$\|x acc")
+  done
+done
