@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The GPU figures the CPU-only sessions owe, in one device call (about 7 minutes on an H200):
-#   run(command="bash scripts/gpu_owed.sh", carry=[".whl"], timeout_s=560)
+# The GPU figures the sessions without a GPU owe, in one device call (about 4 minutes on an
+# H100, 2026-11-26):
+#   run(command="bash scripts/gpu_owed.sh", carry=[".whl"], timeout_s=420)
 # `.whl` holds the cp312 wheels the device lacks (outlines_core; see the device tool's README).
-# Logs go to $OUT (or ./gpu_out).
+# Logs go to $OUT (or ./gpu_out). Owed after 2026-11-26's session: the GPU tests at its end
+# (the draft's tail graphs without the lm_head, bc0a591), spec.py over 2 repeats with verify and
+# tail graphs and adaptive speculation's drafted share (10da319), decode.py after them.
 set -o pipefail
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -13,10 +16,10 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 (nvidia-smi --query-gpu=name,memory.total --format=csv; git log --oneline -1; git status --short) | tee "$OUT/env.log"
 timeout 150 python3 -m pytest -m gpu tests/triton_kernels/test_gpu.py tests/triton_kernels/test_gpu_fused_layers.py \
   tests/triton_kernels/test_filtered_sampling.py tests/test_selection.py -q -p no:cacheprovider 2>&1 \
-  | grep -v Warn | tee "$OUT/pytest_gpu.log"
-timeout 60 python3 benchmarks/select_speed.py 2>&1 | tee "$OUT/select_bench.log"
-timeout 60 python3 benchmarks/kernels.py --full --partition 1024 --block-n 32 64 --dots 16 --grid head seq \
-  --num-warps 4 --num-stages 3 2>&1 | tee "$OUT/kernels.log"
-python3 -c "import sys; sys.path.insert(0, '.'); from pathlib import Path; from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&1 | tail -1
-timeout 240 python3 benchmarks/decode.py --skip-hf --batch-sizes 1 64 256 --gen-len 64 --model-dir /tmp/l3 2>&1 \
-  | grep -v "Warn\|warn_once\|Loading" | tee "$OUT/decode.log"
+  | grep -v Warn | tail -20 | tee "$OUT/pytest_gpu.log"
+timeout 120 python3 benchmarks/spec.py --batch-sizes 1 4 16 64 --repeats 2 --result-json "$OUT/spec_gpu.json" 2>&1 \
+  | grep -v "Warn\|warn_once" | tee "$OUT/spec_gpu.log"
+timeout 40 python3 benchmarks/kernels.py --full --partition 512 1024 --block-n 32 64 --dots 16 --grid head \
+  --num-warps 4 --num-stages 3 2>&1 | grep -v Warn | tee "$OUT/kernels.log"
+timeout 200 python3 benchmarks/decode.py --skip-hf --max-model-len 8192 --batch-sizes 1 64 256 --gen-len 128 \
+  --model-dir /tmp/l3 2>&1 | grep -v "Warn\|warn_once\|Loading" | tee "$OUT/decode.log"
