@@ -15,11 +15,11 @@ copy), yet the whole step pays for verifying, so a step with k drafts expects pe
 1 + c·(that - 1), c the share of its rows that got drafts (the bucket's recent drafting
 steps). The k with the most expected tokens per second of step wins (by a margin, so noise
 does not flip it). A k's step time is the fastest of its recent steps: on a shared host,
-steps are slowed by everything else, and a try of a rarely run k also meets cold kernels. Other ks are still tried now and
-then, a few steps in a row (with a draft model the first is not timed: it catches up there on
-every token since its last call, which steady speculation never pays), and more rarely the longer
-the best one holds, so the choice follows a change of workload. k=0 is always a candidate, so
-speculation that does not pay turns itself off.
+steps are slowed by everything else, and a try of a rarely run k also meets cold kernels.
+Other ks are still tried now and then, a few steps in a row (with a draft model the first is
+not timed: it catches up there on every token since its last call, which steady speculation
+never pays), and more rarely the longer the best one holds, so the choice follows a change of
+workload. k=0 is always a candidate, so speculation that does not pay turns itself off.
 """
 
 from __future__ import annotations
