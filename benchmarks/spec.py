@@ -2,8 +2,10 @@
 it) vs target + n-gram lookup (from 1-token matches, and from 3-token ones as served by
 default), at several batch sizes, on an input-grounded workload (repeat a code snippet given in the prompt)
 and on open-ended prompts, in one run. Greedy, so all of them produce the same tokens; prints
-output tokens/s, mean request latency, the speed-up over the target alone, the acceptance rate
-and the mean accepted length (tokens per speculative step). Each cell runs
+output tokens/s, mean request latency, the speed-up over the target alone, the median time of
+an `engine.step` call that launched a plain step and of one that launched a drafting step (what
+a verification costs against a plain step, on this device), the acceptance rate and the mean
+accepted length (tokens per speculative step). Each cell runs
 `--prompts-per-cell` prompts (16) in groups of its batch size, one group after another: the
 grounded prompts differ in how well the model copies them (benchmarks/RESULTS.md, 2026-11-26).
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from collections import Counter
@@ -58,18 +61,27 @@ def run(engine: LLMEngine, prompts: list[list[int]], output_len: int) -> dict:
     for rid, p in zip(ids, prompts):
         engine.add_request(rid, p, params)
     tokens = 0
+    steps_by_k = engine.speculator.stats.steps_by_k if engine.speculator is not None else {}
+    call_ms: dict[str, list[float]] = {"plain": [], "drafting": []}  # by the step each call launched
     while engine.has_unfinished_requests():
+        drafted_before, called = drafting_steps(steps_by_k), time.perf_counter()
         for out in engine.step():
             tokens += len(out.new_token_ids)
             if out.finished:
                 finish[out.request_id] = time.perf_counter() - start
+        kind = "drafting" if drafting_steps(steps_by_k) > drafted_before else "plain"
+        call_ms[kind].append(1000 * (time.perf_counter() - called))
     elapsed = time.perf_counter() - start
     spec = engine.stats().spec
     return summary(seconds=elapsed, tokens=tokens, latencies=list(finish.values()),
                    drafts=spec.num_drafts - before_drafts, draft_tokens=spec.num_draft_tokens - before_tokens,
                    accepted=spec.num_accepted_tokens - before_accepted,
                    steps_by_k={k: n - before.steps_by_k.get(k, 0) for k, n in spec.steps_by_k.items()
-                               if n > before.steps_by_k.get(k, 0)})
+                               if n > before.steps_by_k.get(k, 0)}, call_ms=call_ms)
+
+
+def drafting_steps(steps_by_k: dict[int, int]) -> int:
+    return sum(n for k, n in steps_by_k.items() if k > 0)
 
 
 def run_cell(engine: LLMEngine, prompts: list[list[int]], batch: int, output_len: int) -> dict:
@@ -80,12 +92,16 @@ def run_cell(engine: LLMEngine, prompts: list[list[int]], batch: int, output_len
     return summary(seconds=sum(p["seconds"] for p in parts), tokens=sum(p["tokens"] for p in parts),
                    latencies=[t for p in parts for t in p["latencies"]],
                    drafts=sum(p["drafts"] for p in parts), draft_tokens=sum(p["draft_tokens"] for p in parts),
-                   accepted=sum(p["accepted"] for p in parts), steps_by_k=dict(steps_by_k))
+                   accepted=sum(p["accepted"] for p in parts), steps_by_k=dict(steps_by_k),
+                   call_ms={kind: [ms for p in parts for ms in p["call_ms"][kind]] for kind in ("plain", "drafting")})
 
 
 def summary(seconds: float, tokens: int, latencies: list[float], drafts: int, draft_tokens: int,
-            accepted: int, steps_by_k: dict[int, int]) -> dict:
+            accepted: int, steps_by_k: dict[int, int], call_ms: dict[str, list[float]]) -> dict:
+    """`call_ms`: the wall time of each `engine.step` call, by whether the step it launched
+    drafted (with overlapped scheduling a call also finishes the step before)."""
     return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds,
+            "call_ms": call_ms, "median_call_ms": {kind: statistics.median(ms) for kind, ms in call_ms.items() if ms},
             "latencies": latencies, "mean_latency_s": sum(latencies) / len(latencies),
             "drafts": drafts, "draft_tokens": draft_tokens, "accepted": accepted,
             "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
@@ -148,12 +164,13 @@ def main() -> None:
                         cells[name] = r
             base = cells["target alone"]["tokens_per_s"]
             for name, r in cells.items():
-                del r["latencies"]
+                del r["latencies"], r["call_ms"]
                 r.update(workload=workload, batch=batch, method=name, speedup=r["tokens_per_s"] / base)
                 results.append(r)
-                acc = "" if r["acceptance_rate"] is None else (
+                calls = " ".join(f"{kind} {ms:.2f}" for kind, ms in r["median_call_ms"].items())
+                acc = f"  median call ms: {calls}" + ("" if r["acceptance_rate"] is None else (
                     f" acceptance {r['acceptance_rate']:.2f} mean accepted length {r['mean_accepted_length']:.2f}"
-                    f" steps by k {dict(sorted(r['steps_by_k'].items()))}")
+                    f" steps by k {dict(sorted(r['steps_by_k'].items()))}"))
                 print(f"{workload:15s} batch {batch:3d} {name:16s} {r['tokens_per_s']:8.1f} tok/s "
                       f"latency {r['mean_latency_s'] * 1000:8.1f} ms  {r['speedup']:.2f}x{acc}", flush=True)
     if args.result_json:
