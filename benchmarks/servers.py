@@ -84,10 +84,11 @@ def _specserve_command(spec: ServerSpec, port: int, workdir: Path) -> tuple[list
 
 
 def _set_path(config: dict, path: list[str], value) -> None:
-    """config[a][b]... = value along the dotted path (dicts made where missing); None removes it."""
+    """config[a][b]... = value along the dotted path (dicts made where missing; a number picks a
+    list's item, as in `applications.0.deployments.0`); None removes it."""
     *parents, leaf = path
     for name in parents:
-        config = config.setdefault(name, {})
+        config = config[int(name)] if isinstance(config, list) else config.setdefault(name, {})
     config.pop(leaf, None)
     if value is not None:
         config[leaf] = value

@@ -26,6 +26,13 @@ def test_a_dotted_top_level_key_sets_one_nested_value(tmp_path):
     assert env_vars["RAY_SERVE_X"] == "0.5" and env_vars["RAY_SERVE_ENABLE_HA_PROXY"] == "1"  # beside the others
 
 
+def test_a_number_in_the_path_picks_a_list_item(tmp_path):
+    spec = ServerSpec.parse("specserve:serve.applications.0.deployments.0.ray_actor_options.num_cpus=1")
+    _specserve_command(spec, 8123, tmp_path)
+    ingress = yaml.safe_load((tmp_path / "serve_config.yaml").read_text())["applications"][0]["deployments"][0]
+    assert ingress["name"] == "Ingress" and ingress["ray_actor_options"]["num_cpus"] == 1
+
+
 def test_without_overrides_the_shipped_config_runs_as_it_is(tmp_path):
     _specserve_command(ServerSpec.parse("specserve"), 8123, tmp_path)
     config = yaml.safe_load((tmp_path / "serve_config.yaml").read_text())
