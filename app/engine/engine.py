@@ -37,9 +37,7 @@ class LLMEngine:
         self.config = config
         self.model_config = ModelConfig.from_dir(config.model)
         self.max_model_len = self.model_config.max_model_len(config.max_model_len)
-        schedule = (SpeculationSchedule.from_config(config.speculation_schedule, config.num_speculative_tokens,
-                                                    config.torch_device.type)
-                    if config.speculative_method else None)
+        schedule = SpeculationSchedule.of_engine(config) if config.speculative_method else None
         verifying = (MultiTokenSteps(1 + schedule.max_k, schedule.largest_drafting_batch(config.max_num_seqs))
                      if schedule else None)  # a step verifying k drafts runs 1 + k tokens per sequence
         self.runner = ModelRunner(config, self.model_config, self.max_model_len, verifying)

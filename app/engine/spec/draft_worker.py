@@ -31,8 +31,7 @@ def uncached_tails(config: EngineConfig) -> MultiTokenSteps | None:
     """The first forward of a call for sequences seen before: the partial last block (prefix
     caching keeps full blocks only) and the tokens since the last call, the accepted drafts
     and one more. Up to block_size + k tokens, run as a CUDA graph like a verifying step."""
-    schedule = SpeculationSchedule.from_config(config.speculation_schedule, config.num_speculative_tokens,
-                                               config.torch_device.type)
+    schedule = SpeculationSchedule.of_engine(config)
     if schedule.max_k == 0:
         return None
     return MultiTokenSteps(config.block_size + schedule.max_k, schedule.largest_drafting_batch(config.max_num_seqs),

@@ -68,6 +68,12 @@ class SpeculationSchedule:
         raise ValueError(f"speculation schedule must be a mapping or an int, got {config!r}")
 
     @classmethod
+    def of_engine(cls, config: Any) -> SpeculationSchedule:
+        """The schedule an `EngineConfig` speculates under. A draft's config keeps the target's
+        speculation fields, so the target and its draft read the same one."""
+        return cls.from_config(config.speculation_schedule, config.num_speculative_tokens, config.torch_device.type)
+
+    @classmethod
     def disabled(cls) -> SpeculationSchedule:
         return cls({1: 0})
 

@@ -126,7 +126,8 @@ class Speculator:
     def propose(self, running: list[Request], num_waiting: int = 0, k: int | None = None) -> None:
         """Drafts for this step's decoding requests, up to `k` each (None: `choose_k`'s)."""
         batch_size = len(running) + num_waiting
-        decoding = any(r.is_decoding for r in running)
+        num_decoding = sum(1 for r in running if r.is_decoding)
+        decoding = num_decoding > 0
         if k is None:
             k = self.choose_k(running, num_waiting)
         if not decoding:  # nothing to draft for, and not one of adaptive speculation's steps
@@ -169,7 +170,7 @@ class Speculator:
         if decoding:  # a step no row got drafts in (none asked, or none found) is the plain step it is
             drafted = sum(1 for req in running if req.spec_token_ids)
             ran_k = k if drafted else 0
-            self._step = (batch_size, ran_k, drafted / sum(1 for req in running if req.is_decoding))
+            self._step = (batch_size, ran_k, drafted / num_decoding)
             self.stats.steps_by_k[ran_k] = self.stats.steps_by_k.get(ran_k, 0) + 1
 
     def _ask_proposer(self, candidates: list[Request], inputs: list[DraftInput]) -> None:
