@@ -4,7 +4,9 @@ hurts: many users sharing a few long system prompts, each in a conversation that
 turn (`benchmarks/serving.py --dataset sessions`), sent to an app with 2 target replicas
 (each with its own engine process) whose KV pools are sized so that the live prefixes fit in
 two pools but not in one (by default 8 system prompts of 768 tokens, 6144 tokens, against
-pools of 256 blocks of 16, 4096 tokens, each). Users think between turns (2 s on average, by
+pools of 256 blocks of 16, 4096 tokens, each). Each run prints the live prefix set it sent, in
+pools: the blocks some prompt used before and some prompt will use again, at each moment a
+prompt is sent (`live_prefix_blocks`); by default about 1.8. Users think between turns (2 s on average, by
 default): with turns back to back, the replica that served a turn has just freed a slot when
 the next turn comes, so Serve's default router, which picks the shorter queue, sends it back
 there by accident of timing (benchmarks/RESULTS.md).
@@ -116,6 +118,7 @@ def one_run(args, router: str, url: str, out_dir: Path, tag: str) -> dict:
             **routed,
             "ttft_p50_ms": http["p50_ttft_ms"], "ttft_p90_ms": http["p90_ttft_ms"],
             "e2el_mean_ms": http["mean_e2el_ms"], "output_tok_s": http["output_throughput"],
+            "live_prefix_pools": report["levels"][0]["live_prefix_blocks"]["mean"] / args.num_kv_blocks,
             "request_s": http["request_throughput"], "failed": http["failed"]}
 
 
@@ -155,13 +158,15 @@ def main(argv: list[str] | None = None) -> dict:
                 runs.append({"round": r + 1, **run})
                 print(f"round {r + 1} {router:>13}: hit rate {run['hit_rate']:.3f}  TTFT p50 "
                       f"{run['ttft_p50_ms']:.1f} ms  p90 {run['ttft_p90_ms']:.1f} ms  output "
-                      f"{run['output_tok_s']:.1f} tok/s  failed {run['failed']}  routed "
+                      f"{run['output_tok_s']:.1f} tok/s  failed {run['failed']}  live prefixes "
+                      f"{run['live_prefix_pools']:.2f} pools  routed "
                       + " ".join(f"{k.removeprefix('routed_')}={v:.0f}" for k, v in run.items() if k.startswith("routed_")), flush=True)
     finally:
         serve.shutdown()
         ray.shutdown()
 
-    keys = ["hit_rate", "ttft_p50_ms", "ttft_p90_ms", "e2el_mean_ms", "output_tok_s", "request_s"]
+    keys = ["hit_rate", "ttft_p50_ms", "ttft_p90_ms", "e2el_mean_ms", "output_tok_s", "request_s",
+            "live_prefix_pools"]
     means = {router: {k: statistics.mean(x[k] for x in runs if x["router"] == router) for k in keys}
              for router in ROUTERS}
     print("=" * 20 + f" {args.rounds} rounds, means " + "=" * 20)
