@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from app.engine.request import Request
-from app.engine.sampler import Sampler, filter_logits
+from app.engine.selection.distribution import filter_logits
 from app.sampling_params import SamplingParams
+from tests.sampling import Sampler
 
 LOGITS = torch.tensor([2.0, 1.5, 1.0, 0.5, 0.0, -0.5, -1.0, -3.0])
 PROBS = LOGITS.softmax(-1)

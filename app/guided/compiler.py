@@ -189,7 +189,10 @@ _slots = threading.BoundedSemaphore(4)  # compiles running at once, runaway ones
 def start_compile(regex: str, vocab: GuidedVocabulary | Vocabulary, wait: float = 5.0) -> Future:
     """Compile on a daemon thread; the future holds the Index or the error. outlines-core
     releases the GIL while compiling (measured), so callers and the event loop keep running;
-    an asyncio caller can await `asyncio.wrap_future(start_compile(...))`."""
+    an asyncio caller can await `asyncio.wrap_future(start_compile(...))`. A thread cannot be
+    killed: a caller that stops waiting at its time limit leaves the compile to finish in the
+    background, holding its slot, and drops the result. (A process pool could kill it, but an
+    Index has to be pickled back: ~1.4 s + 2.4 s for a 31 MB one, measured, so threads win.)"""
     if not _slots.acquire(timeout=max(wait, 0.0)):
         raise CompilerBusy("too many formats are being compiled; retry later")
     fut: Future = Future()
@@ -210,19 +213,6 @@ def start_compile(regex: str, vocab: GuidedVocabulary | Vocabulary, wait: float 
 def _timeout_error(seconds: float) -> CompileTimeout:
     return CompileTimeout(f"compiling the format took longer than {seconds:g} s; simplify it "
                           "(e.g. smaller maxLength / maxItems / fewer nested levels)")
-
-
-def compile_with_timeout(regex: str, vocab: GuidedVocabulary | Vocabulary, seconds: float) -> Index:
-    """Compile under a time limit. A thread cannot be killed: past the limit this raises, and the
-    compile finishes in the background (holding one of the slots) and its result is dropped.
-    (A process pool could kill it, but an Index has to be pickled back: ~1.4 s + 2.4 s for a
-    31 MB one, measured, so threads win.)"""
-    deadline = time.monotonic() + seconds
-    fut = start_compile(regex, vocab, wait=seconds)
-    try:
-        return fut.result(timeout=max(deadline - time.monotonic(), 0.0))
-    except FutureTimeout:
-        raise _timeout_error(seconds) from None
 
 
 def _copy_outcome(source: Future, target: Future) -> None:

@@ -7,7 +7,7 @@ import functools
 import pytest
 import torch
 
-from app.engine.spec.rejection_sampler import RejectionSampler, rejection_sample
+from tests.spec.rejection_sampling import RejectionSampler, rejection_sample
 
 V, K, N = 6, 3, 20000
 P_THRESHOLD = 1e-3

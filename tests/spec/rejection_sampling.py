@@ -1,5 +1,6 @@
 """Rejection sampling for speculative decoding, batched over a flattened layout: a front on the
-engine's selection step (app/engine/selection/verify.py) for callers holding distributions.
+engine's selection step (app/engine/selection/verify.py) for tests that hold distributions
+rather than a step's layout (the engine calls `verify` through `Selector`).
 
 Request i has k_i draft tokens and 1 + k_i target rows (its k_i verified positions plus the
 bonus position). Greedy requests keep drafts while they equal the target argmax, so output is
@@ -123,7 +124,7 @@ def rejection_sample(
 
 
 class RejectionSampler:
-    """Holds the default generator for unseeded requests, like `Sampler`."""
+    """Holds the default generator for unseeded requests, like `tests.sampling.Sampler`."""
 
     def __init__(self, seed: int = 0):
         self.generator = torch.Generator().manual_seed(seed)

@@ -1,5 +1,5 @@
 """`Sampler`: one token per row of logits, through the engine's selection step
-(app/engine/selection/), for callers that hold logits and requests rather than a step's layout.
+(app/engine/selection/), for tests that hold logits and requests rather than a step's layout.
 
 Each seeded request draws at (its seed, how many rows this sampler drew for it), so its tokens
 do not depend on the batch; unseeded rows draw keys from the sampler's generator."""
@@ -9,7 +9,6 @@ from __future__ import annotations
 import torch
 
 from app.engine.request import Request
-from app.engine.selection.distribution import filter_logits, sampling_probs  # noqa: F401 (re-exported)
 from app.engine.selection.draws import request_key
 from app.engine.selection.layout import RowLayout
 from app.engine.selection.selector import Selector
