@@ -11,6 +11,7 @@ the share of 8 decode steps in which the GPU runs nothing (the host work left un
 
     python benchmarks/decode.py [--batch-sizes 1 64 256] [--prompt-len 128] [--gen-len 128]
                                 [--model-dir DIR (reuse a checkpoint)] [--layers 32]
+                                [--trace-dir DIR (chrome traces of decode steps, read by step_gaps.py)]
 """
 
 from __future__ import annotations
@@ -163,6 +164,30 @@ def gpu_idle_share(engine, batch: int, prompt_len: int, tag: str, sampled: bool,
     return 1.0 - busy / window if window else float("nan")
 
 
+def write_step_trace(engine, batch: int, prompt_len: int, tag: str, path: Path, steps: int = 8) -> None:
+    """A chrome trace of `steps` overlapped greedy decode steps, host and device, with the
+    engine's phases marked, gzipped to `path`: `benchmarks/step_gaps.py` reads it."""
+    import gzip
+    import shutil
+
+    from torch.profiler import ProfilerActivity, profile
+
+    from benchmarks.step_gaps import marked_engine_phases
+
+    start_decoding(engine, batch, prompt_len, tag, sampled=False, max_tokens=steps + 8)
+    with marked_engine_phases(engine), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            engine.step()
+        torch.cuda.synchronize()
+    while engine.has_unfinished_requests():
+        engine.step()
+    plain = path.with_suffix("")  # x.json.gz -> x.json
+    prof.export_chrome_trace(str(plain))
+    with open(plain, "rb") as src, gzip.open(path, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    plain.unlink()
+
+
 @torch.inference_mode()
 def run_hf(hf, batch: int, prompt_len: int, gen_len: int) -> float:
     ids = torch.randint(10, hf.config.vocab_size, (batch, prompt_len), device="cuda")
@@ -187,6 +212,9 @@ def main() -> int:
                         help="the engine's context limit (default: prompt + gen + 16); a deployment's "
                              "8192 sizes every CUDA graph's attention grid for 8 splits")
     parser.add_argument("--skip-hf", action="store_true")
+    parser.add_argument("--trace-dir", type=Path, default=None,
+                        help="write a chrome trace of 8 overlapped greedy decode steps per batch size "
+                             "here (decode_b<batch>.json.gz), and print benchmarks/step_gaps.py's reading")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("benchmarks/decode.py measures GPU decoding and needs CUDA; no GPU here, nothing run.")
@@ -234,6 +262,13 @@ def main() -> int:
                   f"e2e {r['e2e_tok_s']:9.1f} tok/s  transformers greedy {hf_tok_s:9.1f} tok/s  "
                   f"(x{r['e2e_tok_s'] / hf_tok_s:.1f})  {kernels / layers:.1f} kernels/layer/step "
                   f"({kernels} kernels, {copies} copies)  GPU idle {100 * idle:.1f}% of decode steps")
+        if args.trace_dir is not None:
+            from benchmarks import step_gaps
+            args.trace_dir.mkdir(parents=True, exist_ok=True)
+            trace = args.trace_dir / f"decode_b{batch}.json.gz"
+            engine.overlap_scheduling = True
+            write_step_trace(engine, batch, args.prompt_len, f"t{batch}", trace)
+            step_gaps.main([str(trace)])
         serial, greedy, sampled_row = rows[-3:]
         print(f"batch {batch:4d}: sampled / greedy decode tok/s = {sampled_row[2] / greedy[2]:.2f}; "
               f"greedy with / without overlapped scheduling = {greedy[2] / serial[2]:.2f}")
