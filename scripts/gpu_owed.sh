@@ -24,5 +24,9 @@ timeout 120 python3 benchmarks/spec.py --batch-sizes 1 4 16 64 --repeats 2 --res
   | grep -v "Warn\|warn_once" | tee "$OUT/spec_gpu.log"
 timeout 40 python3 benchmarks/kernels.py --full --partition 512 1024 --block-n 32 64 --dots 16 --grid head \
   --num-warps 4 --num-stages 3 2>&1 | grep -v Warn | tee "$OUT/kernels.log"
+# Batch-1 decode attention: one split of 1,024 is 8 programs on 132 SMs (~11 us a layer); do
+# shorter partitions (more splits per short sequence, then a merge) read faster? (note16)
+timeout 40 python3 benchmarks/kernels.py --full --batch 1 --context 512 --partition 64 128 256 1024 \
+  --block-n 32 --dots 16 --grid head --num-warps 4 --num-stages 3 2>&1 | grep -v Warn | tee "$OUT/kernels_b1.log"
 timeout 240 python3 benchmarks/decode.py --skip-hf --max-model-len 8192 --batch-sizes 1 64 256 --gen-len 128 \
   --model-dir /tmp/l3 --trace-dir "$OUT/traces" 2>&1 | grep -v "Warn\|warn_once\|Loading" | tee "$OUT/decode.log"
