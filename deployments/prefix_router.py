@@ -27,7 +27,8 @@ from ray.serve.request_router import FIFOMixin, PendingRequest, ReplicaID, Reque
 
 from app.engine.block_manager import block_hashes
 from deployments.metrics import PREFIX
-from deployments.prefix_routing import DEFAULT_MAX_LOAD_IMBALANCE, ReplicaView, RoutingStats, rank_replicas
+from deployments.prefix_routing import (DEFAULT_MAX_LOAD_IMBALANCE, NEW_BLOCKS_WINDOW_S, ReplicaView, RoutingStats,
+                                        rank_replicas)
 
 logger = logging.getLogger("ray.serve")
 MAX_REMEMBERED_REQUESTS = 10_000
@@ -126,6 +127,9 @@ class PrefixAwareRouter(FIFOMixin, RequestRouter):
         hashes = self._hashes(prompt)
         views = [self._view(r) for r in candidate_replicas]
         replica_of = {id(v): r for v, r in zip(views, candidate_replicas)}
+        now = time.time()
+        for view in views:
+            view.forget_sends_before(now - NEW_BLOCKS_WINDOW_S)
         decision = rank_replicas(hashes, views, self.max_load_imbalance)
         if prompt is not None:
             self.figures.record(decision.reason, len(hashes) * self.block_size,
@@ -141,7 +145,7 @@ class PrefixAwareRouter(FIFOMixin, RequestRouter):
         retry = request_id in self._chosen
         for view in self.views.values():  # a retried request was counted at its earlier choice
             view.record_withdrawn(request_id)
-        decision.ranked[0].record_sent(request_id, hashes, time.time(), self.remember_sent_s)
+        decision.ranked[0].record_sent(request_id, hashes, now, self.remember_sent_s)
         self._chosen[request_id] = None
         while len(self._chosen) > MAX_REMEMBERED_REQUESTS:
             self._chosen.popitem(last=False)

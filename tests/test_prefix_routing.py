@@ -154,3 +154,25 @@ def test_stats_round_trip_through_serve_s_dict_and_a_foreign_dict_is_no_report()
     assert stats.block_hashes == block_hashes(SYSTEM, BLOCK)  # 64-bit hashes survive the packing
     assert RoutingStats.from_dict({}) is None
     assert RoutingStats.from_dict({"queue": 3}) is None
+
+
+def test_a_prefix_no_replica_holds_goes_where_the_least_new_content_went_lately():
+    a, b = view("a", report(running=1)), view("b", report(running=4))
+    a.record_sent("r1", block_hashes(OTHER, BLOCK), now=100.0, remember_s=4.0)  # 12 blocks new to a
+    assert a.recent_new_blocks == 12 and b.recent_new_blocks == 0
+    assert a.load == 2 and b.load == 4
+    assert chosen(SYSTEM, [a, b]) == ("b", "no_prefix")  # b is busier, but its cache got nothing new
+    a.record_sent("r2", block_hashes(OTHER + [5] * 16, BLOCK), now=101.0, remember_s=4.0)
+    assert a.recent_new_blocks == 13  # it held OTHER's 12 blocks already (sent): one new
+    a.forget_sends_before(100.5)
+    assert a.recent_new_blocks == 1
+    a.forget_sends_before(200.0)
+    assert a.recent_new_blocks == 0 and chosen(SYSTEM, [a, b]) == ("a", "no_prefix")  # then by load (3 < 4)
+
+
+def test_room_for_a_new_prefix_does_not_outweigh_a_long_queue():
+    a, b = view("a", report(running=1)), view("b", report(running=11))
+    a.record_sent("r1", block_hashes(OTHER, BLOCK), now=100.0, remember_s=4.0)
+    assert a.load == 2  # b carries 9 more than a: past max_load_imbalance
+    assert chosen(SYSTEM, [a, b], max_load_imbalance=8) == ("a", "no_prefix")
+    assert chosen(SYSTEM, [a, b], max_load_imbalance=9) == ("b", "no_prefix")
