@@ -114,15 +114,32 @@ def start_decoding(engine, batch: int, prompt_len: int, tag: str, sampled: bool,
     torch.cuda.synchronize()
 
 
+def profile_decode_steps(engine, batch: int, prompt_len: int, tag: str, sampled: bool, steps: int,
+                         activities, mark_phases: bool = False):
+    """`steps` steady decode steps of `batch` requests under torch.profiler (the engine's phases
+    marked when asked: `benchmarks/step_gaps.py`), the requests then run out; the profile."""
+    from contextlib import nullcontext
+
+    from torch.profiler import profile
+
+    from benchmarks.step_gaps import marked_engine_phases
+
+    start_decoding(engine, batch, prompt_len, tag, sampled, max_tokens=steps + 8)
+    with marked_engine_phases(engine) if mark_phases else nullcontext(), profile(activities=activities) as prof:
+        for _ in range(steps):
+            engine.step()
+        torch.cuda.synchronize()
+    while engine.has_unfinished_requests():
+        engine.step()
+    return prof
+
+
 def kernels_per_step(engine, batch: int, prompt_len: int, tag: str, sampled: bool) -> tuple[int, int]:
     """(CUDA kernels, memory copies/sets) in one decode step at this batch size, by torch.profiler."""
     from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
 
-    start_decoding(engine, batch, prompt_len, tag, sampled, max_tokens=16)
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        engine.step()
-        torch.cuda.synchronize()
+    prof = profile_decode_steps(engine, batch, prompt_len, tag, sampled, 1, [ProfilerActivity.CUDA])
     kernels = copies = 0
     for event in prof.key_averages():
         if event.device_type != DeviceType.CUDA:
@@ -131,8 +148,6 @@ def kernels_per_step(engine, batch: int, prompt_len: int, tag: str, sampled: boo
             copies += event.count
         else:
             kernels += event.count
-    while engine.has_unfinished_requests():
-        engine.step()
     return kernels, copies
 
 
@@ -141,13 +156,9 @@ def gpu_idle_share(engine, batch: int, prompt_len: int, tag: str, sampled: bool,
     copy), by torch.profiler's device intervals: the host work the step leaves un-overlapped.
     An upper bound: the profiler's own hooks slow each launch a little."""
     from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
 
-    start_decoding(engine, batch, prompt_len, tag, sampled, max_tokens=steps + 8)
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            engine.step()
-        torch.cuda.synchronize()
+    prof = profile_decode_steps(engine, batch, prompt_len, tag, sampled, steps, [ProfilerActivity.CUDA])
     intervals = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
                        if e.device_type == DeviceType.CUDA and e.time_range.end > e.time_range.start)
     busy, reach = 0.0, None
@@ -159,8 +170,6 @@ def gpu_idle_share(engine, batch: int, prompt_len: int, tag: str, sampled: bool,
             busy += end - reach
             reach = end
     window = intervals[-1][1] - intervals[0][0] if intervals else 0.0
-    while engine.has_unfinished_requests():
-        engine.step()
     return 1.0 - busy / window if window else float("nan")
 
 
@@ -170,17 +179,10 @@ def write_step_trace(engine, batch: int, prompt_len: int, tag: str, path: Path, 
     import gzip
     import shutil
 
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
 
-    from benchmarks.step_gaps import marked_engine_phases
-
-    start_decoding(engine, batch, prompt_len, tag, sampled=False, max_tokens=steps + 8)
-    with marked_engine_phases(engine), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            engine.step()
-        torch.cuda.synchronize()
-    while engine.has_unfinished_requests():
-        engine.step()
+    prof = profile_decode_steps(engine, batch, prompt_len, tag, False, steps,
+                                [ProfilerActivity.CPU, ProfilerActivity.CUDA], mark_phases=True)
     plain = path.with_suffix("")  # x.json.gz -> x.json
     prof.export_chrome_trace(str(plain))
     with open(plain, "rb") as src, gzip.open(path, "wb") as dst:

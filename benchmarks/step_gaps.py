@@ -87,9 +87,14 @@ def load_trace(path: Path) -> list[dict]:
     return data["traceEvents"] if isinstance(data, dict) else data
 
 
+def gpu_events(events: list[dict]) -> list[dict]:
+    """The kernels, copies and memsets, by start time."""
+    return sorted((e for e in events if e.get("ph") == "X" and e.get("cat") in GPU_CATEGORIES),
+                  key=lambda e: e["ts"])
+
+
 def find_gaps(events: list[dict], min_gap_us: float = 5.0) -> list[Gap]:
-    gpu = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") in GPU_CATEGORIES),
-                 key=lambda e: e["ts"])
+    gpu = gpu_events(events)
     launches = {e["args"]["correlation"]: e for e in events  # Triton launches through the driver API
                 if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver")
                 and "correlation" in e.get("args", {})}
@@ -124,7 +129,7 @@ def summarize(gaps: list[Gap]) -> dict[str, tuple[int, float]]:
 
 
 def gpu_window_us(events: list[dict]) -> float:
-    gpu = [e for e in events if e.get("ph") == "X" and e.get("cat") in GPU_CATEGORIES]
+    gpu = gpu_events(events)
     return max(e["ts"] + e["dur"] for e in gpu) - min(e["ts"] for e in gpu) if gpu else 0.0
 
 

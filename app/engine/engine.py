@@ -12,7 +12,6 @@ from transformers import AutoTokenizer
 from app.config import EngineConfig
 from app.engine.beam_search import BeamSearch
 from app.engine.block_manager import BlockManager
-from app.engine.cuda_graphs import MultiTokenSteps
 from app.engine.engine_stats import EngineStats
 from app.engine.guided_rows import plan_guided_drafts
 from app.engine.model_runner import ModelRunner
@@ -38,8 +37,8 @@ class LLMEngine:
         self.model_config = ModelConfig.from_dir(config.model)
         self.max_model_len = self.model_config.max_model_len(config.max_model_len)
         schedule = SpeculationSchedule.of_engine(config) if config.speculative_method else None
-        verifying = (MultiTokenSteps(1 + schedule.max_k, schedule.largest_drafting_batch(config.max_num_seqs))
-                     if schedule else None)  # a step verifying k drafts runs 1 + k tokens per sequence
+        # A step verifying k drafts runs 1 + k tokens per sequence.
+        verifying = schedule.multi_token_steps(1, config.max_num_seqs) if schedule else None
         self.runner = ModelRunner(config, self.model_config, self.max_model_len, verifying)
         self.block_manager = BlockManager(self.runner.num_blocks, config.block_size,
                                           config.enable_prefix_caching)

@@ -31,11 +31,8 @@ def uncached_tails(config: EngineConfig) -> MultiTokenSteps | None:
     """The first forward of a call for sequences seen before: the partial last block (prefix
     caching keeps full blocks only) and the tokens since the last call, the accepted drafts
     and one more. Up to block_size + k tokens, run as a CUDA graph like a verifying step."""
-    schedule = SpeculationSchedule.of_engine(config)
-    if schedule.max_k == 0:
-        return None
-    return MultiTokenSteps(config.block_size + schedule.max_k, schedule.largest_drafting_batch(config.max_num_seqs),
-                           every_row_sampled=False)  # each sequence's last row only
+    return SpeculationSchedule.of_engine(config).multi_token_steps(
+        config.block_size, config.max_num_seqs, every_row_sampled=False)  # each sequence's last row only
 
 
 class DraftWorker:

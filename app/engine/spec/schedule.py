@@ -13,6 +13,8 @@ from __future__ import annotations
 import bisect
 from typing import Any, Mapping
 
+from app.engine.cuda_graphs import MultiTokenSteps
+
 MAX_K = 64  # far beyond any useful k; larger values are config mistakes
 
 
@@ -93,6 +95,15 @@ class SpeculationSchedule:
         """The largest batch size, up to `max_batch_size`, whose k is above 0 (0: none)."""
         first_off = next((b for b, k in zip(self.batch_sizes, self.ks) if k == 0), None)
         return max_batch_size if first_off is None else min(first_off - 1, max_batch_size)
+
+    def multi_token_steps(self, extra_tokens: int, max_batch_size: int, every_row_sampled: bool = True
+                          ) -> MultiTokenSteps | None:
+        """The steps of max_k + `extra_tokens` query tokens per sequence, at the batch sizes this
+        schedule drafts at, that get CUDA graphs (None: it never drafts)."""
+        if self.max_k == 0:
+            return None
+        return MultiTokenSteps(self.max_k + extra_tokens, self.largest_drafting_batch(max_batch_size),
+                               every_row_sampled)
 
     def as_dict(self) -> dict[int, int]:
         return dict(zip(self.batch_sizes, self.ks))
