@@ -72,7 +72,9 @@ def test_proposals_over_the_channel_are_the_workers_own(worker):
             got = proposer.propose_batch(inputs())
             assert [p.token_ids for p in got] == [p.token_ids for p in expected]
             assert got[0].probs is None
-            assert torch.equal(got[1].probs.decode(), expected[1].probs.decode())
+            # The worker reads the prompt from its prefix cache after the first call: the same
+            # distribution, computed in another order (fp16 on the wire, so a rounding apart).
+            torch.testing.assert_close(got[1].probs.decode(), expected[1].probs.decode(), rtol=0, atol=2e-3)
     finally:
         proposer.close()
         server.close()
