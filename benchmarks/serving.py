@@ -191,19 +191,36 @@ async def main_async(args) -> dict:
                              load_tokenizer(tokenizer_path), goodput)
 
 
-async def run_sides(sides: dict, requests: list[Request], rate: float, conc: int | None, args,
+def requests_for(args, tokenizer, level: int, run: int) -> list[Request]:
+    """The prompts of one run of one level (`run` -1: its warm-up). Each run gets prompts no
+    earlier run had, so that no cache has seen them: neither the prefix cache nor the recent
+    outputs n-gram lookup drafts from, which would replay a repeated greedy prompt's answer
+    (`--repeat-prompts`: the same prompts in every run, as before 2026-11-26)."""
+    seed = args.seed if args.repeat_prompts else hash((args.seed, level, run)) & 0x7FFFFFFF
+    if args.dataset == "random":
+        return random_requests(tokenizer, args.num_prompts, args.input_len, args.output_len,
+                               args.range_ratio, seed)
+    if args.dataset == "grounded":
+        return grounded_requests(tokenizer, args.num_prompts, args.output_len, seed)
+    return file_requests(tokenizer, args.text_file, args.num_prompts, args.input_len, args.output_len, seed)
+
+
+async def run_sides(sides: dict, requests_for_run, rate: float, conc: int | None, args,
                     goodput: dict, show: bool) -> dict:
     """One load level on every side ("http", and "engine" with --compare-engine), `--rounds`
     times, the sides alternating (ABBA) so that a noisy machine's slow minutes fall on both;
-    each side's figures pool its rounds, and the Serve overhead is their ratio."""
+    each side's figures pool its rounds, and the Serve overhead is their ratio. Both sides
+    get the same prompts in a round (`requests_for_run(round)`, -1 for the warm-up)."""
     level: dict = {"concurrency": conc, "request_rate": rate}
     pooled: dict[str, tuple[list[Result], float]] = {name: ([], 0.0) for name in sides}
     per_round = []
+    warm_ups = requests_for_run(-1)
     for r in range(args.rounds):
         means = {}
+        requests = requests_for_run(r)
         for name in (list(sides) if r % 2 == 0 else list(sides)[::-1]):
             if r == 0:
-                for warm in await warm_up(sides[name], requests, args.num_warmups, conc):
+                for warm in await warm_up(sides[name], warm_ups, args.num_warmups, conc):
                     if not warm.success:
                         raise SystemExit(f"{name} warm-up request failed: {warm.error}")
             results, duration = await run_level(sides[name], requests, rate, conc, args.seed,
@@ -239,16 +256,8 @@ async def run_all(args, session, url: str, model: str, tokenizer, goodput: dict)
             Path(args.result_json).parent.mkdir(parents=True, exist_ok=True)
             Path(args.result_json).write_text(json.dumps(report, indent=2, default=str))
         return report
-    if args.dataset == "random":
-        if tokenizer is None:
-            raise SystemExit("random prompts need a tokenizer: give --tokenizer (a local checkpoint dir)")
-        requests = random_requests(tokenizer, args.num_prompts, args.input_len, args.output_len,
-                                   args.range_ratio, args.seed)
-    elif args.dataset == "grounded":
-        requests = grounded_requests(tokenizer, args.num_prompts, args.output_len, args.seed)
-    else:
-        requests = file_requests(tokenizer, args.text_file, args.num_prompts, args.input_len,
-                                 args.output_len, args.seed)
+    if args.dataset == "random" and tokenizer is None:
+        raise SystemExit("random prompts need a tokenizer: give --tokenizer (a local checkpoint dir)")
     rates = args.request_rate or [float("inf")]
     concurrencies = args.concurrency or [None]
     levels = [(r, c) for c in concurrencies for r in rates]
@@ -265,8 +274,10 @@ async def run_all(args, session, url: str, model: str, tokenizer, goodput: dict)
         report["engine_torch_threads"] = engine.threads
         sides["engine"] = lambda req: engine.send(req, args)
     try:
-        for rate, conc in levels:
-            report["levels"].append(await run_sides(sides, requests, rate, conc, args, goodput, show))
+        for number, (rate, conc) in enumerate(levels):
+            report["levels"].append(await run_sides(
+                sides, lambda run, level=number: requests_for(args, tokenizer, level, run), rate, conc, args,
+                goodput, show))
     finally:
         if engine is not None:
             engine.shutdown()
@@ -328,6 +339,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-warmups", type=int,
                    help="untimed requests before each level (default: one batch of its concurrency)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeat-prompts", action="store_true",
+                   help="send the same prompts in every round, level and warm-up (by default each "
+                        "gets its own, seeded by --seed, the level and the round)")
     p.add_argument("--result-json")
     p.add_argument("--rounds", type=int, default=1,
                    help="run each level this many times, alternating HTTP and --compare-engine (ABBA), "
