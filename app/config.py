@@ -65,6 +65,9 @@ class EngineConfig:
     prompt_lookup_first: bool = True
     # With "ngram": the shortest match of a request's last tokens that proposes (vLLM's name).
     prompt_lookup_min: int = 1
+    # With "ngram": how many output tokens of the requests that finished last the lookup also
+    # searches when a request's own tokens hold no match (app/engine/spec/recent_outputs.py); 0: none.
+    lookup_recent_output_tokens: int = 32768
     # Guided decoding: insert the text a format forces (keys, punctuation) as drafts that are
     # always accepted, instead of decoding it token by token.
     enable_jump_forward: bool = True
@@ -86,6 +89,8 @@ class EngineConfig:
             raise ValueError("num_speculative_tokens must be >= 0")
         if not 1 <= self.prompt_lookup_min <= MAX_PROMPT_LOOKUP:
             raise ValueError(f"prompt_lookup_min must be in [1, {MAX_PROMPT_LOOKUP}]")
+        if self.lookup_recent_output_tokens < 0:
+            raise ValueError("lookup_recent_output_tokens must be >= 0")
 
     @property
     def torch_dtype(self) -> torch.dtype:

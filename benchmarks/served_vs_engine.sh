@@ -17,5 +17,6 @@ sleep 5
   --engine-torch-threads 1 --engine-arg speculative_method=ngram --engine-arg prompt_lookup_min=3 \
   --engine-arg kv_cache_memory_gib=0.5 --engine-arg max_num_batched_tokens=1024 --rounds 3
 pkill -TERM -f "serve run" || true; sleep 6; pkill -9 -f "ray::" || true; sleep 3
-"$PY" benchmarks/serving_compare.py --servers specserve specserve:speculative_method=null \
+"$PY" benchmarks/serving_compare.py --servers specserve specserve:lookup_recent_output_tokens=0 \
+  specserve:speculative_method=null \
   --baseline specserve:speculative_method=null --dataset grounded --concurrency 1 8 32 --rounds 3

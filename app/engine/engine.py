@@ -353,7 +353,7 @@ class LLMEngine:
         self.scheduler.finish(req)
         self.requests.pop(req.request_id, None)
         if self.speculator is not None:
-            self.speculator.forget(req.request_id)
+            self.speculator.forget(req)
 
     def _output(self, req: Request, logprobs) -> RequestOutput:
         new = req.all_token_ids[req.num_prompt_tokens + req.num_emitted_tokens:]

@@ -5,6 +5,9 @@ when the last n tokens occurred earlier, the tokens that followed them are a goo
 Longer n is tried first (a longer match is a better predictor), and the most recent
 occurrence wins (it is the likeliest continuation of what is being copied now).
 
+With `recent_outputs`, a request whose own tokens hold no match looks its last tokens up in
+the outputs of the requests that finished last (app/engine/spec/recent_outputs.py).
+
 The search is vectorised with numpy: one comparison per n over the whole context, so an 8k
 token context costs tens of microseconds. Converting a long Python list to an array costs
 more than the search, so `propose_for` keeps one growing array per request.
@@ -17,6 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from app.engine.spec.proposal import DraftInput, Proposal
+from app.engine.spec.recent_outputs import RecentOutputs
 
 
 def find_ngram_continuation(tokens: np.ndarray, k: int, min_n: int = 1, max_n: int = 4
@@ -55,12 +59,13 @@ class NgramProposer:
 
     reads_sequences = False  # a lookup in the request's own tokens: nothing to catch up on
 
-    def __init__(self, k: int = 4, min_n: int = 1, max_n: int = 4):
+    def __init__(self, k: int = 4, min_n: int = 1, max_n: int = 4, recent_outputs: RecentOutputs | None = None):
         if k < 0:
             raise ValueError(f"k must be >= 0, got {k}")
         if not 1 <= min_n <= max_n:
             raise ValueError(f"need 1 <= min_n <= max_n, got min_n={min_n}, max_n={max_n}")
         self.k, self.min_n, self.max_n = k, min_n, max_n
+        self.recent_outputs = recent_outputs
         self._buffers: dict[str, tuple[np.ndarray, int]] = {}  # request id -> (array, length)
 
     def propose_for(self, request_id: str, token_ids: Sequence[int], k: int | None = None
@@ -87,7 +92,10 @@ class NgramProposer:
 
     def _search(self, tokens: np.ndarray, k: int | None) -> list[int]:
         k = self.k if k is None else k
-        return find_ngram_continuation(tokens, k, self.min_n, self.max_n).tolist()
+        found = find_ngram_continuation(tokens, k, self.min_n, self.max_n).tolist()
+        if not found and k > 0 and self.recent_outputs is not None:
+            found = self.recent_outputs.lookup(tokens[-self.max_n:].tolist(), k)
+        return found
 
     def propose_batch(self, inputs: list[DraftInput]) -> list[Proposal]:
         """The engine's proposer interface: point-mass proposals (no distribution)."""

@@ -108,6 +108,7 @@ class Speculator:
         send_ahead = getattr(proposer, "send_ahead", None)
         self.ahead = DraftsAhead(send_ahead, max_model_len) if send_ahead is not None else None
         self.reads_sequences = getattr(proposer, "reads_sequences", True)  # n-gram lookup does not
+        self.recent_outputs = getattr(proposer, "recent_outputs", None)  # n-gram lookup's, if it keeps them
         self.adaptive = AdaptiveSpeculation(schedule, catches_up=self.reads_sequences) if adaptive else None
         self.lookup = (NgramProposer(min_n=LOOKUP_FIRST_MIN_MATCH) if prompt_lookup_first and self.reads_sequences
                        else None)
@@ -236,9 +237,13 @@ class Speculator:
             self.adaptive.record_step(batch_size, k, seconds, drafted_share)
         self._step = None
 
-    def forget(self, request_id: str) -> None:
+    def forget(self, req: Request) -> None:
+        """The request left the engine: what was kept for it goes, and its output joins the
+        recent outputs n-gram lookup searches (when the proposer keeps them)."""
+        if self.recent_outputs is not None and req.num_output_tokens:
+            self.recent_outputs.add(req.all_token_ids, req.num_prompt_tokens)
         if self.lookup is not None:
-            self.lookup.forget(request_id)
+            self.lookup.forget(req.request_id)
         forget = getattr(self.proposer, "forget", None)
         if forget is not None:
-            forget(request_id)
+            forget(req.request_id)
