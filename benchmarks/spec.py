@@ -1,12 +1,14 @@
 """Speculative decoding: target alone vs target + draft model (prompt lookup first, and without
 it) vs target + n-gram lookup (from 1-token matches, and from 3-token ones as served by
-default), at several batch sizes, on an input-grounded workload (repeat a code snippet given in the prompt)
-and on open-ended prompts, in one run. Greedy, so all of them produce the same tokens; prints
+default, with and without the lookup in recent outputs), at several batch sizes, on an
+input-grounded workload (repeat a code snippet given in the prompt) and on open-ended prompts,
+in one run. Greedy, so all of them produce the same tokens; prints
 output tokens/s, mean request latency, the speed-up over the target alone, the median time of
 an `engine.step` call that launched a plain step and of one that launched a drafting step (what
 a verification costs against a plain step, on this device), the acceptance rate and the mean
 accepted length (tokens per speculative step). Each cell runs
-`--prompts-per-cell` prompts (16) in groups of its batch size, one group after another: the
+`--prompts-per-cell` prompts (16), its own (no cell or repeat runs a prompt another ran), in
+groups of its batch size, one group after another: the
 grounded prompts differ in how well the model copies them (benchmarks/RESULTS.md, 2026-11-26).
 
     python benchmarks/spec.py --batch-sizes 1 4 16 64 --output-len 64
@@ -133,7 +135,14 @@ def main() -> None:
         schedule = {int(b): int(k) for b, k in (x.split(":") for x in args.schedule.split(","))}
 
     tokenizer = AutoTokenizer.from_pretrained(args.model)
-    work = workloads(tokenizer, max(*args.batch_sizes, args.prompts_per_cell), args.seed)
+    num_prompts = max(*args.batch_sizes, args.prompts_per_cell)
+
+    def prompts_for(workload: str, batch: int, repeat: int) -> list[list[int]]:
+        """Each cell and repeat its own prompts (every method the same ones): the engines are
+        reused, and n-gram lookup's recent outputs would replay the answer to a prompt run twice."""
+        return workloads(tokenizer, num_prompts, hash((args.seed, batch, repeat)) & 0x7FFFFFFF)[workload]
+
+    work = workloads(tokenizer, num_prompts, args.seed)
     common = dict(model=args.model, num_kv_blocks=4096, max_num_seqs=max(args.batch_sizes),
                   num_speculative_tokens=args.num_speculative_tokens, speculation_schedule=schedule)
     engines = {"target alone": LLMEngine(EngineConfig(**common)),
@@ -143,7 +152,9 @@ def main() -> None:
                                                           draft_model=args.draft_model, prompt_lookup_first=False)),
                "target + n-gram": LLMEngine(EngineConfig(**common, speculative_method="ngram")),
                "n-gram, 3-token matches": LLMEngine(EngineConfig(**common, speculative_method="ngram",
-                                                                 prompt_lookup_min=3))}  # as served
+                                                                 prompt_lookup_min=3)),  # as served
+               "n-gram 3, own tokens": LLMEngine(EngineConfig(**common, speculative_method="ngram",
+                                                              prompt_lookup_min=3, lookup_recent_output_tokens=0))}
     if args.compare_fixed:
         engines["draft, fixed k"] = LLMEngine(EngineConfig(**common, speculative_method="draft",
                                                            draft_model=args.draft_model, adaptive_speculation=False))
@@ -154,10 +165,11 @@ def main() -> None:
     print(f"output_len={args.output_len} k={args.num_speculative_tokens} schedule="
           f"{engines['target + draft'].speculator.schedule.as_dict()} (adaptive) threads={torch.get_num_threads()} "
           f"prompts per cell={args.prompts_per_cell}")
-    for workload, prompts in work.items():
+    for workload in work:
         for batch in args.batch_sizes:
             cells = {}
-            for _ in range(args.repeats):  # methods interleaved, so drift hits all alike
+            for repeat in range(args.repeats):  # methods interleaved, so drift hits all alike
+                prompts = prompts_for(workload, batch, repeat)
                 for name, engine in engines.items():
                     r = run_cell(engine, prompts[:max(batch, args.prompts_per_cell)], batch, args.output_len)
                     if name not in cells or r["seconds"] < cells[name]["seconds"]:
