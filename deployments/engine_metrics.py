@@ -94,6 +94,8 @@ def spec_families(spec, labels: list[str], values: list[str]) -> list[Metric]:
             "took them (every draft and the guessed token held): no wait for drafts.", spec.num_drafts_ahead_used),
         one(CounterMetricFamily, "spec_decode_drafts_looked_up", "Requests whose drafts of a step were "
             "found in their own tokens (prompt lookup), without asking the draft model.", spec.num_drafts_looked_up),
+        one(CounterMetricFamily, "spec_decode_drafts_from_recent_outputs", "Requests whose n-gram drafts of a "
+            "step were found in the outputs of other requests that finished lately.", spec.num_drafts_from_recent_outputs),
         one(CounterMetricFamily, "spec_decode_num_proposer_failures",
             "Steps whose draft proposal failed (decoded without drafts).",
             spec.num_proposer_failures),

@@ -180,6 +180,7 @@ def test_speculative_decoding_metrics_with_vllm_names():
     spec.num_proposals, spec.proposal_seconds = 3, 0.25
     spec.num_drafts_sent_ahead, spec.num_drafts_ahead_used = 5, 2
     spec.num_drafts_looked_up = 4
+    spec.num_drafts_from_recent_outputs = 3
     hub = Hub()
     reporter = em.EngineMetricsReporter(hub, "r1", MODEL, lambda: stats(spec=spec))
     run(reporter.report())
@@ -199,3 +200,4 @@ def test_speculative_decoding_metrics_with_vllm_names():
     assert values(fams, "specserve:spec_decode_drafts_sent_ahead_total") == [5]
     assert values(fams, "specserve:spec_decode_drafts_ahead_used_total") == [2]
     assert values(fams, "specserve:spec_decode_drafts_looked_up_total") == [4]
+    assert values(fams, "specserve:spec_decode_drafts_from_recent_outputs_total") == [3]

@@ -83,8 +83,11 @@ def test_a_request_drafts_from_an_earlier_output_and_decodes_exactly(recent_toke
     before = e.stats().spec.num_accepted_tokens
     assert e.generate([prompt], GREEDY)[0] == plain
     accepted_again = e.stats().spec.num_accepted_tokens - before
+    from_recent = e.stats().spec.num_drafts_from_recent_outputs
     if recent_tokens:
         assert accepted_again >= len(plain) // 2  # the first run's output, drafted back
+        assert from_recent > 0
     else:
         assert accepted_again == before  # own tokens only: the same drafts as the first time
+        assert from_recent == 0
     assert e.block_manager.num_used_blocks == 0

@@ -25,6 +25,7 @@ class RecentOutputs:
         self.k, self.min_n, self.max_n = k, min_n, max_n
         self.max_entries = capacity_tokens * (max_n - min_n + 1)
         self.followers: OrderedDict[tuple[int, ...], tuple[int, ...]] = OrderedDict()
+        self.num_found = 0  # lookups that found drafts
 
     def __len__(self) -> int:
         return len(self.followers)
@@ -51,5 +52,6 @@ class RecentOutputs:
         for n in range(min(self.max_n, len(last_tokens)), self.min_n - 1, -1):
             follow = self.followers.get(tuple(last_tokens[len(last_tokens) - n:]))
             if follow:
+                self.num_found += 1
                 return list(follow[:k])
         return []

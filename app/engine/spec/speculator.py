@@ -60,6 +60,7 @@ class SpecStats:
     num_drafts_sent_ahead: int = 0  # requests whose next step's drafts were asked for during a step
     num_drafts_ahead_used: int = 0  # of those, the ones whose next step took them (no proposal wait)
     num_drafts_looked_up: int = 0  # drafts found in the request's own tokens instead of asking the draft model
+    num_drafts_from_recent_outputs: int = 0  # n-gram drafts found in other requests' recent outputs
 
     def record(self, num_draft_tokens: int, num_accepted: int) -> None:
         self.num_drafts += 1
@@ -168,6 +169,8 @@ class Speculator:
         self.stats.num_drafts_looked_up += len(self._looked_up)
         if inputs:
             self._ask_proposer(candidates, inputs)
+            if self.recent_outputs is not None:
+                self.stats.num_drafts_from_recent_outputs = self.recent_outputs.num_found
         if decoding:  # a step no row got drafts in (none asked, or none found) is the plain step it is
             drafted = sum(1 for req in running if req.spec_token_ids)
             ran_k = k if drafted else 0
