@@ -3,7 +3,8 @@
 # H100, 2026-11-26):
 #   run(command="bash scripts/gpu_owed.sh", carry=[".whl"], timeout_s=420)
 # `.whl` holds the cp312 wheels the device lacks (outlines_core; see the device tool's README).
-# Logs go to $OUT (or ./gpu_out). Owed after 2026-11-26's session: the GPU tests at its end
+# Logs go to $OUT (or ./gpu_out). spec.py has a sixth engine since 2026-11-26 late (n-gram without
+# the recent outputs; every cell its own prompts). Owed after 2026-11-26's session: the GPU tests at its end
 # (the draft's tail graphs without the lm_head, bc0a591), spec.py over 2 repeats with verify and
 # tail graphs and adaptive speculation's drafted share (10da319), decode.py after them, and
 # where the GPU idles between decode steps at batch 1 (5.8-7.4% in the last runs, short of issue
@@ -20,7 +21,7 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 timeout 150 python3 -m pytest -m gpu tests/triton_kernels/test_gpu.py tests/triton_kernels/test_gpu_fused_layers.py \
   tests/triton_kernels/test_filtered_sampling.py tests/test_selection.py -q -p no:cacheprovider 2>&1 \
   | grep -v Warn | tail -20 | tee "$OUT/pytest_gpu.log"
-timeout 120 python3 benchmarks/spec.py --batch-sizes 1 4 16 64 --repeats 2 --result-json "$OUT/spec_gpu.json" 2>&1 \
+timeout 150 python3 benchmarks/spec.py --batch-sizes 1 4 16 64 --repeats 2 --result-json "$OUT/spec_gpu.json" 2>&1 \
   | grep -v "Warn\|warn_once" | tee "$OUT/spec_gpu.log"
 timeout 40 python3 benchmarks/kernels.py --full --partition 512 1024 --block-n 32 64 --dots 16 --grid head \
   --num-warps 4 --num-stages 3 2>&1 | grep -v Warn | tee "$OUT/kernels.log"
