@@ -65,8 +65,9 @@ class EngineConfig:
     prompt_lookup_first: bool = True
     # With "ngram": the shortest match of a request's last tokens that proposes (vLLM's name).
     prompt_lookup_min: int = 1
-    # With "ngram": how many output tokens of the requests that finished last the lookup also
-    # searches when a request's own tokens hold no match (app/engine/spec/recent_outputs.py); 0: none.
+    # n-gram lookup ("ngram", and "draft"'s prompt_lookup_first): how many output tokens of the
+    # requests that finished last it also searches when a request's own tokens hold no match
+    # (app/engine/spec/recent_outputs.py); 0: none.
     lookup_recent_output_tokens: int = 32768
     # Guided decoding: insert the text a format forces (keys, punctuation) as drafts that are
     # always accepted, instead of decoding it token by token.

@@ -52,7 +52,8 @@ class LLMEngine:
         proposer = proposer or build_proposer(config)
         if schedule is not None and proposer is not None:
             self.speculator = Speculator(proposer, schedule, self.max_model_len, self.model_config.vocab_size,
-                                         config.seed, config.adaptive_speculation, config.prompt_lookup_first)
+                                         config.seed, config.adaptive_speculation, config.prompt_lookup_first,
+                                         config.lookup_recent_output_tokens)
         self.requests: dict[str, Request] = {}
         self.beam_searches: dict[str, BeamSearch] = {}  # by the caller's request id
         self._beam_ids = itertools.count()

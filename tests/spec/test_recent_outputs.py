@@ -14,7 +14,7 @@ from app.engine.engine import LLMEngine
 from app.engine.spec.ngram_proposer import NgramProposer
 from app.engine.spec.recent_outputs import RecentOutputs
 from app.sampling_params import SamplingParams
-from tests.checkpoints import DEFAULT_TARGET
+from tests.checkpoints import DEFAULT_DRAFT, DEFAULT_TARGET
 
 
 def table(capacity_tokens: int = 1000, k: int = 3, min_n: int = 2, max_n: int = 3) -> RecentOutputs:
@@ -91,3 +91,16 @@ def test_a_request_drafts_from_an_earlier_output_and_decodes_exactly(recent_toke
         assert accepted_again == before  # own tokens only: the same drafts as the first time
         assert from_recent == 0
     assert e.block_manager.num_used_blocks == 0
+
+
+def test_the_draft_models_lookup_first_also_searches_recent_outputs():
+    prompt = AutoTokenizer.from_pretrained(DEFAULT_TARGET).encode("def add(a, b):")
+    plain = LLMEngine(EngineConfig(model=str(DEFAULT_TARGET), num_kv_blocks=64)).generate([prompt], GREEDY)[0]
+    e = LLMEngine(EngineConfig(model=str(DEFAULT_TARGET), draft_model=str(DEFAULT_DRAFT), num_kv_blocks=64,
+                               speculative_method="draft", adaptive_speculation=False, speculation_schedule={1: 4}))
+    assert e.generate([prompt], GREEDY)[0] == plain
+    looked_up = e.stats().spec.num_drafts_looked_up
+    assert e.generate([prompt], GREEDY)[0] == plain
+    spec = e.stats().spec
+    assert spec.num_drafts_from_recent_outputs > 0
+    assert spec.num_drafts_looked_up > 2 * looked_up  # the second time, the first output answers most steps

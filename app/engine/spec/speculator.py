@@ -18,7 +18,8 @@ next step's drafts of greedy rows during the forward, and `propose` takes those 
 held (app/engine/spec/drafts_ahead.py).
 
 With a draft model and `prompt_lookup_first`, a request whose last LOOKUP_FIRST_MIN_MATCH tokens
-occurred earlier in its own tokens takes what followed them as its drafts, and the draft model
+occurred earlier in its own tokens (or, failing that, in the recent outputs of other requests,
+app/engine/spec/recent_outputs.py) takes what followed them as its drafts, and the draft model
 is not asked for it (nor sent ahead for it). The lookup costs microseconds; a draft call costs a round
 trip to the draft replica. On copying work (summaries, code edits, document QA) most steps then
 make no call at all. Matches of 3+ tokens are accepted about as often as the draft model's
@@ -34,11 +35,13 @@ from dataclasses import dataclass, field
 
 import torch
 
+from app.config import MAX_PROMPT_LOOKUP
 from app.engine.request import Request
 from app.engine.spec.adaptive import AdaptiveSpeculation
 from app.engine.spec.drafts_ahead import DraftsAhead
 from app.engine.spec.ngram_proposer import NgramProposer
 from app.engine.spec.proposal import DraftInput, Proposer
+from app.engine.spec.recent_outputs import RecentOutputs
 from app.engine.spec.schedule import SpeculationSchedule
 
 logger = logging.getLogger(__name__)
@@ -98,7 +101,8 @@ class Speculator:
     `AdaptiveSpeculation` picks k from what steps cost and drafts earn (app/engine/spec/adaptive.py)."""
 
     def __init__(self, proposer: Proposer, schedule: SpeculationSchedule, max_model_len: int,
-                 vocab_width: int, seed: int = 0, adaptive: bool = False, prompt_lookup_first: bool = False):
+                 vocab_width: int, seed: int = 0, adaptive: bool = False, prompt_lookup_first: bool = False,
+                 lookup_recent_output_tokens: int = 0):
         self.proposer = proposer
         self.schedule = schedule
         self.max_model_len = max_model_len
@@ -109,10 +113,15 @@ class Speculator:
         send_ahead = getattr(proposer, "send_ahead", None)
         self.ahead = DraftsAhead(send_ahead, max_model_len) if send_ahead is not None else None
         self.reads_sequences = getattr(proposer, "reads_sequences", True)  # n-gram lookup does not
-        self.recent_outputs = getattr(proposer, "recent_outputs", None)  # n-gram lookup's, if it keeps them
+        self.recent_outputs: RecentOutputs | None = getattr(proposer, "recent_outputs", None)  # n-gram's
         self.adaptive = AdaptiveSpeculation(schedule, catches_up=self.reads_sequences) if adaptive else None
-        self.lookup = (NgramProposer(min_n=LOOKUP_FIRST_MIN_MATCH) if prompt_lookup_first and self.reads_sequences
-                       else None)
+        self.lookup: NgramProposer | None = None
+        if prompt_lookup_first and self.reads_sequences:
+            if lookup_recent_output_tokens > 0:
+                self.recent_outputs = RecentOutputs(lookup_recent_output_tokens, schedule.max_k,
+                                                    LOOKUP_FIRST_MIN_MATCH, MAX_PROMPT_LOOKUP)
+            self.lookup = NgramProposer(min_n=LOOKUP_FIRST_MIN_MATCH, max_n=MAX_PROMPT_LOOKUP,
+                                        recent_outputs=self.recent_outputs)
         self._looked_up: set[Request] = set()  # this step's rows whose drafts the lookup found
 
     def choose_k(self, running: list[Request], num_waiting: int = 0) -> int:
@@ -169,8 +178,8 @@ class Speculator:
         self.stats.num_drafts_looked_up += len(self._looked_up)
         if inputs:
             self._ask_proposer(candidates, inputs)
-            if self.recent_outputs is not None:
-                self.stats.num_drafts_from_recent_outputs = self.recent_outputs.num_found
+        if self.recent_outputs is not None:
+            self.stats.num_drafts_from_recent_outputs = self.recent_outputs.num_found
         if decoding:  # a step no row got drafts in (none asked, or none found) is the plain step it is
             drafted = sum(1 for req in running if req.spec_token_ids)
             ran_k = k if drafted else 0
