@@ -26,6 +26,7 @@ NON_DEFAULT = {"dtype": "float16", "device": "cpu", "block_size": 32, "num_kv_bl
                "num_speculative_tokens": 2, "speculation_schedule": {1: 2, 4: 0}, "adaptive_speculation": False,
                "draft_model": "checkpoints/tiny-draft", "enable_jump_forward": False, "overlap_scheduling": True,
                "prompt_lookup_first": False, "prompt_lookup_min": 3,
+               "lookup_recent_output_tokens": 1024,
                "max_num_waiting_requests": 3, "stream_interval_ms": 25.0}
 
 

@@ -19,8 +19,11 @@ pytestmark = pytest.mark.slow
 
 # k by the schedule alone: these tests need drafts in the steps they watch, whatever adaptive
 # speculation would decide on this machine (tests/spec/test_adaptive_speculation.py tests that).
+# No lookup in recent outputs: these tests send prompts again and watch the draft model's calls,
+# which a repeated prompt's earlier answer would stand in for (tests/spec/test_recent_outputs.py).
 SERVE_APP_ARGS = {"speculative_method": "draft", "num_speculative_tokens": 4,
-                  "speculation_schedule": "1:4,32:0", "adaptive_speculation": False}
+                  "speculation_schedule": "1:4,32:0", "adaptive_speculation": False,
+                  "lookup_recent_output_tokens": 0}
 PROMPTS = ["def add(a, b):", "import os\nimport sys\n", "class Point:\n    def __init__(self"]
 
 
