@@ -107,7 +107,6 @@ class ReplicaView:
         new_blocks = len(hashes) - self.matched_blocks(hashes)
         self.new_blocks_sent.append((now, new_blocks))
         self.recent_new_blocks += new_blocks
-        self.forget_sends_before(now - NEW_BLOCKS_WINDOW_S)
         self.in_flight[request_id] = now
         for h in hashes:
             self.sent_prefixes[h] = now

@@ -376,7 +376,7 @@ class LLMEngine:
             prefix_cache_hits=bm.prefix_cache_hits, num_preemptions=self.scheduler.num_preemptions,
             prompt_tokens=self.prompt_tokens, generation_tokens=self.generation_tokens,
             num_steps=self.num_steps,
-            spec=self.speculator.stats.snapshot() if self.speculator else SpecStats())
+            spec=self.speculator.stats_snapshot() if self.speculator else SpecStats())
 
     def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]
                  ) -> list[list[int]]:

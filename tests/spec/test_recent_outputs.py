@@ -61,9 +61,8 @@ def test_newest_occurrence_wins_and_the_table_stays_bounded():
 
 
 def test_own_tokens_first_then_recent_outputs():
-    recent = table(k=4, min_n=2, max_n=4)
-    recent.add([7, 8, 1, 2, 3], num_prompt_tokens=0)
-    proposer = NgramProposer(k=4, min_n=2, max_n=4, recent_outputs=recent)
+    proposer = NgramProposer(k=4, min_n=2, max_n=4, recent_output_tokens=1000)
+    proposer.recent_outputs.add([7, 8, 1, 2, 3], num_prompt_tokens=0)
     assert proposer.propose_for("own", [7, 8, 5, 6, 7, 8]) == [5, 6, 7, 8]  # its own match
     assert proposer.propose_for("recent", [9, 9, 0, 7, 8]) == [1, 2, 3]  # none of its own
     assert NgramProposer(k=4, min_n=2, max_n=4).propose_for("recent", [9, 9, 0, 7, 8]) == []

@@ -5,8 +5,9 @@ when the last n tokens occurred earlier, the tokens that followed them are a goo
 Longer n is tried first (a longer match is a better predictor), and the most recent
 occurrence wins (it is the likeliest continuation of what is being copied now).
 
-With `recent_outputs`, a request whose own tokens hold no match looks its last tokens up in
-the outputs of the requests that finished last (app/engine/spec/recent_outputs.py).
+With `recent_output_tokens`, a request whose own tokens hold no match looks its last tokens up
+in the outputs of the requests that finished last (`recent_outputs`, fed by the Speculator as
+requests end; app/engine/spec/recent_outputs.py).
 
 The search is vectorised with numpy: one comparison per n over the whole context, so an 8k
 token context costs tens of microseconds. Converting a long Python list to an array costs
@@ -59,13 +60,14 @@ class NgramProposer:
 
     reads_sequences = False  # a lookup in the request's own tokens: nothing to catch up on
 
-    def __init__(self, k: int = 4, min_n: int = 1, max_n: int = 4, recent_outputs: RecentOutputs | None = None):
+    def __init__(self, k: int = 4, min_n: int = 1, max_n: int = 4, recent_output_tokens: int = 0):
         if k < 0:
             raise ValueError(f"k must be >= 0, got {k}")
         if not 1 <= min_n <= max_n:
             raise ValueError(f"need 1 <= min_n <= max_n, got min_n={min_n}, max_n={max_n}")
         self.k, self.min_n, self.max_n = k, min_n, max_n
-        self.recent_outputs = recent_outputs
+        self.recent_outputs = (RecentOutputs(recent_output_tokens, k, min_n, max_n)
+                               if recent_output_tokens > 0 else None)
         self._buffers: dict[str, tuple[np.ndarray, int]] = {}  # request id -> (array, length)
 
     def propose_for(self, request_id: str, token_ids: Sequence[int], k: int | None = None

@@ -85,12 +85,8 @@ def build_proposer(config: EngineConfig) -> Proposer | None:
     """The in-process proposer the config names (the Serve graph passes a remote one instead)."""
     if config.speculative_method == "ngram":
         from app.engine.spec.ngram_proposer import NgramProposer
-        from app.engine.spec.recent_outputs import RecentOutputs
-        recent = (RecentOutputs(config.lookup_recent_output_tokens, config.num_speculative_tokens,
-                                config.prompt_lookup_min, MAX_PROMPT_LOOKUP)
-                  if config.lookup_recent_output_tokens > 0 else None)
         return NgramProposer(k=config.num_speculative_tokens, min_n=config.prompt_lookup_min,
-                             max_n=MAX_PROMPT_LOOKUP, recent_outputs=recent)
+                             max_n=MAX_PROMPT_LOOKUP, recent_output_tokens=config.lookup_recent_output_tokens)
     if config.speculative_method == "draft" and config.draft_model:
         from app.engine.spec.draft_worker import DraftWorker
         return DraftWorker(dataclasses.replace(config, model=config.draft_model, speculative_method=None,

@@ -113,16 +113,21 @@ class Speculator:
         send_ahead = getattr(proposer, "send_ahead", None)
         self.ahead = DraftsAhead(send_ahead, max_model_len) if send_ahead is not None else None
         self.reads_sequences = getattr(proposer, "reads_sequences", True)  # n-gram lookup does not
-        self.recent_outputs: RecentOutputs | None = getattr(proposer, "recent_outputs", None)  # n-gram's
         self.adaptive = AdaptiveSpeculation(schedule, catches_up=self.reads_sequences) if adaptive else None
-        self.lookup: NgramProposer | None = None
-        if prompt_lookup_first and self.reads_sequences:
-            if lookup_recent_output_tokens > 0:
-                self.recent_outputs = RecentOutputs(lookup_recent_output_tokens, schedule.max_k,
-                                                    LOOKUP_FIRST_MIN_MATCH, MAX_PROMPT_LOOKUP)
-            self.lookup = NgramProposer(min_n=LOOKUP_FIRST_MIN_MATCH, max_n=MAX_PROMPT_LOOKUP,
-                                        recent_outputs=self.recent_outputs)
+        self.lookup = (NgramProposer(schedule.max_k, LOOKUP_FIRST_MIN_MATCH, MAX_PROMPT_LOOKUP,
+                                     lookup_recent_output_tokens)
+                       if prompt_lookup_first and self.reads_sequences else None)
+        # The n-gram lookup's table of recent outputs, whichever lookup runs (the proposer's or the
+        # lookup before the draft model); `forget` feeds it.
+        self.recent_outputs: RecentOutputs | None = getattr(self.lookup or proposer, "recent_outputs", None)
         self._looked_up: set[Request] = set()  # this step's rows whose drafts the lookup found
+
+    def stats_snapshot(self) -> SpecStats:
+        """The counters, as another thread may read them while the engine goes on counting."""
+        stats = self.stats.snapshot()
+        if self.recent_outputs is not None:
+            stats.num_drafts_from_recent_outputs = self.recent_outputs.num_found
+        return stats
 
     def choose_k(self, running: list[Request], num_waiting: int = 0) -> int:
         """This step's k. It follows the load: the running requests and those waiting to start,
@@ -178,8 +183,6 @@ class Speculator:
         self.stats.num_drafts_looked_up += len(self._looked_up)
         if inputs:
             self._ask_proposer(candidates, inputs)
-        if self.recent_outputs is not None:
-            self.stats.num_drafts_from_recent_outputs = self.recent_outputs.num_found
         if decoding:  # a step no row got drafts in (none asked, or none found) is the plain step it is
             drafted = sum(1 for req in running if req.spec_token_ids)
             ran_k = k if drafted else 0

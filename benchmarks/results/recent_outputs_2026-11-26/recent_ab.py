@@ -1,5 +1,7 @@
 """Engine alone, batch 1, 48 grounded prompts one after another (each seen once per engine):
-speculation off / n-gram 3 own tokens / n-gram 3 + recent outputs, alternated rounds."""
+speculation off / lookup in own tokens / and in recent outputs, alternated rounds, with n-gram
+lookup from 3 tokens (`ngram`, the default) or the draft model looking up first (`draft`):
+    python benchmarks/results/recent_outputs_2026-11-26/recent_ab.py ROUNDS [ngram|draft]  # from the repo root"""
 import os, sys, time
 os.environ["HF_HUB_OFFLINE"] = "1"
 sys.path.insert(0, ".")
@@ -12,8 +14,11 @@ from app.sampling_params import SamplingParams
 from benchmarks.serving_workload import grounded_requests
 tok = AutoTokenizer.from_pretrained("checkpoints/tiny-target")
 G = SamplingParams(max_tokens=64, temperature=0.0, ignore_eos=True)
-sides = {"off": dict(speculative_method=None), "own": dict(speculative_method="ngram", prompt_lookup_min=3, lookup_recent_output_tokens=0),
-         "recent": dict(speculative_method="ngram", prompt_lookup_min=3, lookup_recent_output_tokens=32768)}
+method = sys.argv[2] if len(sys.argv) > 2 else "ngram"
+speculation = (dict(speculative_method="ngram", prompt_lookup_min=3) if method == "ngram"
+               else dict(speculative_method="draft", draft_model="checkpoints/tiny-draft"))
+sides = {"off": dict(speculative_method=None), "own": dict(**speculation, lookup_recent_output_tokens=0),
+         "recent": dict(**speculation, lookup_recent_output_tokens=32768)}
 times = {k: [] for k in sides}
 outs = {}
 for r in range(int(sys.argv[1]) if len(sys.argv) > 1 else 3):
