@@ -12,9 +12,13 @@ remembers the prefixes it sent (for a few report periods), so that a burst shari
 prefix is not spread before any report shows it.
 
 The rule, per request:
-1. Leave out the replicas that would queue it (waiting requests, every sequence slot taken,
-   or the KV pool full) while any replica is idle. Under load, when none is, the cache
-   decides: spreading a prefix over replicas that are all busy recomputes it on each.
+1. Leave out the replicas that would queue it (requests their engine's last step could not
+   admit, every sequence slot taken, or the KV pool full) while any replica is idle. Requests
+   on their way into an engine count as its load but not as a queue: counted as one, they
+   turned a conversation's turns away from the replica holding its history (up to 4 of 144
+   requests a round on the issue-20 workload; benchmarks/RESULTS.md, 2026-11-27). Under load,
+   when no replica is idle, the cache decides: spreading a prefix over replicas that are all
+   busy recomputes it on each.
 2. Of the rest, take the one with the longest cached prefix; ties go to the least loaded.
    A prompt no replica holds any of goes where the fewest blocks new to their replica were
    sent in the last `NEW_BLOCKS_WINDOW_S` (then the least loaded): new prefixes spread the
@@ -51,7 +55,10 @@ class RoutingStats:
     # router, and bytes cost a fraction of a list of ints there (`pack_hashes`).
     packed_block_hashes: bytes
     num_requests_running: int
-    num_requests_waiting: int
+    num_requests_waiting: int  # accepted and not running: those on their way into the engine too
+    # Of those, the ones the engine's last step could not admit: a queue. A request still on
+    # its way in is admitted by the next step if there is room, so it does not make one.
+    num_requests_queued: int
     max_num_seqs: int
     kv_cache_usage: float
     reported_at: float
@@ -156,8 +163,8 @@ class ReplicaView:
         s = self.stats
         if s is None:
             return False
-        still_waiting = s.num_requests_waiting - self.ended_since_report  # each end admits a waiting one
-        return still_waiting > 0 or s.kv_cache_usage >= KV_FULL or self.load >= s.max_num_seqs
+        still_queued = s.num_requests_queued - self.ended_since_report  # each end admits a queued one
+        return still_queued > 0 or s.kv_cache_usage >= KV_FULL or self.load >= s.max_num_seqs
 
 
 @dataclass(frozen=True)

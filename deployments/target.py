@@ -111,8 +111,10 @@ class TargetModel:
         report = await self.engine.cache_report(MAX_REPORTED_BLOCKS)
         stats = self.engine.stats()
         return RoutingStats(report.block_size, pack_hashes(report.block_hashes), stats.num_requests_running,
-                            self.engine.num_waiting(), self.config.max_num_seqs, stats.kv_cache_usage,
-                            time.time()).to_dict()
+                            num_requests_waiting=self.engine.num_waiting(),
+                            num_requests_queued=stats.num_requests_waiting,  # as its last step left them
+                            max_num_seqs=self.config.max_num_seqs, kv_cache_usage=stats.kv_cache_usage,
+                            reported_at=time.time()).to_dict()
 
     def __del__(self):
         if getattr(self, "reporter", None) is not None:

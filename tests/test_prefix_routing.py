@@ -13,9 +13,11 @@ SYSTEM = list(range(100, 300))  # a 200-token shared prefix: 12 full blocks
 OTHER = list(range(1000, 1200))
 
 
-def report(cached_prompts=(), running=0, waiting=0, max_num_seqs=8, kv=0.1, at=1.0) -> RoutingStats:
+def report(cached_prompts=(), running=0, queued=0, in_transit=0, max_num_seqs=8, kv=0.1, at=1.0) -> RoutingStats:
+    """`queued`: requests the engine's last step could not admit; `in_transit`: requests
+    accepted since, not yet seen by a step. Both count as waiting."""
     hashes = [h for p in cached_prompts for h in block_hashes(p, BLOCK)]
-    return RoutingStats(BLOCK, pack_hashes(hashes), running, waiting, max_num_seqs, kv, at)
+    return RoutingStats(BLOCK, pack_hashes(hashes), running, queued + in_transit, queued, max_num_seqs, kv, at)
 
 
 def view(name, stats=None) -> ReplicaView:
@@ -51,12 +53,25 @@ def test_without_any_cached_prefix_the_least_loaded_replica_wins():
     assert chosen(SYSTEM, [a, b]) == ("b", "no_prefix")
 
 
-@pytest.mark.parametrize("busy", [dict(waiting=1), dict(running=8), dict(kv=KV_FULL)])
+@pytest.mark.parametrize("busy", [dict(queued=1), dict(running=8), dict(kv=KV_FULL)])
 def test_a_replica_that_would_queue_is_passed_over_while_another_is_idle(busy):
     holder = view("holder", report([SYSTEM], **busy))
     idle = view("idle", report())
     name, reason = chosen(SYSTEM, [holder, idle])
     assert (name, reason) == ("idle", "load")
+
+
+def test_requests_on_their_way_into_the_holder_count_as_load_not_as_a_queue():
+    """A report taken while two requests were on their way into the holder's engine (accepted,
+    not yet seen by a step): the next turn of a conversation it holds still goes there, though
+    another replica is idle. Counted as queued, they turned such turns away (RESULTS.md, 2026-11-27)."""
+    holder = view("holder", report([SYSTEM], running=1, in_transit=2))
+    idle = view("idle", report())
+    assert holder.load == 3 and not holder.would_queue
+    assert chosen(SYSTEM + [1, 2, 3], [holder, idle]) == ("holder", "prefix")
+    holder.take_report(report([SYSTEM], running=1, queued=1, in_transit=1, at=2.0))
+    assert holder.would_queue
+    assert chosen(SYSTEM + [1, 2, 3], [holder, idle]) == ("idle", "load")
 
 
 def test_when_every_replica_would_queue_though_one_is_idle_a_replica_is_still_chosen():
@@ -65,13 +80,13 @@ def test_when_every_replica_would_queue_though_one_is_idle_a_replica_is_still_ch
     lone = view("lone", report([SYSTEM], kv=KV_FULL))
     assert lone.load == 0 and lone.would_queue
     assert chosen(SYSTEM, [lone]) == ("lone", "prefix")
-    busy = view("busy", report(waiting=2))
+    busy = view("busy", report(queued=2))
     assert chosen(OTHER, [lone, busy])[0] == "lone"
 
 
-@pytest.mark.parametrize("other_load", [dict(waiting=1), dict(running=2)])
+@pytest.mark.parametrize("other_load", [dict(queued=1), dict(running=2)])
 def test_when_no_replica_is_idle_the_cache_decides_even_for_a_queueing_holder(other_load):
-    holder = view("holder", report([SYSTEM], waiting=3))
+    holder = view("holder", report([SYSTEM], queued=3))
     other = view("other", report(**other_load))
     assert chosen(SYSTEM, [holder, other]) == ("holder", "prefix")
 
@@ -114,12 +129,12 @@ def test_a_report_taken_while_the_last_turn_waited_does_not_turn_the_next_turn_a
     until the next report, the holder is idle again, and the next turn goes back to it."""
     holder, idle = view("holder", report(max_num_seqs=4, at=1.0)), view("idle", report(max_num_seqs=4))
     holder.record_sent("turn1", block_hashes(SYSTEM, BLOCK), now=2.0, remember_s=2.0)
-    holder.take_report(report([SYSTEM], waiting=1, max_num_seqs=4, at=2.5))
+    holder.take_report(report([SYSTEM], queued=1, max_num_seqs=4, at=2.5))
     assert holder.would_queue and holder.load == 1
     holder.record_ended("turn1")
     assert not holder.would_queue and holder.load == 0
     assert chosen(SYSTEM + [1, 2, 3], [holder, idle]) == ("holder", "prefix")
-    holder.take_report(report([SYSTEM], waiting=1, max_num_seqs=4, at=3.0))  # a new report is the truth again
+    holder.take_report(report([SYSTEM], queued=1, max_num_seqs=4, at=3.0))  # a new report is the truth again
     assert holder.would_queue
 
 
