@@ -37,6 +37,8 @@ class RequestOutput:
     prompt_logprobs: list[TokenLogprob | None] | None = None
     # A beam search's one output (its last): the best hypotheses, best first.
     beams: list[BeamHypothesis] | None = None
+    # Set when one of the request's own `stop_token_ids` ended it (the model's EOS does not).
+    stop_token_id: int | None = None
 
     def followed_by(self, later: "RequestOutput") -> "RequestOutput":
         """This output and the next one of the same request as one chunk (fewer stream hops
@@ -47,7 +49,7 @@ class RequestOutput:
         return RequestOutput(self.request_id, self.new_token_ids + later.new_token_ids,
                              later.finished, later.finish_reason, later.num_prompt_tokens,
                              later.num_output_tokens, later.num_cached_tokens, logprobs, later.error,
-                             self.prompt_logprobs or later.prompt_logprobs, later.beams)
+                             self.prompt_logprobs or later.prompt_logprobs, later.beams, later.stop_token_id)
 
 
 class RequestRejected(ValueError):

@@ -28,6 +28,7 @@ class Event:
     logprobs: list | None
     finish_reason: str | None
     prompt_logprobs: list | None = None  # in the choice's first event, when asked
+    stop_reason: str | int | None = None  # with finish_reason "stop": the stop string or own stop token
 
 
 class Choice:
@@ -44,6 +45,9 @@ class Choice:
         self.first = None
         self.num_output_tokens = 0
         self.finish_reason: str | None = None
+        # vLLM's `stop_reason`: the stop string or the request's own stop token id that ended
+        # the choice; None when it ended otherwise (the model's EOS included).
+        self.stop_reason: str | int | None = None
         self.closed = False
         self.text_len = 0
 
@@ -63,14 +67,14 @@ class Choice:
         self.timer.on_tokens(len(out.new_token_ids))
         text = self.detok.add_tokens(out.new_token_ids)
         if self.detok.stopped:
-            self.finish_reason = "stop"
+            self.finish_reason, self.stop_reason = "stop", self.detok.stop_reason
         elif out.finished:
             text += self.detok.finish()
-            self.finish_reason = out.finish_reason or "stop"
+            self.finish_reason, self.stop_reason = out.finish_reason or "stop", out.stop_token_id
         if not text and not out.new_logprobs and out.prompt_logprobs is None and self.finish_reason is None:
             return None
         return Event(self, text, out.new_token_ids, out.new_logprobs, self.finish_reason,
-                     out.prompt_logprobs)
+                     out.prompt_logprobs, self.stop_reason)
 
     def close(self, record: bool = True) -> None:
         """Idempotent: end the engine request if it still runs, and record the metrics

@@ -256,7 +256,8 @@ class Ingress:
             beams = beam_texts(choices, body.n, self.tokenizer, body.stop_strings)
             return CompletionResponse(
                 id=request_id, created=created, model=self.model_name, usage=self._usage(choices),
-                choices=[CompletionChoice(index=b.index, text=b.text, finish_reason=b.finish_reason) for b in beams])
+                choices=[CompletionChoice(index=b.index, text=b.text, finish_reason=b.finish_reason,
+                                          stop_reason=b.stop_reason) for b in beams])
         to_echo = {}  # the prompt text still to put before each choice's first chunk
         if body.echo:
             texts = [p if isinstance(p, str) else self.tokenizer.decode(p) for p in body.prompts()]
@@ -273,7 +274,7 @@ class Ingress:
             whole.logprobs = joined(whole.logprobs, part.logprobs)
             whole.prompt_logprobs = whole.prompt_logprobs or part.prompt_logprobs
         for c in choices:
-            merged[c.index].finish_reason = c.finish_reason
+            merged[c.index].finish_reason, merged[c.index].stop_reason = c.finish_reason, c.stop_reason
         returned = list(merged.values())
         if ranked:
             returned = keep_likeliest(returned, {c.index: c.prompt_index for c in choices},
@@ -298,7 +299,8 @@ class Ingress:
         if body.prompt_logprobs is not None and event.prompt_logprobs:
             scored = vllm_prompt_logprobs(event.prompt_logprobs, body.prompt_logprobs, self._token_str)
         return CompletionChoice(index=c.index, text=prefix + event.text, logprobs=logprobs,
-                                finish_reason=event.finish_reason, prompt_logprobs=scored)
+                                finish_reason=event.finish_reason, stop_reason=event.stop_reason,
+                                prompt_logprobs=scored)
 
     async def _stream_completion(self, request_id: str, created: int, body: CompletionRequest,
                                  choices: list[Choice], to_echo: dict[int, str]) -> AsyncIterator[str]:
@@ -326,7 +328,7 @@ class Ingress:
             return ChatCompletionResponse(
                 id=request_id, created=created, model=self.model_name, usage=self._usage(choices),
                 choices=[ChatChoice(index=b.index, message=AssistantMessage(content=b.text),
-                                    finish_reason=b.finish_reason) for b in beams])
+                                    finish_reason=b.finish_reason, stop_reason=b.stop_reason) for b in beams])
         calls_possible = tools is not None
         if body.stream:
             return StreamingResponse(guarded_stream(request_id, choices, self._stream_chat(
@@ -346,7 +348,8 @@ class Ingress:
                 index=c.index,
                 message=AssistantMessage(content=None if calls else text, tool_calls=calls),
                 logprobs=ChatLogprobs(content=logprobs[c.index]) if body.logprobs else None,
-                finish_reason="tool_calls" if calls and c.finish_reason == "stop" else c.finish_reason))
+                finish_reason="tool_calls" if calls and c.finish_reason == "stop" else c.finish_reason,
+                stop_reason=c.stop_reason))
         return ChatCompletionResponse(id=request_id, created=created, model=self.model_name,
                                       usage=self._usage(choices), choices=out)
 
@@ -381,10 +384,12 @@ class Ingress:
                                       arguments=call.function.arguments))):
                         yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(tool_calls=[delta]))])
                 yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(), finish_reason=
-                                             "tool_calls" if finish == "stop" else finish)])
+                                             "tool_calls" if finish == "stop" else finish,
+                                             stop_reason=event.stop_reason)])
                 continue
             yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(content=text or None),
-                                         logprobs=chat_logprobs(event.logprobs, self._token_str), finish_reason=finish)])
+                                         logprobs=chat_logprobs(event.logprobs, self._token_str), finish_reason=finish,
+                                         stop_reason=event.stop_reason)])
         if body.include_usage:
             yield chunk([], self._usage(choices))
 

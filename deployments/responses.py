@@ -1,5 +1,5 @@
 """The OpenAI response shapes the ingress writes (completions, chat, streamed chunks, models,
-errors), with vLLM's extras (`prompt_logprobs`, `max_model_len`); the requests are in
+errors), with vLLM's extras (`prompt_logprobs`, `stop_reason`, `max_model_len`); the requests are in
 deployments/protocol.py."""
 
 from __future__ import annotations
@@ -10,6 +10,11 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from deployments.tool_protocol import ToolCall, ToolCallDelta
+
+
+# vLLM's extra on a choice: the stop string, or the request's own stop token id, that ended it
+# (finish_reason "stop"); None when it ended otherwise, the model's EOS included.
+StopReason = str | int | None
 
 
 class UsageInfo(BaseModel):
@@ -37,6 +42,7 @@ class CompletionChoice(BaseModel):
     text: str
     logprobs: CompletionLogprobs | None = None
     finish_reason: str | None = None
+    stop_reason: StopReason = None
     # vLLM's: per prompt token (the first None), the token and its top alternatives by id.
     prompt_logprobs: list[dict[int, PromptTokenLogprob] | None] | None = None
 
@@ -75,6 +81,7 @@ class ChatChoice(BaseModel):
     message: AssistantMessage
     logprobs: ChatLogprobs | None = None
     finish_reason: str | None = None
+    stop_reason: StopReason = None
 
 
 class ChatCompletionResponse(BaseModel):
@@ -97,6 +104,7 @@ class ChatChunkChoice(BaseModel):
     delta: DeltaMessage
     logprobs: ChatLogprobs | None = None
     finish_reason: str | None = None
+    stop_reason: StopReason = None
 
 
 class ChatCompletionChunk(BaseModel):

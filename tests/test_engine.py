@@ -110,13 +110,14 @@ def test_stop_token_and_length_finish_reasons(checkpoint):
     outs = []
     while engine.has_unfinished_requests():
         outs += engine.step()
-    assert outs[-1].finish_reason == "stop"
+    assert (outs[-1].finish_reason, outs[-1].stop_token_id) == ("stop", stop_at)
     assert sum((o.new_token_ids for o in outs), []) == free_run[:free_run.index(stop_at) + 1]
     engine.add_request("l", prompt, SamplingParams(max_tokens=3, temperature=0, ignore_eos=True))
     outs = []
     while engine.has_unfinished_requests():
         outs += engine.step()
     assert outs[-1].finish_reason == "length" and outs[-1].num_output_tokens == 3
+    assert outs[-1].stop_token_id is None
 
 
 def test_eos_stops_unless_ignored(checkpoint):
@@ -127,6 +128,12 @@ def test_eos_stops_unless_ignored(checkpoint):
                                                         "eos_token_ids": (free_run[2],)})
     stopped = engine.generate([prompt], SamplingParams(max_tokens=10, temperature=0))[0]
     assert stopped == free_run[:free_run.index(free_run[2]) + 1]
+    # The model's EOS is no stop reason, even when the request also names it (as in vLLM).
+    engine.add_request("eos", prompt, SamplingParams(max_tokens=10, temperature=0, stop_token_ids=[free_run[2]]))
+    outs = []
+    while engine.has_unfinished_requests():
+        outs += engine.step()
+    assert (outs[-1].finish_reason, outs[-1].stop_token_id) == ("stop", None)
 
 
 def test_logprobs_are_returned_per_token(checkpoint):

@@ -364,7 +364,8 @@ class LLMEngine:
             request_id=req.request_id, new_token_ids=new, finished=req.is_finished,
             finish_reason=req.finish_reason, num_prompt_tokens=req.num_prompt_tokens,
             num_output_tokens=req.num_output_tokens, num_cached_tokens=req.num_cached_tokens,
-            new_logprobs=logprobs, prompt_logprobs=req.prompt_logprobs if first else None)
+            new_logprobs=logprobs, prompt_logprobs=req.prompt_logprobs if first else None,
+            stop_token_id=req.stop_token_id)
 
     def stats(self) -> EngineStats:
         bm = self.block_manager

@@ -34,11 +34,13 @@ class Request:
         self.prompt_token_ids = list(prompt_token_ids)
         self.params = params
         self.stop_token_ids = stop_token_ids(params, eos_token_ids)
+        self.eos_token_ids = frozenset() if params.ignore_eos else frozenset(eos_token_ids)  # those that end it
         self.all_token_ids: list[int] = list(prompt_token_ids)
         self.num_computed_tokens = 0
         self.num_cached_tokens = 0  # prefix-cache hits at first admission
         self.status = RequestStatus.WAITING
         self.finish_reason: str | None = None
+        self.stop_token_id: int | None = None  # of the request's own stop tokens, the one that ended it
         self.num_preemptions = 0
         self.num_emitted_tokens = 0  # output tokens already handed to the caller
         # One per prompt token once the prompt has run (the first is None: nothing scores it).
@@ -113,6 +115,8 @@ class Request:
             self.guide.advance(token_id)
         if token_id in self.stop_token_ids:
             self.finish("stop")
+            if token_id not in self.eos_token_ids:  # the model's EOS is no stop reason, as in vLLM
+                self.stop_token_id = token_id
         elif self.guide is not None and self.guide.is_finished:  # the format is complete
             self.finish("stop")
         elif self.num_output_tokens >= self.params.max_tokens:

@@ -97,6 +97,28 @@ def test_stop_string_cuts_exactly(serve_app, client, engine, tokenizer):
         chunks = list(r) if stream else [r]
         assert "".join(c.choices[0].text for c in chunks) == expected
         assert chunks[-1].choices[0].finish_reason == "stop"
+        assert chunks[-1].choices[0].stop_reason == stop  # vLLM's extra: which stop string
+
+
+def test_stop_reason_names_the_stop_token_and_is_null_at_the_length_limit(serve_app, client, engine, tokenizer):
+    """vLLM's `stop_reason`: the request's own stop token id that ended a choice; null when the
+    length limit (or the model's EOS) ended it."""
+    from app.sampling_params import SamplingParams
+
+    messages = [{"role": "user", "content": "Say something"}]
+    ids = chat_ids(tokenizer, messages)
+    free = engine.generate([ids], SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))[0]
+    stop_at = free[3]
+    for stream in (False, True):
+        r = client.chat.completions.create(model=serve_app.model, messages=messages, max_tokens=8,
+                                           temperature=0, stream=stream,
+                                           extra_body={"stop_token_ids": [stop_at], "ignore_eos": True})
+        last = [c for c in r if c.choices][-1].choices[0] if stream else r.choices[0]
+        assert (last.finish_reason, last.stop_reason) == ("stop", stop_at)
+        r = client.completions.create(model=serve_app.model, prompt=ids, max_tokens=2, temperature=0,
+                                      stream=stream, extra_body={"ignore_eos": True})
+        last = [c for c in r if c.choices][-1].choices[0] if stream else r.choices[0]
+        assert last.finish_reason == "length" and last.stop_reason is None
 
 
 def test_32_concurrent_streams_finish_with_correct_usage(serve_app, client, tokenizer):
