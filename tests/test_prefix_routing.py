@@ -125,7 +125,7 @@ def test_requests_sent_after_the_report_count_until_they_end_and_fill_the_sequen
 
 
 def test_a_report_taken_while_the_last_turn_waited_does_not_turn_the_next_turn_away():
-    """The previous turn was sent, counted as waiting by the holder's report, and has ended:
+    """The previous turn was sent, counted as queued by the holder's report, and has ended:
     until the next report, the holder is idle again, and the next turn goes back to it."""
     holder, idle = view("holder", report(max_num_seqs=4, at=1.0)), view("idle", report(max_num_seqs=4))
     holder.record_sent("turn1", block_hashes(SYSTEM, BLOCK), now=2.0, remember_s=2.0)
