@@ -79,10 +79,10 @@ def test_one_copy_per_step_of_the_expected_size():
 
     allowed = []  # what transfer.to_host returned, carried from selecting to unpacking
 
-    def on_device(logits, layout):
+    def on_device(logits, layout, argmax):
         counts = {}
         with host_conversions_counted(counts, allowed):
-            selection = real_on_device(logits, layout)
+            selection = real_on_device(logits, layout, argmax)
         if layout is not None:
             layouts.append((layout, counts, [(list(r.spec_token_ids), r.spec_forced) for r in layout.requests]))
         return selection

@@ -11,7 +11,14 @@ chunk now and then, for which the runner takes the hidden states instead. A draf
 the exception: only each sequence's last row is sampled, and the runner computes those rows'
 logits from the hidden states, so their graphs leave the lm_head out (it would be a second
 pass over the lm_head's weights, for nothing).
-Selection still runs eagerly after the replay.
+
+The graph also reads the step's inputs and makes the greedy choice: one copy brings every
+input array in (`StaticStepInputs`), the rows whose tokens the step in flight chose read them
+where they are on the device (overlapped scheduling), and each row's argmax is taken with its
+logits. A step whose every request decodes greedily, one token each, is then chosen when the
+replay ends: its tokens go to the host as they are (`Selector.on_device`). Draws, penalties,
+grammar masks, verification and logprobs still run eagerly after the replay, on its logits
+and argmax.
 
 Shapes: padded sequence counts (1, 2, 4, 8, then every 16 up to the max) times a query length,
 over static input buffers (`StaticStepInputs`). Plain decode steps (one query token per
@@ -34,13 +41,16 @@ the runner gives.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from kernels.attention_interface import AttentionMetadata
+from app.engine.static_step_inputs import StaticStepInputs
+from app.engine.step_inputs import DeviceInputs, StepArrays
 
 logger = logging.getLogger(__name__)
 
@@ -61,51 +71,31 @@ class MultiTokenSteps:
     every_row_sampled: bool = True
 
 
-class StaticStepInputs:
-    """The buffers a captured step reads. A step's rows are copied to the front; the rest of
-    the padded shape is padding: its tokens have slot -1 (their K/V are written nowhere), its
-    sequences seq_len 0 (decode attention reads nothing) and no query tokens (query_start_loc
-    repeats the step's token count, so the prefill kernel's programs for them exit at once)."""
+@dataclass
+class Replayed:
+    """A replay's outputs for the step's T token rows: views of the graphs' shared buffers,
+    overwritten by the next replay (which the stream orders after every kernel already launched
+    that reads them)."""
+    hidden: torch.Tensor  # [T, hidden]
+    logits: torch.Tensor | None  # [T, vocab] in the model's dtype; None for a draft's tails
+    argmax: torch.Tensor | None  # [T] int64: each row's greedy token, with the logits
 
-    def __init__(self, max_seqs: int, max_tokens: int, max_blocks_per_seq: int, device: torch.device):
-        i32 = dict(dtype=torch.int32, device=device)
-        self.input_ids = torch.zeros(max_tokens, dtype=torch.long, device=device)
-        self.positions = torch.zeros(max_tokens, dtype=torch.long, device=device)
-        self.slot_mapping = torch.full((max_tokens,), -1, dtype=torch.int64, device=device)
-        self.seq_lens = torch.zeros(max_seqs, **i32)
-        self.context_lens = torch.zeros(max_seqs, **i32)
-        self.query_start_loc = torch.zeros(max_seqs + 1, **i32)
-        self.one_query_each = torch.arange(max_seqs + 1, **i32)  # a plain decode step's starts
-        self.block_tables = torch.zeros(max_seqs, max_blocks_per_seq, **i32)
 
-    def meta(self, seqs: int, query_len: int, reach: int) -> AttentionMetadata:
-        """Views of the buffers for a shape of `seqs` sequences of `query_len` query tokens that
-        reach `reach` tokens of context: what the captured kernels read at replay."""
-        starts = self.one_query_each if query_len == 1 else self.query_start_loc
-        return AttentionMetadata(
-            query_start_loc=starts[:seqs + 1], seq_lens=self.seq_lens[:seqs],
-            context_lens=self.context_lens[:seqs], block_tables=self.block_tables[:seqs],
-            slot_mapping=self.slot_mapping[:seqs * query_len], query_lens_cpu=[query_len] * seqs,
-            seq_lens_cpu=[reach] * seqs)
+class CapturedStep:
+    def __init__(self, graph: torch.cuda.CUDAGraph, hidden: torch.Tensor):
+        self.graph, self.hidden = graph, hidden
 
-    def load(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
-             seqs: int, query_len: int) -> int:
-        """Copy a step's rows in, padded to the shape; returns the step's token count."""
-        n, tokens = meta.num_seqs, input_ids.shape[0]
-        self.input_ids[:tokens].copy_(input_ids, non_blocking=True)
-        self.positions[:tokens].copy_(positions, non_blocking=True)
-        self.slot_mapping[:tokens].copy_(meta.slot_mapping, non_blocking=True)
-        self.slot_mapping[tokens:seqs * query_len].fill_(-1)
-        self.seq_lens[:n].copy_(meta.seq_lens, non_blocking=True)
-        self.seq_lens[n:seqs].zero_()
-        self.context_lens[:n].copy_(meta.context_lens, non_blocking=True)
-        if query_len > 1:
-            self.query_start_loc[:n + 1].copy_(meta.query_start_loc, non_blocking=True)
-            self.query_start_loc[n + 1:seqs + 1].fill_(tokens)
-        # Columns past `width` keep stale ids: never read, as seq_len bounds every read.
-        width = meta.block_tables.shape[1]
-        self.block_tables[:n, :width].copy_(meta.block_tables, non_blocking=True)
-        return tokens
+    def replay(self) -> torch.Tensor:
+        self.graph.replay()
+        return self.hidden
+
+
+class EagerStep:
+    """A captured step where there is no CUDA (this module's CPU tests): each replay runs the
+    step's forward again over the same static buffers, as the graph's kernels would."""
+
+    def __init__(self, forward: Callable[[], torch.Tensor]):
+        self.replay = forward
 
 
 class CudaGraphDecodeRunner:
@@ -114,7 +104,6 @@ class CudaGraphDecodeRunner:
                  multi_token: MultiTokenSteps | None = None):
         self.model, self.kv_caches, self.backend = model, kv_caches, backend
         self.device = torch.device(device)
-        assert self.device.type == "cuda", "CUDA graphs need a CUDA device"
         self.max_batch_size = max_batch_size
         self.max_blocks_per_seq = max_blocks_per_seq
         self.max_seq_len = max_blocks_per_seq * kv_caches[0].shape[2]
@@ -130,14 +119,16 @@ class CudaGraphDecodeRunner:
         # per shape would hold over 1 GB).
         lm_head = model.lm_head.weight
         self.logits = torch.empty(max_logits_rows, lm_head.shape[0], dtype=lm_head.dtype, device=self.device)
+        # Each row's argmax, written with the logits; a replay first reads its in-flight input
+        # tokens from here (the step before's greedy tokens, or its final tokens copied in).
+        self.chosen = torch.zeros(max_logits_rows, dtype=torch.long, device=self.device)
         one_split = getattr(backend, "partition_size", None)  # the longest context one split holds
         self.reaches = [self.max_seq_len]  # ascending
         if one_split is not None and one_split < self.max_seq_len:
             self.reaches.insert(0, one_split)
         # Keyed by (reach, padded sequences, query length); each graph's final hidden states
         # are its own output.
-        self.graphs: dict[tuple[int, int, int], torch.cuda.CUDAGraph] = {}
-        self.hidden: dict[tuple[int, int, int], torch.Tensor] = {}
+        self.graphs: dict[tuple[int, int, int], CapturedStep | EagerStep] = {}
         started = time.perf_counter()
         self._capture()
         self.capture_s = time.perf_counter() - started  # start-up cost, printed by decode.py
@@ -146,12 +137,15 @@ class CudaGraphDecodeRunner:
                     len(self.multi_token_sizes), self.multi_token_len, self.capture_s)
 
     def _forward(self, seqs: int, query_len: int, reach: int) -> torch.Tensor:
-        """The final hidden states; the logits, where the shape has them, go to the shared buffer."""
+        """The final hidden states; the logits and their argmax, where the shape has them, go
+        to the shared buffers."""
         tokens = seqs * query_len
-        hidden = self.model(self.inputs.input_ids[:tokens], self.inputs.positions[:tokens], self.kv_caches,
-                            self.inputs.meta(seqs, query_len, reach), self.backend)
+        hidden = self.model(self.inputs.token_ids(tokens, self.chosen), self.inputs.positions[:tokens],
+                            self.kv_caches, self.inputs.meta(seqs, query_len, reach), self.backend)
         if self._has_logits(query_len):
-            self.model.compute_logits(hidden, fp32=False, out=self.logits[:tokens])
+            logits = self.logits[:tokens]
+            self.model.compute_logits(hidden, fp32=False, out=logits)
+            torch.argmax(logits, dim=-1, out=self.chosen[:tokens])
         return hidden
 
     def _has_logits(self, query_len: int) -> bool:
@@ -162,6 +156,10 @@ class CudaGraphDecodeRunner:
         shapes = [(reach, seqs, 1) for reach in reversed(self.reaches) for seqs in reversed(self.sizes)]
         # The prefill kernel's grid does not follow the context: one reach serves every step.
         shapes += [(self.max_seq_len, seqs, self.multi_token_len) for seqs in reversed(self.multi_token_sizes)]
+        if self.device.type != "cuda":
+            for shape in shapes:
+                self.graphs[shape] = EagerStep(functools.partial(self._forward_at_reach, *shape))
+            return
         pool = None
         for reach, seqs, query_len in shapes:  # the largest first; the others reuse its pool
             with self.backend.static_decode(reach):
@@ -169,35 +167,41 @@ class CudaGraphDecodeRunner:
                 torch.cuda.synchronize(self.device)
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=pool):
-                    self.hidden[reach, seqs, query_len] = self._forward(seqs, query_len, reach)
+                    hidden = self._forward(seqs, query_len, reach)
             pool = graph.pool() if pool is None else pool
-            self.graphs[reach, seqs, query_len] = graph
+            self.graphs[reach, seqs, query_len] = CapturedStep(graph, hidden)
         torch.cuda.synchronize(self.device)
 
-    def can_run(self, meta: AttentionMetadata) -> bool:
-        n, query_len = meta.num_seqs, meta.max_query_len
-        if not (n > 0 and meta.block_tables.shape[1] <= self.max_blocks_per_seq
-                and meta.max_seq_len <= self.max_seq_len):
+    def _forward_at_reach(self, reach: int, seqs: int, query_len: int) -> torch.Tensor:
+        with self.backend.static_decode(reach):
+            return self._forward(seqs, query_len, reach)
+
+    def can_run(self, step: StepArrays) -> bool:
+        n, query_len = step.num_seqs, step.max_query_len
+        if not (n > 0 and step.block_tables.shape[1] <= self.max_blocks_per_seq
+                and step.max_seq_len <= self.max_seq_len):
             return False
         if query_len == 1:
             return n <= self.max_batch_size
         return bool(self.multi_token_sizes) and query_len <= self.multi_token_len and n <= self.multi_token_sizes[-1]
 
     @torch.inference_mode()
-    def run(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata
-            ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Final hidden states [T, hidden] and logits [T, vocab] (model dtype; None for a
-        draft's tails) of the step's T token rows: views of the graph's output buffers,
-        overwritten by the next run (which the stream orders after every kernel already
-        launched that reads them)."""
-        n = meta.num_seqs
-        if meta.max_query_len == 1:
+    def run(self, step: StepArrays, device_inputs: DeviceInputs | None = None) -> Replayed:
+        """Replay the step's graph: its inputs in one copy, the in-flight rows' tokens read on
+        the device."""
+        n = step.num_seqs
+        if step.max_query_len == 1:
             seqs, query_len = next(s for s in self.sizes if s >= n), 1
-            reach = next(r for r in self.reaches if r >= meta.max_seq_len)
+            reach = next(r for r in self.reaches if r >= step.max_seq_len)
         else:
             seqs, query_len = next(s for s in self.multi_token_sizes if s >= n), self.multi_token_len
             reach = self.max_seq_len
-        tokens = self.inputs.load(input_ids, positions, meta, seqs, query_len)
-        self.graphs[reach, seqs, query_len].replay()
-        logits = self.logits[:tokens] if self._has_logits(query_len) else None
-        return self.hidden[reach, seqs, query_len][:tokens], logits
+        if device_inputs is not None and device_inputs.source.data_ptr() != self.chosen.data_ptr():
+            source = device_inputs.source  # chosen outside the graph (a draw, a verification)
+            self.chosen[:len(source)].copy_(source)
+        self.inputs.load(step, device_inputs, seqs, query_len)
+        hidden = self.graphs[reach, seqs, query_len].replay()
+        tokens = step.num_tokens
+        if not self._has_logits(query_len):
+            return Replayed(hidden[:tokens], None, None)
+        return Replayed(hidden[:tokens], self.logits[:tokens], self.chosen[:tokens])

@@ -10,6 +10,7 @@ import torch
 from app.config import EngineConfig
 from app.engine.block_tables import BlockTables
 from app.engine.cuda_graphs import MultiTokenSteps
+from app.engine.step_inputs import DeviceInputs, StepArrays
 from app.engine.to_device import to_device
 from app.engine.request import Request
 from app.engine.selection.layout import RowLayout
@@ -17,7 +18,7 @@ from app.engine.selection.prompt_logprobs import PromptRows
 from app.models.config import ModelConfig
 from app.models.layer_ops import select_layer_ops
 from app.models.loader import load_model
-from kernels.attention_interface import AttentionBackend, AttentionMetadata
+from kernels.attention_interface import AttentionBackend
 from kernels.torch_attention import TorchAttentionBackend
 
 
@@ -40,10 +41,11 @@ def select_attention_backend(name: str, device: torch.device, dtype: torch.dtype
 
 
 @dataclass
-class DeviceInputs:
-    """Input rows whose tokens a step still in flight chose: they are read where they are."""
-    rows: list[int]
-    tokens: torch.Tensor  # [len(rows)] on the device
+class StepLogits:
+    """The logits of a step's sampled rows, and each row's argmax when a CUDA graph computed
+    it with them (None otherwise: selection takes it itself)."""
+    logits: torch.Tensor
+    argmax: torch.Tensor | None = None
 
 
 def kv_block_bytes(cfg: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
@@ -90,10 +92,9 @@ class ModelRunner:
         for cache in self.kv_caches:
             cache[:, dst] = cache[:, src]
 
-    def prepare(self, scheduled: dict[Request, int], tables: BlockTables
-                ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[int]]:
-        """Inputs, positions, attention metadata, and the rows whose logits are needed. Per
-        request only its new tokens are read; positions and slots are whole-batch array ops."""
+    def prepare(self, scheduled: dict[Request, int], tables: BlockTables) -> StepArrays:
+        """The step's inputs on the host. Per request only its new tokens are read; positions
+        and slots are whole-batch array ops."""
         bs = self.block_size
         input_ids: list[int] = []
         sample_rows: list[int] = []
@@ -117,38 +118,33 @@ class ModelRunner:
         positions = np.arange(starts[-1]) - starts[row] + context_lens[row]
         block_table = tables.gather([r.request_id for r in scheduled])
         slots = block_table[row, positions // bs].astype(np.int64) * bs + positions % bs
-        dev = self.device
-        meta = AttentionMetadata(
-            query_start_loc=to_device(starts.astype(np.int32), dev),
-            seq_lens=to_device(seq_lens.astype(np.int32), dev),
-            context_lens=to_device(context_lens.astype(np.int32), dev),
-            block_tables=to_device(block_table, dev),
-            slot_mapping=to_device(slots, dev),
-            query_lens_cpu=query_lens.tolist(),
-            seq_lens_cpu=seq_lens.tolist(),
-        )
-        return to_device(input_ids, dev, torch.long), to_device(positions, dev), meta, sample_rows
+        return StepArrays(
+            input_ids=np.array(input_ids, dtype=np.int64), positions=positions, slot_mapping=slots,
+            query_start_loc=starts.astype(np.int32), seq_lens=seq_lens.astype(np.int32),
+            context_lens=context_lens.astype(np.int32), block_tables=block_table,
+            query_lens=query_lens.tolist(), seq_lens_list=seq_lens.tolist(), sample_rows=sample_rows)
 
     @torch.inference_mode()
     def execute(self, scheduled: dict[Request, int], tables: BlockTables,
                 prompt_rows: PromptRows | None = None, device_inputs: DeviceInputs | None = None,
-                fp32_logits: bool = True) -> torch.Tensor:
+                fp32_logits: bool = True) -> StepLogits:
         """Run the step; return logits (fp32, or the model's dtype when `fp32_logits` is False)
         for the requests whose known tokens are all computed after it, in batch order: one
         row, or 1 + k rows for a request verifying k draft tokens. The logits of
         `prompt_rows` follow them, when given."""
-        input_ids, positions, meta, rows = self.prepare(scheduled, tables)
-        if device_inputs is not None:
-            input_ids.index_copy_(0, to_device(device_inputs.rows, self.device, torch.long), device_inputs.tokens)
-        if prompt_rows is not None:
-            rows = rows + prompt_rows.rows
-        if self.cuda_graphs is not None and self.cuda_graphs.can_run(meta):
-            hidden, logits = self.cuda_graphs.run(input_ids, positions, meta)
-            if logits is None or rows != list(range(len(hidden))):  # a draft's tails, a short prompt chunk
-                logits = self._logits(hidden, rows)
+        step = self.prepare(scheduled, tables)
+        rows = step.sample_rows if prompt_rows is None else step.sample_rows + prompt_rows.rows
+        argmax = None
+        if self.cuda_graphs is not None and self.cuda_graphs.can_run(step):
+            replayed = self.cuda_graphs.run(step, device_inputs)
+            if replayed.logits is not None and rows == list(range(step.num_tokens)):
+                logits, argmax = replayed.logits, replayed.argmax
+            else:  # a draft's tails, a short prompt chunk
+                logits = self._logits(replayed.hidden, rows)
         else:
+            input_ids, positions, meta = step.to_device(self.device, device_inputs)
             logits = self._logits(self.model(input_ids, positions, self.kv_caches, meta, self.backend), rows)
-        return logits.float() if fp32_logits else logits
+        return StepLogits(logits.float() if fp32_logits else logits, argmax)
 
     def _logits(self, hidden: torch.Tensor, rows: list[int]) -> torch.Tensor:
         return self.model.compute_logits(hidden.index_select(0, to_device(rows, self.device, torch.long)),
@@ -156,7 +152,7 @@ class ModelRunner:
 
     def execute_with_layout(self, scheduled: dict[Request, int], tables: BlockTables,
                             device_inputs: DeviceInputs | None = None
-                            ) -> tuple[torch.Tensor, RowLayout | None, PromptRows | None]:
+                            ) -> tuple[StepLogits, RowLayout | None, PromptRows | None]:
         """`execute`, the layout of its logits rows that selection and the update read (None
         when the step only runs prompt chunks), and the prompt rows scored this step, whose
         logits are the last rows."""

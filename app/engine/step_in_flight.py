@@ -5,13 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
-from app.engine.model_runner import DeviceInputs
 from app.engine.request import Request
 from app.engine.selection.layout import RowLayout
 from app.engine.selection.selector import Selection
-from app.engine.to_device import to_device
+from app.engine.step_inputs import DeviceInputs
 
 
 @dataclass
@@ -41,5 +38,4 @@ class StepInFlight:
                 indices.append(index[req])
         if not rows:
             return None
-        final = self.selection.final
-        return DeviceInputs(rows, final.index_select(0, to_device(indices, final.device, torch.long)))
+        return DeviceInputs(rows, self.selection.final, indices)

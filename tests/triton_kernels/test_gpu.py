@@ -196,6 +196,7 @@ def test_cuda_graph_decode_matches_eager(checkpoint, context, query_lens):
     from app.engine.cuda_graphs import CudaGraphDecodeRunner, MultiTokenSteps
     from app.engine.engine import LLMEngine
     from kernels.reference import make_meta
+    from tests.triton_kernels.test_static_step_inputs import step_arrays
     engine = LLMEngine(EngineConfig(model=str(checkpoint), dtype="float32", device="cuda",
                                     num_kv_blocks=64, enable_cuda_graphs=False))
     runner = engine.runner
@@ -219,9 +220,12 @@ def test_cuda_graph_decode_matches_eager(checkpoint, context, query_lens):
     input_ids = torch.arange(7, 7 + sum(query_lens), device="cuda")
     positions = torch.tensor([c + j for c, q in zip(context, query_lens) for j in range(q)], device="cuda")
     before = [c.clone() for c in runner.kv_caches]
-    assert graphs.can_run(meta)
-    got, got_logits = (t.clone() for t in graphs.run(input_ids, positions, meta))
+    step = step_arrays(input_ids, positions, meta)
+    assert graphs.can_run(step)
+    replayed = graphs.run(step)
+    got, got_logits, got_argmax = replayed.hidden.clone(), replayed.logits.clone(), replayed.argmax.clone()
     assert got.shape[0] == sum(query_lens)
+    assert torch.equal(got_argmax, got_logits.argmax(-1))
     after_graph = [c.clone() for c in runner.kv_caches]
     for c, b in zip(runner.kv_caches, before):
         c.copy_(b)
@@ -238,7 +242,7 @@ def test_cuda_graph_decode_matches_eager(checkpoint, context, query_lens):
 def _replays(graphs) -> list[int]:
     """The longest query of each step `graphs` replays from now on."""
     replays, run = [], graphs.run
-    graphs.run = lambda ids, pos, meta: (replays.append(meta.max_query_len), run(ids, pos, meta))[1]
+    graphs.run = lambda step, *rest: (replays.append(step.max_query_len), run(step, *rest))[1]
     return replays
 
 

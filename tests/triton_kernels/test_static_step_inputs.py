@@ -1,14 +1,25 @@
-"""The padded buffers a CUDA graph replays (`StaticStepInputs`, app/engine/cuda_graphs.py),
-run eagerly under the interpreter: a step loaded into a larger shape, over buffers a previous
-step left full, gives the step's own hidden states and writes only its own K/V slots, for a
-plain decode step and for a verifying one whose sequences carry different numbers of drafts."""
+"""The CUDA-graph runner's buffers and choices (app/engine/cuda_graphs.py,
+app/engine/static_step_inputs.py), run under the interpreter, where each "replay" runs the
+captured step's forward again over the same static buffers (`EagerStep`): what the graph would
+compute, without the capture itself (tests/triton_kernels/test_gpu.py covers that on a GPU).
 
+- A step loaded into a larger shape, over buffers a previous step left full, gives the step's
+  own hidden states, logits and argmax, and writes only its own K/V slots: a plain decode step
+  and a verifying one whose sequences carry different numbers of drafts.
+- Through the engine with overlapped scheduling: the rows whose tokens the step in flight chose
+  read them on the device (from the graph's own argmax, or from drawn tokens copied in), and
+  the greedy steps are chosen inside the replay; the tokens are the plain engine's.
+"""
+
+import numpy as np
 import pytest
 import torch
 
 from app.config import EngineConfig
-from app.engine.cuda_graphs import StaticStepInputs
+from app.engine.cuda_graphs import CudaGraphDecodeRunner, MultiTokenSteps
 from app.engine.engine import LLMEngine
+from app.engine.step_inputs import StepArrays
+from app.sampling_params import SamplingParams
 from kernels.reference import make_meta
 
 BLOCK = 16
@@ -25,12 +36,28 @@ def block_tables(context: list[int], query_lens: list[int]) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.int32)
 
 
-@pytest.mark.parametrize("query_lens,seqs,query_len", [([1, 1, 1], 4, 1), ([3, 1, 2], 4, 3)],
-                         ids=["decode", "verify"])
-def test_padded_step_gives_the_steps_rows(tiny_checkpoint, query_lens, seqs, query_len):
-    engine = LLMEngine(EngineConfig(model=str(tiny_checkpoint), attention_backend="triton", device="cpu",
-                                    num_kv_blocks=32, max_model_len=256))
+def step_arrays(input_ids: torch.Tensor, positions: torch.Tensor, meta) -> StepArrays:
+    """The host arrays of a step given as tensors (on any device)."""
+    host = lambda t: t.cpu().numpy()  # noqa: E731
+    return StepArrays(
+        input_ids=host(input_ids), positions=host(positions), slot_mapping=host(meta.slot_mapping),
+        query_start_loc=host(meta.query_start_loc), seq_lens=host(meta.seq_lens),
+        context_lens=host(meta.context_lens), block_tables=host(meta.block_tables),
+        query_lens=meta.query_lens_cpu, seq_lens_list=meta.seq_lens_cpu,
+        sample_rows=list(range(len(input_ids))))
+
+
+def engine_on_cpu(checkpoint, **config) -> LLMEngine:
+    return LLMEngine(EngineConfig(model=str(checkpoint), attention_backend="triton", device="cpu",
+                                  max_model_len=256, **config))
+
+
+@pytest.mark.parametrize("query_lens", [[1, 1, 1], [3, 1, 2]], ids=["decode", "verify"])
+def test_padded_step_gives_the_steps_rows(tiny_checkpoint, query_lens):
+    engine = engine_on_cpu(tiny_checkpoint, num_kv_blocks=32)
     model, backend, caches = engine.runner.model, engine.runner.backend, engine.runner.kv_caches
+    graphs = CudaGraphDecodeRunner(model, caches, backend, max_batch_size=8, max_blocks_per_seq=17,
+                                   device="cpu", multi_token=MultiTokenSteps(query_len=3, max_seqs=4))
     context = [5, 16, 40]
     tables = block_tables(context, query_lens)
     meta = make_meta(query_lens, context, tables, BLOCK)
@@ -46,27 +73,82 @@ def test_padded_step_gives_the_steps_rows(tiny_checkpoint, query_lens, seqs, que
     before = [c.clone() for c in caches]
 
     with torch.inference_mode():
-        want = model(input_ids, positions, caches, meta, backend)
+        hidden = model(input_ids, positions, caches, meta, backend)
+        logits = model.compute_logits(hidden, fp32=False)
     eager_caches = [c.clone() for c in caches]
     for cache, b in zip(caches, before):
         cache.copy_(b)
 
-    inputs = StaticStepInputs(max_seqs=8, max_tokens=8 * query_len, max_blocks_per_seq=17, device="cpu")
-    # A full earlier step over the same blocks: stale slots, starts and lengths in every buffer.
-    full = [query_len] * seqs
-    stale = make_meta(full, [1] * seqs, block_tables([1] * seqs, full), BLOCK)
-    inputs.load(torch.ones(seqs * query_len, dtype=torch.long), torch.ones(seqs * query_len, dtype=torch.long),
-                stale, seqs, query_len)
-    assert inputs.load(input_ids, positions, meta, seqs, query_len) == tokens
+    # A full earlier step of the largest shape over the same blocks: stale slots, starts,
+    # lengths and block-table rows in every buffer, and both host buffers used.
+    query_len = max(query_lens)
+    most = 8 if query_len == 1 else 4
+    full = [query_len] * most
+    stale = make_meta(full, [1] * most, block_tables([1] * most, full), BLOCK)
+    stale_ids = torch.ones(most * query_len, dtype=torch.long)
+    for _ in range(2):
+        graphs.inputs.load(step_arrays(stale_ids, stale_ids, stale), None, most, query_len)
+
+    step = step_arrays(input_ids, positions, meta)
+    assert graphs.can_run(step)
+    got = graphs.run(step)
     # Padding: no slot, no context, no query rows (a stale start could point past the shape's rows).
-    padded = inputs.meta(seqs, query_len, reach=17 * BLOCK)
+    seqs = 4
+    padded = graphs.inputs.meta(seqs, query_len, reach=graphs.max_seq_len)
     assert (padded.slot_mapping[tokens:] == -1).all() and (padded.seq_lens[3:] == 0).all()
     if query_len > 1:  # (plain decode reads no starts: each sequence's row is its index)
         assert padded.query_start_loc.tolist() == meta.query_start_loc.tolist() + [tokens] * (seqs - 3)
-    with torch.inference_mode():
-        got = model(inputs.input_ids[:seqs * query_len], inputs.positions[:seqs * query_len], caches,
-                    padded, backend)[:tokens]
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got.hidden, hidden, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got.logits, logits, atol=1e-5, rtol=1e-5)
+    assert torch.equal(got.argmax, got.logits.argmax(-1))
     for g, e in zip(caches, eager_caches):  # the step's slots written, nothing else
         assert torch.equal(g.isnan(), e.isnan())
         torch.testing.assert_close(g.nan_to_num(), e.nan_to_num(), atol=1e-5, rtol=1e-5)
+
+
+def test_overlapped_steps_through_the_graph_runner_give_the_plain_engines_tokens(tiny_checkpoint):
+    """Greedy requests (chosen inside the replay, their next inputs read from its argmax) beside
+    seeded sampled ones (drawn after it, their tokens copied in for the next replay), with
+    prompts of different lengths, so some steps mix a prompt chunk in and run eagerly."""
+    gen = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(2, 128, (n,), generator=gen).tolist() for n in (3, 17, 9, 30)]
+    params = [SamplingParams(max_tokens=10, ignore_eos=True, **(dict(temperature=0.0) if i % 2 == 0
+                                                                else dict(temperature=0.9, seed=i)))
+              for i in range(4)]
+    config = dict(num_kv_blocks=32, max_num_seqs=4, max_num_batched_tokens=24, enable_prefix_caching=False)
+    expected = engine_on_cpu(tiny_checkpoint, overlap_scheduling=False, **config).generate(prompts, params)
+
+    for greedy_only in (True, False):
+        engine = engine_on_cpu(tiny_checkpoint, overlap_scheduling=True, **config)
+        runner = engine.runner
+        runner.cuda_graphs = CudaGraphDecodeRunner(runner.model, runner.kv_caches, runner.backend,
+                                                   max_batch_size=4, max_blocks_per_seq=17, device="cpu")
+        selections = []
+        on_device = engine.selector.on_device
+        engine.selector.on_device = lambda *a, **k: selections.append(on_device(*a, **k)) or selections[-1]
+        chosen = [i for i in range(4) if i % 2 == 0 or not greedy_only]
+        got = engine.generate([prompts[i] for i in chosen], [params[i] for i in chosen])
+        assert got == [expected[i] for i in chosen]
+        in_graph = sum(s.tokens_only for s in selections)
+        if greedy_only:
+            assert in_graph >= 8  # the steady decode steps
+        else:
+            assert in_graph == 0  # a sampled request in every step
+        assert engine.in_flight is None and not engine.block_manager.tables.row_of
+
+
+def test_step_arrays_cross_in_one_copy_of_the_rows_used(tiny_checkpoint):
+    """The block tables go last and only the step's rows are copied: a step of one sequence
+    copies the fixed fields and one row, whatever the stale rows behind it hold."""
+    engine = engine_on_cpu(tiny_checkpoint, num_kv_blocks=32)
+    runner = engine.runner
+    graphs = CudaGraphDecodeRunner(runner.model, runner.kv_caches, runner.backend, max_batch_size=4,
+                                   max_blocks_per_seq=5, device="cpu")
+    inputs = graphs.inputs
+    inputs.block_tables.fill_(7)
+    meta = make_meta([1], [20], torch.tensor([[3, 4]], dtype=torch.int32), BLOCK)
+    inputs.load(step_arrays(torch.tensor([9]), torch.tensor([20]), meta), None, 1, 1)
+    assert inputs.block_tables[0].tolist()[:2] == [3, 4]
+    assert (inputs.block_tables[1:] == 7).all()  # rows past the step's: not copied
+    assert inputs.slot_mapping[0].item() == 4 * BLOCK + 4 and inputs.input_ids[0].item() == 9
+    assert np.array_equal(inputs.from_source[:1].numpy(), [-1])

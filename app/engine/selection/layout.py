@@ -51,6 +51,13 @@ class RowLayout:
         return not self.all_greedy or self.penalties is not None or bool(self.guided)
 
     @property
+    def plain_greedy(self) -> bool:
+        """Every request takes its argmax, one row each, and asks for nothing more: the step's
+        tokens are its choice."""
+        return (self.all_greedy and self.num_rows == len(self.requests) and self.penalties is None
+                and self.logprob_index is None and not self.guided)
+
+    @property
     def guided(self) -> list[tuple[Request, int]]:
         return [(r, row) for r, row in zip(self.requests, self.first_rows) if r.guide is not None]
 

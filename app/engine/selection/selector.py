@@ -35,17 +35,21 @@ class Chosen:
 @dataclass
 class Selection:
     """A step's choices: the payload on its way to the host, and each request's final token on
-    the device, which the next step's inputs read where it is."""
+    the device, which the next step's inputs read where it is. `tokens_only`: the payload is
+    the final tokens alone (a plain greedy step: nothing accepted, no logprobs)."""
     host: transfer.HostCopy
     final: torch.Tensor
+    tokens_only: bool = False
 
 
-def choose(logits: torch.Tensor, layout: RowLayout, unseeded_key: int
+def choose(logits: torch.Tensor, layout: RowLayout, unseeded_key: int, argmax: torch.Tensor | None = None
            ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(num_accepted [n], final token [n]) on the device; `logits` already masked."""
+    """(num_accepted [n], final token [n]) on the device; `logits` already masked. `argmax`:
+    each row's, when the step's CUDA graph took it from these logits unmasked and unpenalised."""
     if layout.penalties is not None:
         logits = apply_penalties(logits, layout.penalties)
-    argmax = logits.argmax(-1)
+    if argmax is None or layout.penalties is not None or layout.guided:
+        argmax = logits.argmax(-1)
     if layout.all_greedy:  # no draws needed
         return verify(layout.verify, None, argmax, None, None)
     key = torch.where(layout.seeded, layout.key, unseeded_key)
@@ -104,17 +108,23 @@ class Selector:
         return self.to_host(self.on_device(logits, layout, step, jump_forward_tokenizer), layout)
 
     def on_device(self, logits: torch.Tensor, layout: RowLayout, step: int,
-                  jump_forward_tokenizer=None) -> Selection:
-        """The step's choices, their copy to the host started (a step in flight)."""
+                  jump_forward_tokenizer=None, argmax: torch.Tensor | None = None) -> Selection:
+        """The step's choices, their copy to the host started (a step in flight). `argmax`:
+        each row's greedy token, when the step's CUDA graph took it."""
+        if argmax is not None and layout.plain_greedy:  # chosen inside the graph
+            return Selection(transfer.to_host(argmax), argmax, tokens_only=True)
         masked = mask_guided_rows(logits, layout.guided, jump_forward_tokenizer)
-        num_accepted, final = choose(masked, layout, step_key(self.seed, step))
+        num_accepted, final = choose(masked, layout, step_key(self.seed, step), argmax)
         parts = [num_accepted, final] + logprob_payload(logits, layout, num_accepted, final)
         return Selection(transfer.to_host(torch.cat([p.double() for p in parts])), final)
 
     @staticmethod
     def to_host(selection: Selection, layout: RowLayout) -> list[Chosen]:
         """Wait for the copy (this step's work only) and unpack it."""
-        return unpack(selection.host.wait().tolist(), layout)
+        values = selection.host.wait().tolist()
+        if selection.tokens_only:
+            return [Chosen([token], 0, None) for token in values]
+        return unpack(values, layout)
 
 
 def unpack(values: list[float], layout: RowLayout) -> list[Chosen]:

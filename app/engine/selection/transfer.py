@@ -8,7 +8,8 @@ import torch
 class HostCopy:
     """A step's payload on its way to the host. On CUDA: a non-blocking copy into pinned memory
     with an event recorded behind it, so that waiting for it waits for this step's work only,
-    not for a step launched after it (overlapped scheduling). On the CPU: the payload itself."""
+    not for a step launched after it (overlapped scheduling). On the CPU: a copy of the payload,
+    which may be a view of a buffer the next step writes (a CUDA graph's, run eagerly in tests)."""
 
     def __init__(self, payload: torch.Tensor):
         self.event = None
@@ -18,7 +19,7 @@ class HostCopy:
             self.event = torch.cuda.Event()
             self.event.record()
         else:
-            self.tensor = payload
+            self.tensor = payload.clone()
 
     def wait(self) -> torch.Tensor:
         if self.event is not None:

@@ -59,7 +59,7 @@ class DraftWorker:
             while active:
                 batch = {req: req.num_tokens - req.num_computed_tokens for req in active}
                 self.num_computed_tokens += sum(batch.values())
-                logits = self.runner.execute(batch, self.block_manager.tables)
+                logits = self.runner.execute(batch, self.block_manager.tables).logits
                 tokens = self._sample(logits, [active[r][1:] for r in batch], rows, [active[r][0] for r in batch])
                 for req, token in zip(list(batch), tokens):
                     req.num_computed_tokens = req.num_tokens

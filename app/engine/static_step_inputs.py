@@ -1,0 +1,104 @@
+"""The buffers a captured CUDA-graph step reads, filled for each replay in one copy.
+
+Every buffer is a view of one device byte buffer, laid out as a pinned host buffer is, so a
+step's inputs cross in a single host-to-device copy instead of one per array plus the fills of
+the padding (about fifteen launches before each replay). The block tables come last and only
+the step's own rows are copied. There are two host buffers, used in turn, and each waits for
+its previous copy before it is written again: with overlapped scheduling the host fills the
+next step's while the copy of the last may still be queued behind the step running.
+
+Padding: a step's rows are at the front of the padded shape; the other tokens have slot -1
+(their K/V are written nowhere) and token id and position 0, the other sequences seq_len 0
+(decode attention reads nothing) and no query tokens (query_start_loc repeats the step's token
+count, so the prefill kernel's programs for them exit at once).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from app.engine.step_inputs import DeviceInputs, StepArrays
+from kernels.attention_interface import AttentionMetadata
+
+
+class StaticStepInputs:
+    def __init__(self, max_seqs: int, max_tokens: int, max_blocks_per_seq: int, device: torch.device | str):
+        self.device = torch.device(device)
+        self.max_seqs, self.max_blocks_per_seq = max_seqs, max_blocks_per_seq
+        fields = [("input_ids", torch.int64, max_tokens),
+                  ("from_source", torch.int64, max_tokens),  # index into the in-flight tokens, or -1
+                  ("positions", torch.int64, max_tokens), ("slot_mapping", torch.int64, max_tokens),
+                  ("seq_lens", torch.int32, max_seqs), ("context_lens", torch.int32, max_seqs),
+                  ("query_start_loc", torch.int32, max_seqs + 1),
+                  ("block_tables", torch.int32, max_seqs * max_blocks_per_seq)]  # last: copied by rows
+        self.offsets: dict[str, tuple[int, torch.dtype, int]] = {}
+        nbytes = 0
+        for name, dtype, count in fields:
+            self.offsets[name] = (nbytes, dtype, count)
+            nbytes += -(-count * dtype.itemsize // 8) * 8  # every field 8-byte aligned
+        self.device_buffer = torch.zeros(nbytes, dtype=torch.uint8, device=self.device)
+        views = self._views(self.device_buffer)
+        self.input_ids, self.from_source, self.positions = views["input_ids"], views["from_source"], views["positions"]
+        self.slot_mapping, self.seq_lens = views["slot_mapping"], views["seq_lens"]
+        self.context_lens, self.query_start_loc = views["context_lens"], views["query_start_loc"]
+        self.block_tables = views["block_tables"].view(max_seqs, max_blocks_per_seq)
+        i32 = dict(dtype=torch.int32, device=self.device)
+        self.one_query_each = torch.arange(max_seqs + 1, **i32)  # a plain decode step's starts
+        on_cuda = self.device.type == "cuda"
+        self.host_buffers = [torch.zeros(nbytes, dtype=torch.uint8, pin_memory=on_cuda) for _ in range(2)]
+        self.host_views = [{name: view.numpy() for name, view in self._views(buffer).items()}
+                           for buffer in self.host_buffers]
+        self.copied = [torch.cuda.Event() if on_cuda else None for _ in range(2)]
+        self.turn = 0
+
+    def _views(self, buffer: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {name: buffer[offset:offset + count * dtype.itemsize].view(dtype)
+                for name, (offset, dtype, count) in self.offsets.items()}
+
+    def meta(self, seqs: int, query_len: int, reach: int) -> AttentionMetadata:
+        """Views of the buffers for a shape of `seqs` sequences of `query_len` query tokens that
+        reach `reach` tokens of context: what the captured kernels read at replay."""
+        starts = self.one_query_each if query_len == 1 else self.query_start_loc
+        return AttentionMetadata(
+            query_start_loc=starts[:seqs + 1], seq_lens=self.seq_lens[:seqs],
+            context_lens=self.context_lens[:seqs], block_tables=self.block_tables[:seqs],
+            slot_mapping=self.slot_mapping[:seqs * query_len], query_lens_cpu=[query_len] * seqs,
+            seq_lens_cpu=[reach] * seqs)
+
+    def load(self, step: StepArrays, device_inputs: DeviceInputs | None, seqs: int, query_len: int) -> None:
+        """Write the step's rows, padded to the shape, into the next host buffer and start its
+        copy to the device."""
+        turn, self.turn = self.turn, 1 - self.turn
+        if self.copied[turn] is not None:
+            self.copied[turn].synchronize()  # its last copy has run (at once, but for a race)
+        host = self.host_views[turn]
+        n, tokens, padded = step.num_seqs, step.num_tokens, seqs * query_len
+        for name, values, pad in (("input_ids", step.input_ids, 0), ("positions", step.positions, 0),
+                                  ("slot_mapping", step.slot_mapping, -1)):
+            host[name][:tokens] = values
+            host[name][tokens:padded] = pad
+        host["from_source"][:padded] = -1
+        if device_inputs is not None:
+            host["from_source"][device_inputs.rows] = device_inputs.indices
+        for name in ("seq_lens", "context_lens"):
+            host[name][:n] = getattr(step, name)
+            host[name][n:seqs] = 0
+        if query_len > 1:
+            host["query_start_loc"][:n + 1] = step.query_start_loc
+            host["query_start_loc"][n + 1:seqs + 1] = tokens
+        # Columns past the step's width keep stale ids: never read, as seq_len bounds every read.
+        tables = host["block_tables"].reshape(self.max_seqs, self.max_blocks_per_seq)
+        tables[:n, :step.block_tables.shape[1]] = step.block_tables
+        offset, dtype, _ = self.offsets["block_tables"]
+        nbytes = offset + n * self.max_blocks_per_seq * dtype.itemsize
+        self.device_buffer[:nbytes].copy_(self.host_buffers[turn][:nbytes], non_blocking=True)
+        if self.copied[turn] is not None:
+            self.copied[turn].record()
+
+    def token_ids(self, tokens: int, source: torch.Tensor) -> torch.Tensor:
+        """The input ids of the first `tokens` rows: the in-flight rows' from `source`, on the
+        device (ops a graph captures)."""
+        from_source = self.from_source[:tokens]
+        in_flight = source.index_select(0, from_source.clamp(min=0))
+        return torch.where(from_source >= 0, in_flight, self.input_ids[:tokens])
+
