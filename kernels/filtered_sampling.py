@@ -77,56 +77,59 @@ def _filtered_sample_kernel(logits_ptr, stride, temperature_ptr, top_p_ptr, min_
                             u_ptr, u_stride, out_ptr, V, BLOCK: tl.constexpr, ROUNDS: tl.constexpr,
                             HAS_FLOOR: tl.constexpr):
     row = tl.program_id(0)
-    base = logits_ptr + row.to(tl.int64) * stride
-    inv_t = 1.0 / tl.load(temperature_ptr + row).to(tl.float32)
-    top_p = tl.load(top_p_ptr + row).to(tl.float32)
-    min_p = tl.load(min_p_ptr + row).to(tl.float32)
-    u_row = u_ptr + row.to(tl.int64) * u_stride
+    temperature = tl.load(temperature_ptr + row).to(tl.float32)
+    if temperature > 0:  # a row of temperature 0 is greedy: it draws nothing
+        base = logits_ptr + row.to(tl.int64) * stride
+        inv_t = 1.0 / temperature
+        top_p = tl.load(top_p_ptr + row).to(tl.float32)
+        min_p = tl.load(min_p_ptr + row).to(tl.float32)
+        u_row = u_ptr + row.to(tl.int64) * u_stride
 
-    m = tl.full([], float("-inf"), tl.float32)
-    lowest = tl.full([], float("inf"), tl.float32)
-    for start in range(0, V, BLOCK):
-        x, valid, _ = _scaled_row(base, start, V, inv_t, BLOCK)
-        m = tl.maximum(m, tl.max(x, axis=0))
-        lowest = tl.minimum(lowest, tl.min(tl.where(valid, x, float("inf")), axis=0))
-    key_floor = _order_key(lowest)
-    if HAS_FLOOR:  # the row's top-k cut: its k-th largest logit
-        key_floor = tl.maximum(key_floor, _order_key(tl.load(floor_ptr + row).to(tl.float32) * inv_t))
-    x_floor = m + tl.log(min_p)  # min_p 0: -inf, nothing cut
+        m = tl.full([], float("-inf"), tl.float32)
+        lowest = tl.full([], float("inf"), tl.float32)
+        for start in range(0, V, BLOCK):
+            x, valid, _ = _scaled_row(base, start, V, inv_t, BLOCK)
+            m = tl.maximum(m, tl.max(x, axis=0))
+            lowest = tl.minimum(lowest, tl.min(tl.where(valid, x, float("inf")), axis=0))
+        key_floor = _order_key(lowest)
+        if HAS_FLOOR:  # the row's top-k cut: its k-th largest logit
+            key_floor = tl.maximum(key_floor, _order_key(tl.load(floor_ptr + row).to(tl.float32) * inv_t))
+        x_floor = m + tl.log(min_p)  # min_p 0: -inf, nothing cut
 
-    token = _draw(base, V, inv_t, m, key_floor, x_floor, tl.load(u_row).to(tl.float32), BLOCK)
-    if top_p < 1.0:
-        # The most likely token is always in the nucleus (draw.nucleus_goal says why).
-        goal = tl.maximum(top_p * _mass(base, V, inv_t, m, key_floor, float("-inf"), BLOCK), 1.1754944e-38)
-        pivot = key_floor - 1
-        accepted = tl.zeros([], dtype=tl.int32)
-        for r in range(1, ROUNDS):  # checks the draw of uniform r - 1
-            if accepted == 0:
-                token_key = _order_key(tl.load(base + token).to(tl.float32) * inv_t)
-                if _mass(base, V, inv_t, m, token_key + 1, float("-inf"), BLOCK) < goal:
-                    accepted = tl.full([], 1, tl.int32)
-                else:
-                    pivot = token_key
-                    if r < ROUNDS - 1:
-                        u = tl.load(u_row + r).to(tl.float32)
-                        token = _draw(base, V, inv_t, m, pivot + 1, x_floor, u, BLOCK)
-        if accepted == 0:  # the nucleus by search, then a draw from it with the last uniform
-            nucleus = _top_p_key(base, V, inv_t, m, goal, pivot, _order_key(m), BLOCK)
-            u = tl.load(u_row + ROUNDS - 1).to(tl.float32)
-            token = _draw(base, V, inv_t, m, nucleus, x_floor, u, BLOCK)
-    tl.store(out_ptr + row, token.to(tl.int64))
+        token = _draw(base, V, inv_t, m, key_floor, x_floor, tl.load(u_row).to(tl.float32), BLOCK)
+        if top_p < 1.0:
+            # The most likely token is always in the nucleus (draw.nucleus_goal says why).
+            goal = tl.maximum(top_p * _mass(base, V, inv_t, m, key_floor, float("-inf"), BLOCK), 1.1754944e-38)
+            pivot = key_floor - 1
+            accepted = tl.zeros([], dtype=tl.int32)
+            for r in range(1, ROUNDS):  # checks the draw of uniform r - 1
+                if accepted == 0:
+                    token_key = _order_key(tl.load(base + token).to(tl.float32) * inv_t)
+                    if _mass(base, V, inv_t, m, token_key + 1, float("-inf"), BLOCK) < goal:
+                        accepted = tl.full([], 1, tl.int32)
+                    else:
+                        pivot = token_key
+                        if r < ROUNDS - 1:
+                            u = tl.load(u_row + r).to(tl.float32)
+                            token = _draw(base, V, inv_t, m, pivot + 1, x_floor, u, BLOCK)
+            if accepted == 0:  # the nucleus by search, then a draw from it with the last uniform
+                nucleus = _top_p_key(base, V, inv_t, m, goal, pivot, _order_key(m), BLOCK)
+                u = tl.load(u_row + ROUNDS - 1).to(tl.float32)
+                token = _draw(base, V, inv_t, m, nucleus, x_floor, u, BLOCK)
+        tl.store(out_ptr + row, token.to(tl.int64))
 
 
 def filtered_sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
-                    min_p: torch.Tensor, u: torch.Tensor, floor: torch.Tensor | None = None
-                    ) -> torch.Tensor:
-    """logits [R, V] (any float dtype, last dim contiguous); per-row settings [R]; uniforms
+                    min_p: torch.Tensor, u: torch.Tensor, floor: torch.Tensor | None = None,
+                    out: torch.Tensor | None = None) -> torch.Tensor:
+    """logits [R, V] (any float dtype, last dim contiguous); per-row settings [R] (a row of
+    temperature 0 draws nothing: its token is left unwritten, for the caller's argmax); uniforms
     u [R, rounds], independent, the first the row's own (with one, top-p goes straight to the
     search, and every row draws the reference's token); floor [R] fp32 or None: raw logits
-    below which a row draws nothing (its top-k cut). -> [R] int64."""
+    below which a row draws nothing (its top-k cut). -> [R] int64 (`out`, when given)."""
     assert logits.dim() == 2 and logits.stride(-1) == 1 and u.dim() == 2 and u.shape[0] == logits.shape[0]
     rows, vocab = logits.shape
-    out = torch.empty(rows, dtype=torch.long, device=logits.device)
+    out = torch.empty(rows, dtype=torch.long, device=logits.device) if out is None else out
     if rows:
         _filtered_sample_kernel[(rows,)](
             logits, logits.stride(0), temperature, top_p, min_p,

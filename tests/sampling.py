@@ -6,6 +6,8 @@ do not depend on the batch; unseeded rows draw keys from the sampler's generator
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from app.engine.request import Request
@@ -33,9 +35,10 @@ class Sampler:
                 self.draws[req.request_id] = positions[-1] + 1
             else:
                 positions.append(0)
-        layout.key = torch.tensor(keys, device=logits.device)
-        layout.position = torch.tensor(positions, device=logits.device)
-        layout.seeded = torch.ones(len(requests), dtype=torch.bool, device=logits.device)
+        if layout.sampling is not None:
+            layout.sampling = replace(layout.sampling, key=torch.tensor(keys, device=logits.device),
+                                      position=torch.tensor(positions, device=logits.device),
+                                      seeded=torch.ones(len(requests), dtype=torch.bool, device=logits.device))
         chosen = self.selector(logits.float(), layout, step=0)
         return ([c.token_ids[0] for c in chosen],
                 [c.logprobs[0] if c.logprobs is not None else None for c in chosen])

@@ -115,3 +115,16 @@ def test_a_vanishing_top_p_draws_the_most_likely_token(top_p, rounds):
     top_p_rows = torch.full((16,), top_p)
     got = draw_top_p_by_rejection(logits, temperature, top_p_rows, torch.zeros(16), u)
     assert got.tolist() == logits.argmax(-1).tolist()
+
+
+def test_uniforms_on_the_host_are_the_devices_bit_for_bit():
+    """A CUDA graph that draws reads uniforms the host computed: the same numbers as the
+    tensor hash, for seeded keys, the negative keys of unseeded steps, and large positions."""
+    import numpy as np
+
+    from app.engine.selection.draws import host_sample_uniforms, request_key, sample_uniforms, step_key
+    keys = [request_key(s) for s in (0, 1, 2**40 + 7, 2**63 - 1)] + [step_key(0, 1), step_key(5, 10**6)]
+    positions = [0, 1, 17, 2**31, 5, 123456789]
+    want = sample_uniforms(torch.tensor(keys), torch.tensor(positions), DRAW_ROUNDS)
+    got = host_sample_uniforms(np.array(keys, dtype=np.int64), np.array(positions, dtype=np.int64), DRAW_ROUNDS)
+    assert np.array_equal(got, want.numpy())

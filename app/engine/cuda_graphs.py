@@ -12,13 +12,14 @@ the exception: only each sequence's last row is sampled, and the runner computes
 logits from the hidden states, so their graphs leave the lm_head out (it would be a second
 pass over the lm_head's weights, for nothing).
 
-The graph also reads the step's inputs and makes the greedy choice: one copy brings every
-input array in (`StaticStepInputs`), the rows whose tokens the step in flight chose read them
-where they are on the device (overlapped scheduling), and each row's argmax is taken with its
-logits. A step whose every request decodes greedily, one token each, is then chosen when the
-replay ends: its tokens go to the host as they are (`Selector.on_device`). Draws, penalties,
-grammar masks, verification and logprobs still run eagerly after the replay, on its logits
-and argmax.
+The graph also reads the step's inputs and makes its choice: one copy brings every input
+array in (`StaticStepInputs`), the rows whose tokens the step in flight chose read them where
+they are on the device (overlapped scheduling), each row's argmax is taken with its logits,
+and in a plain decode step each sequence's token is chosen, its argmax or a draw with the
+settings and uniforms the host sent (`GraphDraws`; temperature 0 draws nothing). The step's
+tokens then go to the host as they are (`Selector.on_device`). Steps a graph cannot choose for
+(drafts to verify, grammar masks, penalties, logprobs, a top-k cut) are chosen eagerly after
+the replay, on its logits and argmax.
 
 Shapes: padded sequence counts (1, 2, 4, 8, then every 16 up to the max) times a query length,
 over static input buffers (`StaticStepInputs`). Plain decode steps (one query token per
@@ -49,8 +50,9 @@ from dataclasses import dataclass
 
 import torch
 
+from app.engine.selection.draw import draw_with_uniforms
 from app.engine.static_step_inputs import StaticStepInputs
-from app.engine.step_inputs import DeviceInputs, StepArrays
+from app.engine.step_inputs import DeviceInputs, GraphDraws, StepArrays
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +81,7 @@ class Replayed:
     hidden: torch.Tensor  # [T, hidden]
     logits: torch.Tensor | None  # [T, vocab] in the model's dtype; None for a draft's tails
     argmax: torch.Tensor | None  # [T] int64: each row's greedy token, with the logits
+    chosen: torch.Tensor | None = None  # [n] int64: each sequence's token, when given draws
 
 
 class CapturedStep:
@@ -119,9 +122,11 @@ class CudaGraphDecodeRunner:
         # per shape would hold over 1 GB).
         lm_head = model.lm_head.weight
         self.logits = torch.empty(max_logits_rows, lm_head.shape[0], dtype=lm_head.dtype, device=self.device)
-        # Each row's argmax, written with the logits; a replay first reads its in-flight input
-        # tokens from here (the step before's greedy tokens, or its final tokens copied in).
-        self.chosen = torch.zeros(max_logits_rows, dtype=torch.long, device=self.device)
+        self.argmax = torch.zeros(max_logits_rows, dtype=torch.long, device=self.device)
+        # A plain step's tokens, chosen in the graph; a replay first reads its in-flight input
+        # tokens from here (the step before's, or its final tokens copied in when selection
+        # ran outside the graph).
+        self.chosen = torch.zeros(max_batch_size, dtype=torch.long, device=self.device)
         one_split = getattr(backend, "partition_size", None)  # the longest context one split holds
         self.reaches = [self.max_seq_len]  # ascending
         if one_split is not None and one_split < self.max_seq_len:
@@ -137,15 +142,20 @@ class CudaGraphDecodeRunner:
                     len(self.multi_token_sizes), self.multi_token_len, self.capture_s)
 
     def _forward(self, seqs: int, query_len: int, reach: int) -> torch.Tensor:
-        """The final hidden states; the logits and their argmax, where the shape has them, go
-        to the shared buffers."""
-        tokens = seqs * query_len
-        hidden = self.model(self.inputs.token_ids(tokens, self.chosen), self.inputs.positions[:tokens],
-                            self.kv_caches, self.inputs.meta(seqs, query_len, reach), self.backend)
+        """The final hidden states; the logits and their argmax, where the shape has them, and a
+        plain step's chosen tokens go to the shared buffers."""
+        tokens, inputs = seqs * query_len, self.inputs
+        hidden = self.model(inputs.token_ids(tokens, self.chosen), inputs.positions[:tokens],
+                            self.kv_caches, inputs.meta(seqs, query_len, reach), self.backend)
         if self._has_logits(query_len):
-            logits = self.logits[:tokens]
+            logits, argmax = self.logits[:tokens], self.argmax[:tokens]
             self.model.compute_logits(hidden, fp32=False, out=logits)
-            torch.argmax(logits, dim=-1, out=self.chosen[:tokens])
+            torch.argmax(logits, dim=-1, out=argmax)
+            if query_len == 1:
+                temperature = inputs.temperature[:seqs]
+                drawn = draw_with_uniforms(logits, temperature, None, inputs.top_p[:seqs], inputs.min_p[:seqs],
+                                           0, inputs.uniforms[:seqs])
+                torch.where(temperature > 0, drawn, argmax, out=self.chosen[:seqs])
         return hidden
 
     def _has_logits(self, query_len: int) -> bool:
@@ -186,9 +196,10 @@ class CudaGraphDecodeRunner:
         return bool(self.multi_token_sizes) and query_len <= self.multi_token_len and n <= self.multi_token_sizes[-1]
 
     @torch.inference_mode()
-    def run(self, step: StepArrays, device_inputs: DeviceInputs | None = None) -> Replayed:
+    def run(self, step: StepArrays, device_inputs: DeviceInputs | None = None,
+            draws: GraphDraws | None = None) -> Replayed:
         """Replay the step's graph: its inputs in one copy, the in-flight rows' tokens read on
-        the device."""
+        the device, and for a plain step given `draws`, its tokens chosen."""
         n = step.num_seqs
         if step.max_query_len == 1:
             seqs, query_len = next(s for s in self.sizes if s >= n), 1
@@ -199,9 +210,11 @@ class CudaGraphDecodeRunner:
         if device_inputs is not None and device_inputs.source.data_ptr() != self.chosen.data_ptr():
             source = device_inputs.source  # chosen outside the graph (a draw, a verification)
             self.chosen[:len(source)].copy_(source)
-        self.inputs.load(step, device_inputs, seqs, query_len)
+        draws = draws if query_len == 1 else None
+        self.inputs.load(step, device_inputs, draws, seqs, query_len)
         hidden = self.graphs[reach, seqs, query_len].replay()
         tokens = step.num_tokens
         if not self._has_logits(query_len):
             return Replayed(hidden[:tokens], None, None)
-        return Replayed(hidden[:tokens], self.logits[:tokens], self.chosen[:tokens])
+        return Replayed(hidden[:tokens], self.logits[:tokens], self.argmax[:tokens],
+                        self.chosen[:n] if draws is not None else None)

@@ -14,7 +14,7 @@ from app.engine.beam_search import BeamSearch
 from app.engine.block_manager import BlockManager
 from app.engine.engine_stats import EngineStats
 from app.engine.guided_rows import plan_guided_drafts
-from app.engine.model_runner import ModelRunner
+from app.engine.model_runner import ModelRunner, StepLogits
 from app.engine.request import Request, RequestStatus, stop_token_ids
 from app.engine.request_limits import RequestLimits
 from app.engine.scheduler import Scheduler
@@ -144,14 +144,14 @@ class LLMEngine:
         if copies := self.block_manager.take_pending_copies():
             self.runner.copy_blocks(copies)
         device_inputs = ahead.device_inputs(batch) if ahead is not None else None
-        out, layout, prompt_rows = self.runner.execute_with_layout(batch, self.block_manager.tables,
-                                                                   device_inputs)
+        out, layout, prompt_rows = self.runner.execute_with_layout(
+            batch, self.block_manager.tables, device_inputs, self.selector.unseeded_key(self.num_steps))
         logits = out.logits
         if prompt_rows is not None:
             num_sampled = logits.shape[0] - len(prompt_rows.rows)
             score_prompt_rows(logits[num_sampled:], prompt_rows)
             logits = logits[:num_sampled]
-        return StepInFlight(batch, layout, self._select_on_device(logits, layout, out.argmax))
+        return StepInFlight(batch, layout, self._select_on_device(logits, layout, out))
 
     def _advance_ahead(self, flight: StepInFlight) -> set[Request]:
         """Count the step in flight as computed, and reserve each sampled request's token, so
@@ -203,12 +203,12 @@ class LLMEngine:
         return scheduled
 
     def _select_on_device(self, logits: torch.Tensor, layout: RowLayout | None,
-                          argmax: torch.Tensor | None) -> Selection | None:
+                          out: StepLogits) -> Selection | None:
         if layout is None:
             return None
         jump_forward = self.config.enable_jump_forward and bool(layout.guided)
         return self.selector.on_device(logits, layout, self.num_steps, self.tokenizer if jump_forward else None,
-                                       argmax)
+                                       out.argmax, out.chosen)
 
     def _to_host(self, flight: StepInFlight) -> list[Chosen]:
         return [] if flight.layout is None else self.selector.to_host(flight.selection, flight.layout)

@@ -10,7 +10,7 @@ import torch
 from app.config import EngineConfig
 from app.engine.block_tables import BlockTables
 from app.engine.cuda_graphs import MultiTokenSteps
-from app.engine.step_inputs import DeviceInputs, StepArrays
+from app.engine.step_inputs import DeviceInputs, GraphDraws, StepArrays
 from app.engine.to_device import to_device
 from app.engine.request import Request
 from app.engine.selection.layout import RowLayout
@@ -42,10 +42,12 @@ def select_attention_backend(name: str, device: torch.device, dtype: torch.dtype
 
 @dataclass
 class StepLogits:
-    """The logits of a step's sampled rows, and each row's argmax when a CUDA graph computed
-    it with them (None otherwise: selection takes it itself)."""
+    """The logits of a step's sampled rows; each row's argmax when a CUDA graph computed it
+    with them, and each request's token when the graph chose it too (None otherwise:
+    selection takes them itself)."""
     logits: torch.Tensor
     argmax: torch.Tensor | None = None
+    chosen: torch.Tensor | None = None
 
 
 def kv_block_bytes(cfg: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
@@ -127,36 +129,43 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, scheduled: dict[Request, int], tables: BlockTables,
                 prompt_rows: PromptRows | None = None, device_inputs: DeviceInputs | None = None,
-                fp32_logits: bool = True) -> StepLogits:
+                fp32_logits: bool = True, draws: GraphDraws | None = None) -> StepLogits:
         """Run the step; return logits (fp32, or the model's dtype when `fp32_logits` is False)
         for the requests whose known tokens are all computed after it, in batch order: one
         row, or 1 + k rows for a request verifying k draft tokens. The logits of
-        `prompt_rows` follow them, when given."""
+        `prompt_rows` follow them, when given. `draws`: how a CUDA graph may choose the
+        tokens itself, where the step replays one with every row sampled."""
         step = self.prepare(scheduled, tables)
         rows = step.sample_rows if prompt_rows is None else step.sample_rows + prompt_rows.rows
-        argmax = None
         if self.cuda_graphs is not None and self.cuda_graphs.can_run(step):
-            replayed = self.cuda_graphs.run(step, device_inputs)
-            if replayed.logits is not None and rows == list(range(step.num_tokens)):
-                logits, argmax = replayed.logits, replayed.argmax
-            else:  # a draft's tails, a short prompt chunk
-                logits = self._logits(replayed.hidden, rows)
+            every_row_sampled = rows == list(range(step.num_tokens))
+            replayed = self.cuda_graphs.run(step, device_inputs, draws if every_row_sampled else None)
+            if replayed.chosen is not None:  # selection reads no logits
+                return StepLogits(replayed.logits, replayed.argmax, replayed.chosen)
+            if replayed.logits is not None and every_row_sampled:
+                logits = replayed.logits
+                return StepLogits(logits.float() if fp32_logits else logits, replayed.argmax)
+            logits = self._logits(replayed.hidden, rows)  # a draft's tails, a short prompt chunk
         else:
             input_ids, positions, meta = step.to_device(self.device, device_inputs)
             logits = self._logits(self.model(input_ids, positions, self.kv_caches, meta, self.backend), rows)
-        return StepLogits(logits.float() if fp32_logits else logits, argmax)
+        return StepLogits(logits.float() if fp32_logits else logits)
 
     def _logits(self, hidden: torch.Tensor, rows: list[int]) -> torch.Tensor:
         return self.model.compute_logits(hidden.index_select(0, to_device(rows, self.device, torch.long)),
                                          fp32=False)
 
     def execute_with_layout(self, scheduled: dict[Request, int], tables: BlockTables,
-                            device_inputs: DeviceInputs | None = None
+                            device_inputs: DeviceInputs | None = None, unseeded_key: int = 0
                             ) -> tuple[StepLogits, RowLayout | None, PromptRows | None]:
         """`execute`, the layout of its logits rows that selection and the update read (None
         when the step only runs prompt chunks), and the prompt rows scored this step, whose
-        logits are the last rows."""
+        logits are the last rows. `unseeded_key`: the key of this step's unseeded draws, for a
+        CUDA graph that draws."""
         layout = RowLayout.build(scheduled, self.device)  # before the step moves num_computed_tokens
         prompt_rows = PromptRows.build(scheduled)
         fp32 = layout is not None and layout.needs_fp32_logits  # prompt logprobs cast their own rows
-        return self.execute(scheduled, tables, prompt_rows, device_inputs, fp32), layout, prompt_rows
+        draws = None
+        if self.cuda_graphs is not None and layout is not None and prompt_rows is None:
+            draws = layout.graph_draws(unseeded_key)
+        return self.execute(scheduled, tables, prompt_rows, device_inputs, fp32, draws), layout, prompt_rows

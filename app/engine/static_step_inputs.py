@@ -7,6 +7,9 @@ the step's own rows are copied. There are two host buffers, used in turn, and ea
 its previous copy before it is written again: with overlapped scheduling the host fills the
 next step's while the copy of the last may still be queued behind the step running.
 
+A plain decode step's draws cross in the same copy: per sequence its temperature (0: greedy),
+top-p, min-p and the uniforms the host computed (`GraphDraws`).
+
 Padding: a step's rows are at the front of the padded shape; the other tokens have slot -1
 (their K/V are written nowhere) and token id and position 0, the other sequences seq_len 0
 (decode attention reads nothing) and no query tokens (query_start_loc repeats the step's token
@@ -17,7 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from app.engine.step_inputs import DeviceInputs, StepArrays
+from app.engine.selection.draws import DRAW_ROUNDS
+from app.engine.step_inputs import DeviceInputs, GraphDraws, StepArrays
 from kernels.attention_interface import AttentionMetadata
 
 
@@ -30,6 +34,9 @@ class StaticStepInputs:
                   ("positions", torch.int64, max_tokens), ("slot_mapping", torch.int64, max_tokens),
                   ("seq_lens", torch.int32, max_seqs), ("context_lens", torch.int32, max_seqs),
                   ("query_start_loc", torch.int32, max_seqs + 1),
+                  # a plain step's draws (GraphDraws), one row per sequence
+                  ("temperature", torch.float32, max_seqs), ("top_p", torch.float32, max_seqs),
+                  ("min_p", torch.float32, max_seqs), ("uniforms", torch.float64, max_seqs * DRAW_ROUNDS),
                   ("block_tables", torch.int32, max_seqs * max_blocks_per_seq)]  # last: copied by rows
         self.offsets: dict[str, tuple[int, torch.dtype, int]] = {}
         nbytes = 0
@@ -41,6 +48,8 @@ class StaticStepInputs:
         self.input_ids, self.from_source, self.positions = views["input_ids"], views["from_source"], views["positions"]
         self.slot_mapping, self.seq_lens = views["slot_mapping"], views["seq_lens"]
         self.context_lens, self.query_start_loc = views["context_lens"], views["query_start_loc"]
+        self.temperature, self.top_p, self.min_p = views["temperature"], views["top_p"], views["min_p"]
+        self.uniforms = views["uniforms"].view(max_seqs, DRAW_ROUNDS)
         self.block_tables = views["block_tables"].view(max_seqs, max_blocks_per_seq)
         i32 = dict(dtype=torch.int32, device=self.device)
         self.one_query_each = torch.arange(max_seqs + 1, **i32)  # a plain decode step's starts
@@ -65,9 +74,11 @@ class StaticStepInputs:
             slot_mapping=self.slot_mapping[:seqs * query_len], query_lens_cpu=[query_len] * seqs,
             seq_lens_cpu=[reach] * seqs)
 
-    def load(self, step: StepArrays, device_inputs: DeviceInputs | None, seqs: int, query_len: int) -> None:
+    def load(self, step: StepArrays, device_inputs: DeviceInputs | None, draws: GraphDraws | None,
+             seqs: int, query_len: int) -> None:
         """Write the step's rows, padded to the shape, into the next host buffer and start its
-        copy to the device."""
+        copy to the device. Without `draws` every sequence has temperature 0: the graph takes
+        the argmax, and its draw kernel reads no logits."""
         turn, self.turn = self.turn, 1 - self.turn
         if self.copied[turn] is not None:
             self.copied[turn].synchronize()  # its last copy has run (at once, but for a race)
@@ -86,6 +97,13 @@ class StaticStepInputs:
         if query_len > 1:
             host["query_start_loc"][:n + 1] = step.query_start_loc
             host["query_start_loc"][n + 1:seqs + 1] = tokens
+        drawn = 0 if draws is None else len(draws.temperature)
+        if drawn:
+            host["temperature"][:drawn] = draws.temperature
+            host["top_p"][:drawn] = draws.top_p
+            host["min_p"][:drawn] = draws.min_p
+            host["uniforms"][:drawn * DRAW_ROUNDS] = draws.uniforms.reshape(-1)
+        host["temperature"][drawn:seqs] = 0.0
         # Columns past the step's width keep stale ids: never read, as seq_len bounds every read.
         tables = host["block_tables"].reshape(self.max_seqs, self.max_blocks_per_seq)
         tables[:n, :step.block_tables.shape[1]] = step.block_tables

@@ -26,6 +26,16 @@ class DeviceInputs:
 
 
 @dataclass
+class GraphDraws:
+    """How a plain decode step's CUDA graph chooses each sequence's token (one row each): its
+    argmax where temperature is 0 (greedy), else a draw with these settings and uniforms."""
+    temperature: np.ndarray  # float32 [n]
+    top_p: np.ndarray  # float32 [n]
+    min_p: np.ndarray  # float32 [n]
+    uniforms: np.ndarray  # float64 [n, DRAW_ROUNDS]
+
+
+@dataclass
 class StepArrays:
     """T token rows of n sequences; int64 per token, int32 per sequence (the kernels' types)."""
     input_ids: np.ndarray  # [T]

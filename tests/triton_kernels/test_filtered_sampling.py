@@ -100,3 +100,19 @@ def test_a_vanishing_top_p_draws_the_most_likely_token(top_p):
     top_p_rows = torch.full((8,), top_p, device=DEVICE)
     got = filtered_sample(logits, temperature, top_p_rows, torch.zeros_like(min_p), u)
     assert got.tolist() == logits.argmax(-1).tolist()
+
+
+def test_rows_of_temperature_zero_draw_nothing_and_the_others_the_same():
+    """A greedy row (temperature 0) leaves its slot unwritten and costs no pass over its
+    logits; the other rows draw the tokens they draw without it (a CUDA graph that chooses for
+    greedy and sampled rows alike relies on both)."""
+    logits = strided_logits(8, 300, torch.float32, seed=4)
+    temperature, top_p, min_p, u = settings(8, rounds=DRAW_ROUNDS, seed=5)
+    expected = filtered_sample(logits, temperature, top_p, min_p, u)
+    greedy = torch.tensor([True, False] * 4, device=DEVICE)
+    got = filtered_sample(logits, temperature.masked_fill(greedy, 0.0), top_p, min_p, u,
+                          out=torch.full((8,), -7, device=DEVICE))
+    assert got[~greedy].tolist() == expected[~greedy].tolist() and (got[greedy] == -7).all()
+    on_host = draw_with_uniforms(logits.cpu(), temperature.masked_fill(greedy, 0.0).cpu(), None, top_p.cpu(),
+                                 min_p.cpu(), 0, u.cpu())  # the torch steps: the same for the others
+    assert on_host[~greedy.cpu()].tolist() == expected[~greedy].tolist()

@@ -184,6 +184,32 @@ def test_overlapped_scheduling_gives_the_serial_engines_tokens(checkpoint):
     assert outputs[0] == outputs[1]
 
 
+def test_tokens_chosen_inside_the_graph_are_those_chosen_after_it(checkpoint, monkeypatch):
+    """Greedy, seeded and unseeded sampled requests (top-p, min-p), overlapped: the decode
+    graphs choose every plain step's tokens, and they are the tokens the same engine chooses
+    after the replay from the same logits (graph_draws off). Then with bf16 logits, the model
+    dtype the graph draws from."""
+    from app.config import EngineConfig
+    from app.engine.engine import LLMEngine
+    from app.engine.selection.layout import RowLayout
+    from tests.test_overlap_scheduling import mixed_params, prompts
+    batch, params = prompts(12, seed=3), mixed_params(12)
+    for p in params[1::4]:
+        p.seed = None
+    for dtype in ("float32", "bfloat16"):
+        config = EngineConfig(model=str(checkpoint), dtype=dtype, device="cuda", num_kv_blocks=64,
+                              max_num_batched_tokens=64)
+        chosen = LLMEngine(config)
+        selections = []
+        on_device = chosen.selector.on_device
+        chosen.selector.on_device = lambda *a, **k: selections.append(on_device(*a, **k)) or selections[-1]
+        got = chosen.generate(batch, params)
+        assert sum(s.tokens_only for s in selections) > 10
+        with monkeypatch.context() as patch:
+            patch.setattr(RowLayout, "graph_draws", lambda self, key: None)
+            assert LLMEngine(config).generate(batch, params) == got
+
+
 @pytest.mark.parametrize("context,query_lens", [([5, 16, 31], [1, 1, 1]), ([5, 16, 259], [1, 1, 1]),
                                                 ([5, 16, 259], [3, 1, 2])],
                          ids=["one-split-graph", "long-graph", "verify-graph"])

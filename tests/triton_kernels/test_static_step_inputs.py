@@ -6,9 +6,10 @@ compute, without the capture itself (tests/triton_kernels/test_gpu.py covers tha
 - A step loaded into a larger shape, over buffers a previous step left full, gives the step's
   own hidden states, logits and argmax, and writes only its own K/V slots: a plain decode step
   and a verifying one whose sequences carry different numbers of drafts.
-- Through the engine with overlapped scheduling: the rows whose tokens the step in flight chose
-  read them on the device (from the graph's own argmax, or from drawn tokens copied in), and
-  the greedy steps are chosen inside the replay; the tokens are the plain engine's.
+- Through the engine with overlapped scheduling: plain decode steps, greedy and sampled, are
+  chosen inside the replay, the rows whose tokens the step in flight chose read them on the
+  device (from the graph's choice, or from tokens chosen after it and copied in), and the
+  tokens are the engine's without graphs.
 """
 
 import numpy as np
@@ -87,7 +88,7 @@ def test_padded_step_gives_the_steps_rows(tiny_checkpoint, query_lens):
     stale = make_meta(full, [1] * most, block_tables([1] * most, full), BLOCK)
     stale_ids = torch.ones(most * query_len, dtype=torch.long)
     for _ in range(2):
-        graphs.inputs.load(step_arrays(stale_ids, stale_ids, stale), None, most, query_len)
+        graphs.inputs.load(step_arrays(stale_ids, stale_ids, stale), None, None, most, query_len)
 
     step = step_arrays(input_ids, positions, meta)
     assert graphs.can_run(step)
@@ -106,35 +107,41 @@ def test_padded_step_gives_the_steps_rows(tiny_checkpoint, query_lens):
         torch.testing.assert_close(g.nan_to_num(), e.nan_to_num(), atol=1e-5, rtol=1e-5)
 
 
-def test_overlapped_steps_through_the_graph_runner_give_the_plain_engines_tokens(tiny_checkpoint):
-    """Greedy requests (chosen inside the replay, their next inputs read from its argmax) beside
-    seeded sampled ones (drawn after it, their tokens copied in for the next replay), with
-    prompts of different lengths, so some steps mix a prompt chunk in and run eagerly."""
-    gen = torch.Generator().manual_seed(5)
-    prompts = [torch.randint(2, 128, (n,), generator=gen).tolist() for n in (3, 17, 9, 30)]
-    params = [SamplingParams(max_tokens=10, ignore_eos=True, **(dict(temperature=0.0) if i % 2 == 0
-                                                                else dict(temperature=0.9, seed=i)))
-              for i in range(4)]
-    config = dict(num_kv_blocks=32, max_num_seqs=4, max_num_batched_tokens=24, enable_prefix_caching=False)
-    expected = engine_on_cpu(tiny_checkpoint, overlap_scheduling=False, **config).generate(prompts, params)
+def params_of(kind: str, i: int) -> SamplingParams:
+    common = dict(max_tokens=10, ignore_eos=True)
+    if kind == "greedy" or i % 2 == 0:
+        return SamplingParams(temperature=0.0, **common)
+    sampled = dict(temperature=0.9, top_p=0.8 if i % 4 == 1 else 1.0, min_p=0.05 if i % 4 == 3 else 0.0,
+                   seed=i if i % 3 else None, **common)  # seeded and unseeded draws
+    return SamplingParams(top_k=5 if kind == "top-k" else 0, **sampled)
 
-    for greedy_only in (True, False):
-        engine = engine_on_cpu(tiny_checkpoint, overlap_scheduling=True, **config)
-        runner = engine.runner
-        runner.cuda_graphs = CudaGraphDecodeRunner(runner.model, runner.kv_caches, runner.backend,
-                                                   max_batch_size=4, max_blocks_per_seq=17, device="cpu")
-        selections = []
-        on_device = engine.selector.on_device
-        engine.selector.on_device = lambda *a, **k: selections.append(on_device(*a, **k)) or selections[-1]
-        chosen = [i for i in range(4) if i % 2 == 0 or not greedy_only]
-        got = engine.generate([prompts[i] for i in chosen], [params[i] for i in chosen])
-        assert got == [expected[i] for i in chosen]
-        in_graph = sum(s.tokens_only for s in selections)
-        if greedy_only:
-            assert in_graph >= 8  # the steady decode steps
-        else:
-            assert in_graph == 0  # a sampled request in every step
-        assert engine.in_flight is None and not engine.block_manager.tables.row_of
+
+@pytest.mark.parametrize("kind,chosen_in_graph", [("greedy", True), ("sampled", True), ("top-k", False)])
+def test_overlapped_steps_through_the_graph_runner_give_the_plain_engines_tokens(tiny_checkpoint, kind,
+                                                                                  chosen_in_graph):
+    """Greedy requests beside sampled ones, seeded and not, with top-p and min-p: the graph
+    chooses every token of a decode step (its argmax, or a draw with the uniforms the host
+    sent), and the next step's rows read them on the device. With a top-k cut the step is
+    chosen after the replay and its tokens are copied in for the next. Prompts of different
+    lengths, so some steps mix a prompt chunk in and run eagerly. The tokens are those of the
+    same engine without graphs."""
+    gen = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(2, 128, (n,), generator=gen).tolist() for n in (3, 17, 9, 30, 6, 11)]
+    params = [params_of(kind, i) for i in range(len(prompts))]
+    config = dict(num_kv_blocks=40, max_num_seqs=6, max_num_batched_tokens=24, enable_prefix_caching=False,
+                  overlap_scheduling=True)
+    expected = engine_on_cpu(tiny_checkpoint, **config).generate(prompts, params)
+    engine = engine_on_cpu(tiny_checkpoint, **config)
+    runner = engine.runner
+    runner.cuda_graphs = CudaGraphDecodeRunner(runner.model, runner.kv_caches, runner.backend,
+                                               max_batch_size=6, max_blocks_per_seq=17, device="cpu")
+    selections = []
+    on_device = engine.selector.on_device
+    engine.selector.on_device = lambda *a, **k: selections.append(on_device(*a, **k)) or selections[-1]
+    assert engine.generate(prompts, params) == expected
+    in_graph = sum(s.tokens_only for s in selections)
+    assert in_graph >= 8 if chosen_in_graph else in_graph == 0  # the steady decode steps
+    assert engine.in_flight is None and not engine.block_manager.tables.row_of
 
 
 def test_step_arrays_cross_in_one_copy_of_the_rows_used(tiny_checkpoint):
@@ -147,7 +154,7 @@ def test_step_arrays_cross_in_one_copy_of_the_rows_used(tiny_checkpoint):
     inputs = graphs.inputs
     inputs.block_tables.fill_(7)
     meta = make_meta([1], [20], torch.tensor([[3, 4]], dtype=torch.int32), BLOCK)
-    inputs.load(step_arrays(torch.tensor([9]), torch.tensor([20]), meta), None, 1, 1)
+    inputs.load(step_arrays(torch.tensor([9]), torch.tensor([20]), meta), None, None, 1, 1)
     assert inputs.block_tables[0].tolist()[:2] == [3, 4]
     assert (inputs.block_tables[1:] == 7).all()  # rows past the step's: not copied
     assert inputs.slot_mapping[0].item() == 4 * BLOCK + 4 and inputs.input_ids[0].item() == 9

@@ -43,8 +43,11 @@ def draw_tokens(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Te
 def draw_with_uniforms(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
                        top_p: torch.Tensor, min_p: torch.Tensor, max_top_k: int, u: torch.Tensor
                        ) -> torch.Tensor:
-    """u: [R, rounds], independent uniforms, the first the row's own."""
+    """u: [R, rounds], independent uniforms, the first the row's own. A row of temperature 0
+    is greedy and draws nothing: its token is undefined, for the caller's argmax (a CUDA graph
+    that chooses for greedy and sampled rows alike)."""
     if not logits.is_cuda:
+        temperature = temperature.where(temperature > 0, 1.0)
         return _draw_on_cpu(logits, temperature, top_k, top_p, min_p, max_top_k, u)
     from kernels.filtered_sampling import filtered_sample
     floor = top_k_floor(logits, top_k, max_top_k) if max_top_k else None

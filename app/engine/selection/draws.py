@@ -8,6 +8,7 @@ token being chosen), so its tokens are the same alone or in any batch, and after
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 # 64-bit odd constants as signed int64 (torch has no uint64 arithmetic; products wrap).
@@ -47,6 +48,26 @@ def sample_uniforms(key: torch.Tensor, position: torch.Tensor, count: int) -> to
     streams = torch.cat([torch.full((1,), SAMPLE, device=key.device),
                          torch.arange(REDRAW, REDRAW + count - 1, device=key.device)])
     return uniforms(key[:, None], position[:, None], streams[None, :])
+
+
+def host_sample_uniforms(key: np.ndarray, position: np.ndarray, count: int) -> np.ndarray:
+    """`sample_uniforms` on the host, bit for bit (numpy's uint64 arithmetic wraps as torch's
+    int64 does): for a CUDA graph that draws, whose inputs cross in one copy."""
+    with np.errstate(over="ignore"):
+        k = key.astype(np.int64).view(np.uint64)[:, None]
+        pos = position.astype(np.int64).view(np.uint64)[:, None]
+        streams = np.array([SAMPLE] + list(range(REDRAW, REDRAW + count - 1)), dtype=np.uint64)[None, :]
+        h = _mix64_array(_mix64_array(k + np.uint64(_GOLDEN % 2**64)) + pos * np.uint64(_STREAM % 2**64)
+                         + streams * np.uint64(_GOLDEN % 2**64))
+        return (h >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def _mix64_array(x: np.ndarray) -> np.ndarray:
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
 
 
 def _mix64_host(x: int) -> int:

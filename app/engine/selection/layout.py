@@ -3,20 +3,50 @@
 Built once per step from the scheduled batch (the runner, which lays out the rows) and read by
 selection and by the engine's update. A request whose known tokens are all computed after the
 step is *sampled*: it owns 1 + k consecutive rows, its last known token and its k drafts
-(forced by the grammar, or proposed). Everything the device needs is sent in a few tensors.
+(forced by the grammar, or proposed). Everything selection on the device needs is sent in a
+few tensors when it first reads them; a step whose CUDA graph chooses its tokens reads the
+host's lists instead (`graph_draws`).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from app.engine.request import Request
-from app.engine.selection.draws import request_key
+from app.engine.selection.draws import DRAW_ROUNDS, host_sample_uniforms, request_key
 from app.engine.selection.penalties import Penalties
 from app.engine.selection.verify import VerifyRows
+from app.engine.step_inputs import GraphDraws
 from app.engine.to_device import to_device
+
+
+@dataclass
+class SamplingRows:
+    """Per row, on the device: sampling settings and the random key/position of its draws."""
+    temperature: torch.Tensor
+    top_k: torch.Tensor
+    top_p: torch.Tensor
+    min_p: torch.Tensor
+    key: torch.Tensor  # int64: the request's seed, or 0 for unseeded rows
+    position: torch.Tensor  # int64: the token's position (seeded), or the row (unseeded)
+    seeded: torch.Tensor  # bool
+
+
+@dataclass
+class HostRows:
+    """What the device tensors of a layout are made of, kept on the host until selection there
+    reads them: a step whose CUDA graph chooses its tokens sends none of them."""
+    firsts: list[int]
+    ks: list[int]
+    greedy: list[bool]
+    forced: list[bool]
+    drafts: list[list[int]]  # padded to the largest k with 0
+    draft_q_rows: list[list[int]] | None  # padded with -1; None without draft distributions
+    sampling: tuple[list, ...] | None  # SamplingRows' fields as lists; None when all are greedy
 
 
 @dataclass
@@ -24,16 +54,8 @@ class RowLayout:
     requests: list[Request]  # sampled requests, in batch order
     first_rows: list[int]  # each one's first row
     num_rows: int
-    verify: VerifyRows
-    # Per row, on the device: sampling settings and the random key/position of its draws
-    # (None when every request is greedy).
-    temperature: torch.Tensor | None
-    top_k: torch.Tensor | None
-    top_p: torch.Tensor | None
-    min_p: torch.Tensor | None
-    key: torch.Tensor | None  # int64: the request's seed, or 0 for unseeded rows
-    position: torch.Tensor | None  # int64: the token's position (seeded), or the row (unseeded)
-    seeded: torch.Tensor | None  # bool
+    device: torch.device
+    host_rows: HostRows
     all_greedy: bool
     needs_sort: bool  # some sampled row has top-k or top-p
     max_top_k: int  # the largest top-k of a sampled row (0: none)
@@ -43,6 +65,26 @@ class RowLayout:
     num_top_logprobs: int  # the most alternatives any request asked for
     penalties: Penalties | None = None  # None when no request has a penalty or a logit bias
 
+    @functools.cached_property
+    def verify(self) -> VerifyRows:
+        host, dev = self.host_rows, self.device
+        n, max_k = len(host.ks), max(host.ks)
+        return VerifyRows(
+            first=to_device(host.firsts, dev, torch.long), num_drafts=to_device(host.ks, dev, torch.long),
+            greedy=to_device(host.greedy, dev, torch.bool), forced=to_device(host.forced, dev, torch.bool),
+            drafts=to_device(host.drafts, dev, torch.long).view(n, max_k),
+            draft_q_row=(to_device(host.draft_q_rows, dev, torch.long).view(n, max_k)
+                         if host.draft_q_rows is not None else None))
+
+    @functools.cached_property
+    def sampling(self) -> SamplingRows | None:
+        """None when every request is greedy: greedy rows draw nothing."""
+        lists = self.host_rows.sampling
+        if lists is None:
+            return None
+        dtypes = (torch.float32, torch.long, torch.float32, torch.float32, torch.long, torch.long, torch.bool)
+        return SamplingRows(*(to_device(values, self.device, dtype) for values, dtype in zip(lists, dtypes)))
+
     @property
     def needs_fp32_logits(self) -> bool:
         """A greedy choice is an argmax: the same on 16-bit logits as on their exact fp32 copy,
@@ -50,12 +92,24 @@ class RowLayout:
         penalties and grammar masks read fp32; logprobs cast the rows they read."""
         return not self.all_greedy or self.penalties is not None or bool(self.guided)
 
-    @property
-    def plain_greedy(self) -> bool:
-        """Every request takes its argmax, one row each, and asks for nothing more: the step's
-        tokens are its choice."""
-        return (self.all_greedy and self.num_rows == len(self.requests) and self.penalties is None
-                and self.logprob_index is None and not self.guided)
+    def graph_draws(self, unseeded_key: int) -> GraphDraws | None:
+        """What a CUDA graph needs to choose this step's tokens itself, or None where it cannot:
+        drafts to verify, grammar masks, penalties, logprobs, or a top-k cut (whose width the
+        graph cannot know). The keys and positions are those `selector.choose` draws with;
+        greedy rows get temperature 0."""
+        plain = (self.num_rows == len(self.requests) and self.penalties is None
+                 and self.logprob_index is None and not self.guided)
+        if not plain or self.max_top_k:
+            return None
+        n = len(self.requests)
+        if self.all_greedy:
+            return GraphDraws(np.zeros(n, np.float32), np.ones(n, np.float32), np.zeros(n, np.float32),
+                              np.zeros((n, DRAW_ROUNDS)))
+        temperature, _, top_p, min_p, key, position, seeded = self.host_rows.sampling
+        key = np.where(seeded, np.array(key, np.int64), unseeded_key)
+        return GraphDraws(np.where(self.host_rows.greedy, 0.0, temperature).astype(np.float32),
+                          np.array(top_p, np.float32), np.array(min_p, np.float32),
+                          host_sample_uniforms(key, np.array(position, np.int64), DRAW_ROUNDS))
 
     @property
     def guided(self) -> list[tuple[Request, int]]:
@@ -99,34 +153,25 @@ class RowLayout:
             return None
         max_k = max(ks)
         pad = lambda lists, fill: [x + [fill] * (max_k - len(x)) for x in lists]  # noqa: E731
-        dev = device
-        draft_q = torch.cat(q_parts).to(dev) if q_parts else None
-        verify = VerifyRows(
-            first=to_device(firsts, dev, torch.long), num_drafts=to_device(ks, dev, torch.long),
-            greedy=to_device(greedy, dev, torch.bool), forced=to_device(forced, dev, torch.bool),
-            drafts=to_device(pad(drafts, 0), dev, torch.long).view(len(ks), max_k),
-            draft_q_row=(to_device(pad(q_rows, -1), dev, torch.long).view(len(ks), max_k)
-                         if q_parts else None))
         all_greedy = all(greedy)
-        sampling = None if all_greedy else _sampling_rows(requests, firsts, ks, dev)  # greedy draws nothing
-        temperature, top_k, top_p, min_p, key, position, seeded = sampling or (None,) * 7
+        host_rows = HostRows(firsts, ks, greedy, forced, pad(drafts, 0), pad(q_rows, -1) if q_parts else None,
+                             None if all_greedy else _sampling_lists(requests, firsts, ks))
         return cls(
-            requests=requests, first_rows=firsts, num_rows=row, verify=verify,
-            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, key=key,
-            position=position, seeded=seeded, all_greedy=all_greedy,
+            requests=requests, first_rows=firsts, num_rows=row, device=device, host_rows=host_rows,
+            all_greedy=all_greedy,
             needs_sort=any(not g and (r.params.top_k > 0 or r.params.top_p < 1)
                            for r, g in zip(requests, greedy)),
             max_top_k=max((r.params.top_k for r, g in zip(requests, greedy) if not g), default=0),
-            draft_q=draft_q, logprob_rows=logprob_rows,
-            logprob_index=(to_device([logprob_rows, logprob_req, logprob_offset], dev, torch.long)
+            draft_q=torch.cat(q_parts).to(device) if q_parts else None, logprob_rows=logprob_rows,
+            logprob_index=(to_device([logprob_rows, logprob_req, logprob_offset], device, torch.long)
                            if logprob_rows else None),
             num_top_logprobs=num_top,
-            penalties=Penalties.build(penalised, dev) if penalised else None)
+            penalties=Penalties.build(penalised, device) if penalised else None)
 
 
-def _sampling_rows(requests: list[Request], firsts: list[int], ks: list[int], dev: torch.device
-                   ) -> tuple[torch.Tensor, ...]:
-    """Per row: temperature, top-k, top-p, min-p, and the key, position and seededness of its draws."""
+def _sampling_lists(requests: list[Request], firsts: list[int], ks: list[int]) -> tuple[list, ...]:
+    """Per row: temperature, top-k, top-p, min-p, and the key, position and seededness of its
+    draws (read now: the positions move with the step's update)."""
     temperature, top_k, top_p, min_p, key, position, seeded = [], [], [], [], [], [], []
     for req, row, k in zip(requests, firsts, ks):
         p = req.params
@@ -143,7 +188,4 @@ def _sampling_rows(requests: list[Request], firsts: list[int], ks: list[int], de
             key += [0] * rows
             position += range(row, row + rows)
             seeded += [False] * rows
-    return (to_device(temperature, dev, torch.float32), to_device(top_k, dev, torch.long),
-            to_device(top_p, dev, torch.float32), to_device(min_p, dev, torch.float32),
-            to_device(key, dev, torch.long), to_device(position, dev, torch.long),
-            to_device(seeded, dev, torch.bool))
+    return temperature, top_k, top_p, min_p, key, position, seeded

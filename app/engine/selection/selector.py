@@ -36,7 +36,7 @@ class Chosen:
 class Selection:
     """A step's choices: the payload on its way to the host, and each request's final token on
     the device, which the next step's inputs read where it is. `tokens_only`: the payload is
-    the final tokens alone (a plain greedy step: nothing accepted, no logprobs)."""
+    the final tokens alone (chosen inside a CUDA graph: nothing accepted, no logprobs)."""
     host: transfer.HostCopy
     final: torch.Tensor
     tokens_only: bool = False
@@ -52,16 +52,15 @@ def choose(logits: torch.Tensor, layout: RowLayout, unseeded_key: int, argmax: t
         argmax = logits.argmax(-1)
     if layout.all_greedy:  # no draws needed
         return verify(layout.verify, None, argmax, None, None)
-    key = torch.where(layout.seeded, layout.key, unseeded_key)
+    s = layout.sampling
+    key = torch.where(s.seeded, s.key, unseeded_key)
 
     if layout.num_rows == len(layout.requests):  # no drafts: each request draws its token, as is
-        drawn = draw_tokens(logits, layout.temperature, layout.top_k, layout.top_p, layout.min_p,
-                            layout.max_top_k, key, layout.position)
+        drawn = draw_tokens(logits, s.temperature, s.top_k, s.top_p, s.min_p, layout.max_top_k, key, s.position)
         return torch.zeros_like(argmax), torch.where(layout.verify.greedy, argmax, drawn)
-    probs = row_probs(logits, layout.temperature, layout.top_k, layout.top_p, layout.min_p,
-                      layout.needs_sort)
-    return verify(layout.verify, probs, argmax, uniforms(key, layout.position, ACCEPT),
-                  uniforms(key, layout.position, SAMPLE), layout.draft_q,
+    probs = row_probs(logits, s.temperature, s.top_k, s.top_p, s.min_p, layout.needs_sort)
+    return verify(layout.verify, probs, argmax, uniforms(key, s.position, ACCEPT),
+                  uniforms(key, s.position, SAMPLE), layout.draft_q,
                   _draws_without_drafts(logits, layout, key))
 
 
@@ -75,8 +74,9 @@ def _draws_without_drafts(logits: torch.Tensor, layout: RowLayout, key: torch.Te
         return None
     index = to_device(undrafted, logits.device, torch.long)
     rows = layout.verify.first[index]
-    tokens = draw_tokens(logits[rows], layout.temperature[rows], layout.top_k[rows], layout.top_p[rows],
-                         layout.min_p[rows], layout.max_top_k, key[rows], layout.position[rows])
+    s = layout.sampling
+    tokens = draw_tokens(logits[rows], s.temperature[rows], s.top_k[rows], s.top_p[rows], s.min_p[rows],
+                         layout.max_top_k, key[rows], s.position[rows])
     return torch.full((len(layout.requests),), -1, device=logits.device).index_copy(0, index, tokens)
 
 
@@ -107,14 +107,19 @@ class Selector:
         """One Chosen per sampled request, in layout order. `step` keys unseeded draws."""
         return self.to_host(self.on_device(logits, layout, step, jump_forward_tokenizer), layout)
 
-    def on_device(self, logits: torch.Tensor, layout: RowLayout, step: int,
-                  jump_forward_tokenizer=None, argmax: torch.Tensor | None = None) -> Selection:
+    def unseeded_key(self, step: int) -> int:
+        """The key of unseeded requests' draws in engine step `step`."""
+        return step_key(self.seed, step)
+
+    def on_device(self, logits: torch.Tensor, layout: RowLayout, step: int, jump_forward_tokenizer=None,
+                  argmax: torch.Tensor | None = None, chosen: torch.Tensor | None = None) -> Selection:
         """The step's choices, their copy to the host started (a step in flight). `argmax`:
-        each row's greedy token, when the step's CUDA graph took it."""
-        if argmax is not None and layout.plain_greedy:  # chosen inside the graph
-            return Selection(transfer.to_host(argmax), argmax, tokens_only=True)
+        each row's greedy token, and `chosen`: each request's token, when the step's CUDA graph
+        took them (with `layout.graph_draws`, for `chosen`)."""
+        if chosen is not None:
+            return Selection(transfer.to_host(chosen), chosen, tokens_only=True)
         masked = mask_guided_rows(logits, layout.guided, jump_forward_tokenizer)
-        num_accepted, final = choose(masked, layout, step_key(self.seed, step), argmax)
+        num_accepted, final = choose(masked, layout, self.unseeded_key(step), argmax)
         parts = [num_accepted, final] + logprob_payload(logits, layout, num_accepted, final)
         return Selection(transfer.to_host(torch.cat([p.double() for p in parts])), final)
 
