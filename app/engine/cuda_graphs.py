@@ -35,9 +35,9 @@ from the step, so it is sized while capturing (`static_decode`) for a *reach*: e
 is captured twice when the model's longest context needs more than one attention split, once
 for that longest context and once for steps whose sequences all fit one split (the backend's
 `partition_size`). Those replay a grid of one split per sequence with no merge kernel, the same
-numbers as the long grid. The block-table buffer has `max_blocks_per_seq` columns: a sequence of
-exactly max_model_len tokens needs ceil(max_model_len / block_size) of them, hence the +1 margin
-the runner gives.
+numbers as the long grid. A graph's block-table rows are as wide as its reach needs; the
+longest reach has `max_blocks_per_seq` columns: a sequence of exactly max_model_len tokens needs
+ceil(max_model_len / block_size) of them, hence the +1 margin the runner gives.
 """
 
 from __future__ import annotations
@@ -117,7 +117,8 @@ class CudaGraphDecodeRunner:
         self.multi_token_logits = several and multi_token.every_row_sampled
         max_tokens = max([max_batch_size] + [s * self.multi_token_len for s in self.multi_token_sizes])
         max_logits_rows = max_tokens if self.multi_token_logits else max_batch_size
-        self.inputs = StaticStepInputs(max_batch_size, max_tokens, max_blocks_per_seq, self.device)
+        self.inputs = StaticStepInputs(max_batch_size, max_tokens, max_blocks_per_seq, kv_caches[0].shape[2],
+                                       self.device)
         # One logits buffer for every graph ([256, 128k] bf16 is 66 MB; a graph's own output
         # per shape would hold over 1 GB).
         lm_head = model.lm_head.weight
@@ -211,7 +212,7 @@ class CudaGraphDecodeRunner:
             source = device_inputs.source  # chosen outside the graph (a draw, a verification)
             self.chosen[:len(source)].copy_(source)
         draws = draws if query_len == 1 else None
-        self.inputs.load(step, device_inputs, draws, seqs, query_len)
+        self.inputs.load(step, device_inputs, draws, seqs, query_len, reach)
         hidden = self.graphs[reach, seqs, query_len].replay()
         tokens = step.num_tokens
         if not self._has_logits(query_len):

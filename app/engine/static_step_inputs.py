@@ -3,9 +3,11 @@
 Every buffer is a view of one device byte buffer, laid out as a pinned host buffer is, so a
 step's inputs cross in a single host-to-device copy instead of one per array plus the fills of
 the padding (about fifteen launches before each replay). The block tables come last and only
-the step's own rows are copied. There are two host buffers, used in turn, and each waits for
-its previous copy before it is written again: with overlapped scheduling the host fills the
-next step's while the copy of the last may still be queued behind the step running.
+the step's own rows are copied, each as wide as the graph's reach needs (64 columns for
+sequences that fit one attention split, against 514 at a context of 8,192). There are two host
+buffers, used in turn, and each waits for its previous copy before it is written again: with
+overlapped scheduling the host fills the next step's while the copy of the last may still be
+queued behind the step running.
 
 A plain decode step's draws cross in the same copy: per sequence its temperature (0: greedy),
 top-p, min-p and the uniforms the host computed (`GraphDraws`).
@@ -26,9 +28,10 @@ from kernels.attention_interface import AttentionMetadata
 
 
 class StaticStepInputs:
-    def __init__(self, max_seqs: int, max_tokens: int, max_blocks_per_seq: int, device: torch.device | str):
+    def __init__(self, max_seqs: int, max_tokens: int, max_blocks_per_seq: int, block_size: int,
+                 device: torch.device | str):
         self.device = torch.device(device)
-        self.max_seqs, self.max_blocks_per_seq = max_seqs, max_blocks_per_seq
+        self.max_seqs, self.max_blocks_per_seq, self.block_size = max_seqs, max_blocks_per_seq, block_size
         fields = [("input_ids", torch.int64, max_tokens),
                   ("from_source", torch.int64, max_tokens),  # index into the in-flight tokens, or -1
                   ("positions", torch.int64, max_tokens), ("slot_mapping", torch.int64, max_tokens),
@@ -50,7 +53,7 @@ class StaticStepInputs:
         self.context_lens, self.query_start_loc = views["context_lens"], views["query_start_loc"]
         self.temperature, self.top_p, self.min_p = views["temperature"], views["top_p"], views["min_p"]
         self.uniforms = views["uniforms"].view(max_seqs, DRAW_ROUNDS)
-        self.block_tables = views["block_tables"].view(max_seqs, max_blocks_per_seq)
+        self.block_table_space = views["block_tables"]
         i32 = dict(dtype=torch.int32, device=self.device)
         self.one_query_each = torch.arange(max_seqs + 1, **i32)  # a plain decode step's starts
         on_cuda = self.device.type == "cuda"
@@ -64,18 +67,28 @@ class StaticStepInputs:
         return {name: buffer[offset:offset + count * dtype.itemsize].view(dtype)
                 for name, (offset, dtype, count) in self.offsets.items()}
 
+    def block_table_columns(self, reach: int) -> int:
+        """The block-table columns a step that reaches `reach` tokens reads."""
+        return min(self.max_blocks_per_seq, -(-reach // self.block_size))
+
+    def block_tables(self, seqs: int, reach: int) -> torch.Tensor:
+        """[seqs, block_table_columns(reach)]: rows as narrow as the reach, so a step of short
+        sequences copies its rows' few columns, not the longest context's."""
+        columns = self.block_table_columns(reach)
+        return self.block_table_space[:seqs * columns].view(seqs, columns)
+
     def meta(self, seqs: int, query_len: int, reach: int) -> AttentionMetadata:
         """Views of the buffers for a shape of `seqs` sequences of `query_len` query tokens that
         reach `reach` tokens of context: what the captured kernels read at replay."""
         starts = self.one_query_each if query_len == 1 else self.query_start_loc
         return AttentionMetadata(
             query_start_loc=starts[:seqs + 1], seq_lens=self.seq_lens[:seqs],
-            context_lens=self.context_lens[:seqs], block_tables=self.block_tables[:seqs],
+            context_lens=self.context_lens[:seqs], block_tables=self.block_tables(seqs, reach),
             slot_mapping=self.slot_mapping[:seqs * query_len], query_lens_cpu=[query_len] * seqs,
             seq_lens_cpu=[reach] * seqs)
 
     def load(self, step: StepArrays, device_inputs: DeviceInputs | None, draws: GraphDraws | None,
-             seqs: int, query_len: int) -> None:
+             seqs: int, query_len: int, reach: int) -> None:
         """Write the step's rows, padded to the shape, into the next host buffer and start its
         copy to the device. Without `draws` every sequence has temperature 0: the graph takes
         the argmax, and its draw kernel reads no logits."""
@@ -104,11 +117,13 @@ class StaticStepInputs:
             host["min_p"][:drawn] = draws.min_p
             host["uniforms"][:drawn * DRAW_ROUNDS] = draws.uniforms.reshape(-1)
         host["temperature"][drawn:seqs] = 0.0
-        # Columns past the step's width keep stale ids: never read, as seq_len bounds every read.
-        tables = host["block_tables"].reshape(self.max_seqs, self.max_blocks_per_seq)
-        tables[:n, :step.block_tables.shape[1]] = step.block_tables
+        # Columns past the step's width keep stale ids: never read, as seq_len bounds every read
+        # (and a row's blocks past the reach, allocated ahead, are not read either).
+        columns = self.block_table_columns(reach)
+        width = min(step.block_tables.shape[1], columns)
+        host["block_tables"][:seqs * columns].reshape(seqs, columns)[:n, :width] = step.block_tables[:, :width]
         offset, dtype, _ = self.offsets["block_tables"]
-        nbytes = offset + n * self.max_blocks_per_seq * dtype.itemsize
+        nbytes = offset + n * columns * dtype.itemsize
         self.device_buffer[:nbytes].copy_(self.host_buffers[turn][:nbytes], non_blocking=True)
         if self.copied[turn] is not None:
             self.copied[turn].record()

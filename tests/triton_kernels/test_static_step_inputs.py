@@ -88,7 +88,8 @@ def test_padded_step_gives_the_steps_rows(tiny_checkpoint, query_lens):
     stale = make_meta(full, [1] * most, block_tables([1] * most, full), BLOCK)
     stale_ids = torch.ones(most * query_len, dtype=torch.long)
     for _ in range(2):
-        graphs.inputs.load(step_arrays(stale_ids, stale_ids, stale), None, None, most, query_len)
+        graphs.inputs.load(step_arrays(stale_ids, stale_ids, stale), None, None, most, query_len,
+                           graphs.max_seq_len)
 
     step = step_arrays(input_ids, positions, meta)
     assert graphs.can_run(step)
@@ -145,17 +146,22 @@ def test_overlapped_steps_through_the_graph_runner_give_the_plain_engines_tokens
 
 
 def test_step_arrays_cross_in_one_copy_of_the_rows_used(tiny_checkpoint):
-    """The block tables go last and only the step's rows are copied: a step of one sequence
-    copies the fixed fields and one row, whatever the stale rows behind it hold."""
+    """The block tables go last, each row as wide as the graph's reach, and only the step's
+    rows are copied: a step of one sequence copies the fixed fields and one narrow row; a
+    block allocated past the reach is not copied over the next row."""
     engine = engine_on_cpu(tiny_checkpoint, num_kv_blocks=32)
     runner = engine.runner
     graphs = CudaGraphDecodeRunner(runner.model, runner.kv_caches, runner.backend, max_batch_size=4,
-                                   max_blocks_per_seq=5, device="cpu")
+                                   max_blocks_per_seq=17, device="cpu")
     inputs = graphs.inputs
-    inputs.block_tables.fill_(7)
-    meta = make_meta([1], [20], torch.tensor([[3, 4]], dtype=torch.int32), BLOCK)
-    inputs.load(step_arrays(torch.tensor([9]), torch.tensor([20]), meta), None, None, 1, 1)
-    assert inputs.block_tables[0].tolist()[:2] == [3, 4]
-    assert (inputs.block_tables[1:] == 7).all()  # rows past the step's: not copied
+    assert graphs.reaches == [256, 272] and inputs.block_table_columns(256) == 16
+    meta = make_meta([1], [20], torch.tensor([[3, 4, 9]], dtype=torch.int32), BLOCK)  # a block ahead
+    step = step_arrays(torch.tensor([9]), torch.tensor([20]), meta)
+    for reach, columns in ((256, 16), (32, 2)):
+        inputs.block_table_space.fill_(7)
+        inputs.load(step, None, None, 1, 1, reach)
+        row = inputs.block_tables(1, reach)[0].tolist()
+        assert len(row) == columns and row[:3] == [3, 4, 9][:columns]
+        assert (inputs.block_table_space[columns:] == 7).all()  # rows past the step's: not copied
     assert inputs.slot_mapping[0].item() == 4 * BLOCK + 4 and inputs.input_ids[0].item() == 9
     assert np.array_equal(inputs.from_source[:1].numpy(), [-1])

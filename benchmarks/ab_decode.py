@@ -1,0 +1,51 @@
+#!/usr/bin/env python
+"""One side of a decode A/B on a GPU: the engine of the tree this runs from (its own
+`app/` and `benchmarks/decode.py`, so run it with the other tree's copy from that tree's root),
+Llama-3-8B shape from a checkpoint `benchmarks/decode.py` wrote, bf16, prompt 128, 128 new
+tokens, overlapped scheduling. Prints decode tok/s per batch size, the best of `--repeats`.
+
+    python benchmarks/ab_decode.py --label new --model-dir /tmp/l3
+    (cd gpu_run/base && python ../../benchmarks/ab_decode.py --label base --model-dir /tmp/l3)
+
+`scripts/gpu_owed.sh` alternates the two sides over rounds; the ratio goes in the note.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.getcwd())  # the tree under test: the working directory's, not this file's
+
+from app.config import EngineConfig  # noqa: E402
+from app.engine.engine import LLMEngine  # noqa: E402
+from benchmarks.decode import run_engine  # noqa: E402
+
+KV_BYTES_PER_TOKEN = 32 * 2 * 8 * 128 * 2  # Llama-3-8B in bf16
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--label", required=True)
+    parser.add_argument("--model-dir", default="/tmp/l3")
+    parser.add_argument("--max-model-len", type=int, default=8192)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64, 256])
+    parser.add_argument("--sampled-batch-sizes", type=int, nargs="*", default=[1, 256])
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+    most = max(args.batch_sizes + args.sampled_batch_sizes)
+    kv_gib = most * 272 * KV_BYTES_PER_TOKEN / 2**30 * 1.2 + 1
+    engine = LLMEngine(EngineConfig(model=args.model_dir, dtype="bfloat16", device="cuda", kv_cache_memory_gib=kv_gib,
+                                    max_num_seqs=most, max_num_batched_tokens=8192, max_model_len=args.max_model_len))
+    run_engine(engine, 2, 16, 8, "warmup")
+    cells = [(b, False) for b in args.batch_sizes] + [(b, True) for b in args.sampled_batch_sizes]
+    for batch, sampled in cells:
+        best = max(run_engine(engine, batch, 128, 128, f"{args.label}-{batch}-{sampled}-{r}", sampled)["decode_tok_s"]
+                   for r in range(args.repeats))
+        print(f"{args.label} max_model_len {args.max_model_len} batch {batch:3d} "
+              f"{'sampled' if sampled else 'greedy '}: decode {best:9.1f} tok/s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
