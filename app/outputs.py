@@ -20,6 +20,7 @@ class BeamHypothesis:
     cumulative_logprob: float
     score: float  # cumulative_logprob / len(token_ids) ** length_penalty
     finish_reason: str  # "stop" or "length"
+    stop_token_id: int | None = None  # the request's own stop token that ended it (not the EOS)
 
 
 @dataclass

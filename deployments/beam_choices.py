@@ -14,7 +14,7 @@ class BeamText:
     index: int  # the choice index: prompt by prompt, best beam first
     text: str
     finish_reason: str
-    stop_reason: str | None  # the stop string that ended it
+    stop_reason: str | int | None  # the stop string or the request's own stop token that ended it
 
 
 def beam_texts(choices: list[Choice], n: int, tokenizer, stop_strings: list[str]) -> list[BeamText]:
@@ -29,7 +29,8 @@ def beam_texts(choices: list[Choice], n: int, tokenizer, stop_strings: list[str]
             reason = "stop" if detok.stopped else beam.finish_reason
             if not detok.stopped:
                 text += detok.finish()
-            texts.append(BeamText(c.prompt_index * n + rank, text, reason, detok.stop_reason))
+            stop_reason = detok.stop_reason if detok.stopped else beam.stop_token_id
+            texts.append(BeamText(c.prompt_index * n + rank, text, reason, stop_reason))
         c.num_output_tokens = sum(len(beam.token_ids) for beam in beams)
         c.finish_reason = final.finish_reason
         c.close()

@@ -4,6 +4,8 @@ share their blocks (copy on write where they diverge) and leave none behind."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -166,3 +168,20 @@ def test_parked_beams_make_room_for_the_rest_of_their_search():
     assert out.num_scheduled_tokens == {sibling: 5}
     assert scheduler.running == [parked[0], sibling]
     assert list(scheduler.waiting) == [parked[1]] and parked[1].num_computed_tokens == 0
+
+
+def test_a_beam_ended_by_a_stop_token_names_it(prompts):
+    """vLLM's `stop_reason` for beams: the request's own stop token that ended a beam; none for
+    the model's EOS, nor at the length limit."""
+    engine = LLMEngine(EngineConfig(model=str(DEFAULT_TARGET), num_kv_blocks=64))
+    params = beam_params(3, 0.0, False, 12)  # no length normalisation: short beams compete
+    free = run(engine, {"r": (prompts[0], params)})["r"]
+    stop = free[0].token_ids[2]  # a token the best beam produces early
+    stopped = run(engine, {"s": (prompts[0], dataclasses.replace(params, stop_token_ids=[stop]))})["s"]
+    eos = set(engine.model_config.eos_token_ids)
+    for h in free + stopped:
+        last = h.token_ids[-1]
+        own = h.finish_reason == "stop" and last == stop and h in stopped
+        assert h.stop_token_id == (last if own else None), (h.token_ids, h.finish_reason)
+        assert h.stop_token_id is not None or h.finish_reason == "length" or last in eos
+    assert any(h.stop_token_id == stop for h in stopped)

@@ -38,13 +38,17 @@ class Continuation:
 
 
 class BeamSearch:
-    def __init__(self, request_id: str, params: SamplingParams, stop_token_ids: frozenset[int]):
+    def __init__(self, request_id: str, params: SamplingParams, stop_token_ids: frozenset[int],
+                 eos_token_ids: frozenset[int] = frozenset()):
+        """`eos_token_ids`: those of `stop_token_ids` that are the model's EOS, which end a beam
+        but are no stop reason (vLLM's rule, as for a plain request)."""
         self.request_id = request_id
         self.width = params.beam_width
         self.max_tokens = params.max_tokens
         self.length_penalty = params.length_penalty
         self.early_stopping = params.early_stopping
         self.stop_token_ids = stop_token_ids
+        self.eos_token_ids = eos_token_ids
         # As transformers: enough candidates that B survive even if every beam's likeliest
         # continuations include each stop token.
         self.num_candidates = max(2, 1 + len(self.stop_token_ids)) * self.width
@@ -104,9 +108,11 @@ class BeamSearch:
         for (logprob, rank, token_id), end in zip(top, ends):
             if not end:
                 continue
-            reason = "stop" if token_id in self.stop_token_ids else "length"
-            self.finished.append(BeamHypothesis(self.live[rank].token_ids + [token_id], logprob,
-                                                logprob / generated ** self.length_penalty, reason))
+            stopped = token_id in self.stop_token_ids
+            self.finished.append(BeamHypothesis(
+                self.live[rank].token_ids + [token_id], logprob, logprob / generated ** self.length_penalty,
+                "stop" if stopped else "length",
+                token_id if stopped and token_id not in self.eos_token_ids else None))
         self.finished.sort(key=lambda h: -h.score)
         del self.finished[self.width:]
 

@@ -15,7 +15,7 @@ from app.engine.block_manager import BlockManager
 from app.engine.engine_stats import EngineStats
 from app.engine.guided_rows import plan_guided_drafts
 from app.engine.model_runner import ModelRunner, StepLogits
-from app.engine.request import Request, RequestStatus, stop_token_ids
+from app.engine.request import Request, RequestStatus, ending_eos_token_ids, stop_token_ids
 from app.engine.request_limits import RequestLimits
 from app.engine.scheduler import Scheduler
 from app.engine.selection.layout import RowLayout
@@ -293,7 +293,8 @@ class LLMEngine:
     def _start_beam_search(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
         """Each live beam runs as a greedy request of its own that reports its likeliest next
         tokens (its logprobs) instead of choosing one; `BeamSearch` decides what lives on."""
-        search = BeamSearch(request_id, params, stop_token_ids(params, self.model_config.eos_token_ids))
+        eos = self.model_config.eos_token_ids
+        search = BeamSearch(request_id, params, stop_token_ids(params, eos), ending_eos_token_ids(params, eos))
         if search.num_candidates > self.model_config.vocab_size:
             raise RequestRejected(f"{params.beam_width} beams need {search.num_candidates} candidates per step, "
                                   f"more than the vocabulary's {self.model_config.vocab_size} tokens")

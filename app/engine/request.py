@@ -22,9 +22,14 @@ class RequestStatus(enum.Enum):
     FINISHED = "finished"
 
 
+def ending_eos_token_ids(params: SamplingParams, eos_token_ids: tuple[int, ...]) -> frozenset[int]:
+    """The model's EOS tokens where they end a request (not under `ignore_eos`)."""
+    return frozenset() if params.ignore_eos else frozenset(eos_token_ids)
+
+
 def stop_token_ids(params: SamplingParams, eos_token_ids: tuple[int, ...]) -> frozenset[int]:
     """The tokens that end a request: the model's EOS (unless `ignore_eos`) and the request's own."""
-    return frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else frozenset(eos_token_ids))
+    return frozenset(params.stop_token_ids) | ending_eos_token_ids(params, eos_token_ids)
 
 
 class Request:
@@ -34,7 +39,7 @@ class Request:
         self.prompt_token_ids = list(prompt_token_ids)
         self.params = params
         self.stop_token_ids = stop_token_ids(params, eos_token_ids)
-        self.eos_token_ids = frozenset() if params.ignore_eos else frozenset(eos_token_ids)  # those that end it
+        self.eos_token_ids = ending_eos_token_ids(params, eos_token_ids)
         self.all_token_ids: list[int] = list(prompt_token_ids)
         self.num_computed_tokens = 0
         self.num_cached_tokens = 0  # prefix-cache hits at first admission

@@ -122,7 +122,8 @@ def engine_beams(engine, prompt_ids: list[int], beams: int, max_tokens: int) -> 
 def test_beam_search_returns_the_best_beams(serve_app, client, tokenizer, engine):
     """vLLM's `use_beam_search` (extra_body) with best_of=4 beams and n=2: the two best beams of
     the engine's search (tests/test_beam_search.py holds it to transformers), best first, for
-    completions and chat; usage counts the beams returned; no KV block is left."""
+    completions and chat; usage counts the beams returned; a stop token that ended a beam is its
+    stop_reason; no KV block is left."""
     prompt_ids = tokenizer.encode(PROMPTS[1])
     expected = engine_beams(engine, prompt_ids, 4, 12)
     got = client.completions.create(model=serve_app.model, prompt=PROMPTS[1], max_tokens=12, n=2, best_of=4,
@@ -130,6 +131,15 @@ def test_beam_search_returns_the_best_beams(serve_app, client, tokenizer, engine
     assert [c.text for c in got.choices] == [tokenizer.decode(ids, skip_special_tokens=True) for ids in expected[:2]]
     assert [c.index for c in got.choices] == [0, 1]
     assert got.usage.completion_tokens == sum(len(ids) for ids in expected[:2])
+    # vLLM's stop_reason on beams: the request's own stop token that ended one (scored by its
+    # logprob alone, the short beam comes first); null at the length limit.
+    stop = expected[0][2]
+    stopped = client.completions.create(model=serve_app.model, prompt=PROMPTS[1], max_tokens=12, n=2, best_of=4,
+                                        extra_body={"use_beam_search": True, "length_penalty": 0.0,
+                                                    "stop_token_ids": [stop]})
+    reasons = [(c.finish_reason, c.stop_reason) for c in stopped.choices]
+    assert reasons[0] == ("stop", stop) and all(r in (("stop", stop), ("stop", None), ("length", None))
+                                                for r in reasons), reasons
     messages = [{"role": "user", "content": "def add(a, b):"}]
     expected = engine_beams(engine, chat_ids(tokenizer, messages), 3, 10)
     chat = client.chat.completions.create(model=serve_app.model, messages=messages, max_tokens=10, n=3,
