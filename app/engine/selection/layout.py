@@ -26,14 +26,22 @@ from app.engine.to_device import to_device
 
 @dataclass
 class SamplingRows:
-    """Per row, on the device: sampling settings and the random key/position of its draws."""
-    temperature: torch.Tensor
-    top_k: torch.Tensor
-    top_p: torch.Tensor
-    min_p: torch.Tensor
-    key: torch.Tensor  # int64: the request's seed, or 0 for unseeded rows
-    position: torch.Tensor  # int64: the token's position (seeded), or the row (unseeded)
-    seeded: torch.Tensor  # bool
+    """Per row: sampling settings and the random key/position of its draws. Built as lists on
+    the host (`_sampling_lists`); `on(device)` gives the tensors selection reads."""
+    temperature: list[float] | torch.Tensor  # 1.0 on greedy rows
+    top_k: list[int] | torch.Tensor
+    top_p: list[float] | torch.Tensor
+    min_p: list[float] | torch.Tensor
+    key: list[int] | torch.Tensor  # int64: the request's seed, or 0 for unseeded rows
+    position: list[int] | torch.Tensor  # int64: the token's position (seeded), or the row (unseeded)
+    seeded: list[bool] | torch.Tensor
+
+    DTYPES = dict(temperature=torch.float32, top_k=torch.long, top_p=torch.float32, min_p=torch.float32,
+                  key=torch.long, position=torch.long, seeded=torch.bool)
+
+    def on(self, device: torch.device) -> SamplingRows:
+        return SamplingRows(**{name: to_device(getattr(self, name), device, dtype)
+                               for name, dtype in self.DTYPES.items()})
 
 
 @dataclass
@@ -46,7 +54,7 @@ class HostRows:
     forced: list[bool]
     drafts: list[list[int]]  # padded to the largest k with 0
     draft_q_rows: list[list[int]] | None  # padded with -1; None without draft distributions
-    sampling: tuple[list, ...] | None  # SamplingRows' fields as lists; None when all are greedy
+    sampling: SamplingRows | None  # of lists; None when every request is greedy
 
 
 @dataclass
@@ -80,10 +88,7 @@ class RowLayout:
     def sampling(self) -> SamplingRows | None:
         """None when every request is greedy: greedy rows draw nothing."""
         lists = self.host_rows.sampling
-        if lists is None:
-            return None
-        dtypes = (torch.float32, torch.long, torch.float32, torch.float32, torch.long, torch.long, torch.bool)
-        return SamplingRows(*(to_device(values, self.device, dtype) for values, dtype in zip(lists, dtypes)))
+        return None if lists is None else lists.on(self.device)
 
     @property
     def needs_fp32_logits(self) -> bool:
@@ -105,11 +110,11 @@ class RowLayout:
         if self.all_greedy:
             return GraphDraws(np.zeros(n, np.float32), np.ones(n, np.float32), np.zeros(n, np.float32),
                               np.zeros((n, DRAW_ROUNDS)))
-        temperature, _, top_p, min_p, key, position, seeded = self.host_rows.sampling
-        key = np.where(seeded, np.array(key, np.int64), unseeded_key)
-        return GraphDraws(np.where(self.host_rows.greedy, 0.0, temperature).astype(np.float32),
-                          np.array(top_p, np.float32), np.array(min_p, np.float32),
-                          host_sample_uniforms(key, np.array(position, np.int64), DRAW_ROUNDS))
+        rows = self.host_rows.sampling
+        key = np.where(rows.seeded, np.array(rows.key, np.int64), unseeded_key)
+        return GraphDraws(np.where(self.host_rows.greedy, 0.0, rows.temperature).astype(np.float32),
+                          np.array(rows.top_p, np.float32), np.array(rows.min_p, np.float32),
+                          host_sample_uniforms(key, np.array(rows.position, np.int64), DRAW_ROUNDS))
 
     @property
     def guided(self) -> list[tuple[Request, int]]:
@@ -169,7 +174,7 @@ class RowLayout:
             penalties=Penalties.build(penalised, device) if penalised else None)
 
 
-def _sampling_lists(requests: list[Request], firsts: list[int], ks: list[int]) -> tuple[list, ...]:
+def _sampling_lists(requests: list[Request], firsts: list[int], ks: list[int]) -> SamplingRows:
     """Per row: temperature, top-k, top-p, min-p, and the key, position and seededness of its
     draws (read now: the positions move with the step's update)."""
     temperature, top_k, top_p, min_p, key, position, seeded = [], [], [], [], [], [], []
@@ -188,4 +193,4 @@ def _sampling_lists(requests: list[Request], firsts: list[int], ks: list[int]) -
             key += [0] * rows
             position += range(row, row + rows)
             seeded += [False] * rows
-    return temperature, top_k, top_p, min_p, key, position, seeded
+    return SamplingRows(temperature, top_k, top_p, min_p, key, position, seeded)

@@ -45,10 +45,11 @@ class Selection:
 def choose(logits: torch.Tensor, layout: RowLayout, unseeded_key: int, argmax: torch.Tensor | None = None
            ) -> tuple[torch.Tensor, torch.Tensor]:
     """(num_accepted [n], final token [n]) on the device; `logits` already masked. `argmax`:
-    each row's, when the step's CUDA graph took it from these logits unmasked and unpenalised."""
+    each row's, when it is already known (the step's CUDA graph took it, and nothing has changed
+    the logits since)."""
     if layout.penalties is not None:
         logits = apply_penalties(logits, layout.penalties)
-    if argmax is None or layout.penalties is not None or layout.guided:
+    if argmax is None:
         argmax = logits.argmax(-1)
     if layout.all_greedy:  # no draws needed
         return verify(layout.verify, None, argmax, None, None)
@@ -118,8 +119,10 @@ class Selector:
         took them (with `layout.graph_draws`, for `chosen`)."""
         if chosen is not None:
             return Selection(transfer.to_host(chosen), chosen, tokens_only=True)
-        masked = mask_guided_rows(logits, layout.guided, jump_forward_tokenizer)
-        num_accepted, final = choose(masked, layout, self.unseeded_key(step), argmax)
+        guided = layout.guided
+        masked = mask_guided_rows(logits, guided, jump_forward_tokenizer)
+        unchanged = not guided and layout.penalties is None  # the graph's argmax still holds
+        num_accepted, final = choose(masked, layout, self.unseeded_key(step), argmax if unchanged else None)
         parts = [num_accepted, final] + logprob_payload(logits, layout, num_accepted, final)
         return Selection(transfer.to_host(torch.cat([p.double() for p in parts])), final)
 
