@@ -11,12 +11,17 @@ PyTorch reference runs in the same process for the ratio.
         --num-stages 2 3 --grid head seq --full       # a chosen cross product
 
 Knobs of `kernels.decode_attention.decode_attention` (see its module docstring): partition
-(tokens per split, fixed per sequence), block_n (keys per tile: block_n / block_size pages per
+(tokens per program in the default grid), split (tokens per split, the unit of the numerics:
+a divisor of the partition), programs (one per partition, or one per split: the grid small
+batches get; the same bits), block_n (keys per tile: block_n / block_size pages per
 iteration), dots (fp32 / qk16 / 16: the tiles' dtype in the two dots), grid (seq-major as
 before, or KV-head-major), num_warps, num_stages (none: Triton's default).
 
-Staged sweep (default): stage 1 crosses partition x block_n x dots x grid at 4 warps and the
-default stages; stage 2 takes stage 1's best three and crosses num_warps x num_stages. Every
+    python benchmarks/kernels.py --batch 1 --context 256 --partition 1024 --split 64 128 \
+        --programs partition split --block-n 32 --dots 16 --grid head --full   # batch 1
+
+Staged sweep (default): stage 1 crosses partition x split x programs x block_n x dots x grid
+at 4 warps and the default stages; stage 2 takes stage 1's best three and crosses num_warps x num_stages. Every
 configuration's output is checked against the fp32-tile default's (bf16 tolerance) and a
 mismatch is reported and never picked. The best configuration is printed as the
 TritonAttentionBackend arguments that select it.
@@ -70,13 +75,15 @@ def decode_case(batch: int, context: int, heads: int, kv_heads: int, head_dim: i
 
 
 DEVICE = "cuda"  # a smoke test of the sweep under the interpreter sets "cpu"
-DEFAULTS = dict(partition=[256, 512, 1024], block_n=[32, 64, 128], dots=["fp32", "qk16", "16"],
+DEFAULTS = dict(partition=[256, 512, 1024], split=[64], programs=["partition"], block_n=[32, 64, 128],
+                dots=["fp32", "qk16", "16"],
                 grid=["seq", "head"], num_warps=[2, 4, 8], num_stages=[0, 2, 3, 4])
 
 
 def _config_name(c: dict) -> str:
     stages = c["num_stages"] or "default"
-    return (f"partition {c['partition']:5d} block_n {c['block_n']:3d} dots {c['dots']:>4s} "
+    return (f"partition {c['partition']:5d} split {c['split']:4d} per {c['programs']:>9s} "
+            f"block_n {c['block_n']:3d} dots {c['dots']:>4s} "
             f"grid {c['grid']:>4s} warps {c['num_warps']} stages {stages}")
 
 
@@ -95,6 +102,8 @@ def main() -> int:
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--partition", type=int, nargs="+", default=DEFAULTS["partition"])
+    parser.add_argument("--split", type=int, nargs="+", default=DEFAULTS["split"])
+    parser.add_argument("--programs", nargs="+", default=DEFAULTS["programs"], choices=["partition", "split"])
     parser.add_argument("--block-n", type=int, nargs="+", default=DEFAULTS["block_n"])
     parser.add_argument("--dots", nargs="+", default=DEFAULTS["dots"], choices=["fp32", "qk16", "16"])
     parser.add_argument("--grid", nargs="+", default=DEFAULTS["grid"], choices=["seq", "head"])
@@ -129,7 +138,8 @@ def main() -> int:
 
     def call(c: dict) -> torch.Tensor:
         return decode_attention(query, kv[0], kv[1], tables, seq_lens, scale, args.context,
-                                partition_size=c["partition"], block_n=c["block_n"],
+                                partition_size=c["partition"], split_size=c["split"],
+                                program_per_split=c["programs"] == "split", block_n=c["block_n"],
                                 num_warps=c["num_warps"], num_stages=c["num_stages"] or None,
                                 head_major=c["grid"] == "head", dots=c["dots"])
 
@@ -138,7 +148,7 @@ def main() -> int:
 
     def measure(c: dict) -> None:
         name = _config_name(c)
-        if name in results:
+        if name in results or c["partition"] % c["split"]:
             return
         try:
             out = call(c).float()
@@ -154,12 +164,13 @@ def main() -> int:
         if not wrong:
             results[name] = (frac, c)
 
-    axes = dict(partition=args.partition, block_n=args.block_n, dots=args.dots, grid=args.grid)
+    axes = dict(partition=args.partition, split=args.split, programs=args.programs, block_n=args.block_n,
+                dots=args.dots, grid=args.grid)
     if args.full:
         for c in _cross(**axes, num_warps=args.num_warps, num_stages=args.num_stages):
             measure(c)
     else:
-        print("stage 1: partition x block_n x dots x grid, 4 warps, default stages")
+        print("stage 1: partition x split x programs x block_n x dots x grid, 4 warps, default stages")
         for c in _cross(**axes, num_warps=[4], num_stages=[0]):
             measure(c)
         top = sorted(results.values(), key=lambda r: -r[0])[:args.top]
@@ -173,8 +184,8 @@ def main() -> int:
         if c["num_stages"]:
             options["num_stages"] = c["num_stages"]
         print(f"best: {_config_name(c)}: {100 * frac:.1f}% of copy\n"
-              f"  TritonAttentionBackend(partition_size={c['partition']}, "
-              f"decode_block_n={c['block_n']}, decode_options={options})")
+              f"  TritonAttentionBackend(partition_size={c['partition']}, split_size={c['split']}, "
+              f"decode_block_n={c['block_n']}, decode_options={options})  (one program per {c['programs']})")
     meta = AttentionMetadata(
         query_start_loc=torch.arange(args.batch + 1, dtype=torch.int32, device=DEVICE),
         seq_lens=seq_lens, context_lens=seq_lens - 1, block_tables=tables,

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import torch
 
 from kernels.attention_interface import AttentionMetadata
-from kernels.decode_attention import DEFAULT_PARTITION_SIZE, decode_attention
+from kernels.decode_attention import DEFAULT_PARTITION_SIZE, DEFAULT_SPLIT_SIZE, decode_attention
 from kernels.kv_cache_write import _kv_cache_write_kernel, write_kv_cache
 from kernels.prefill_attention import prefill_attention
 
@@ -49,10 +49,12 @@ class TritonAttentionBackend:
 
     def __init__(self, partition_size: int = DEFAULT_PARTITION_SIZE, decode_block_n: int | None = None,
                  prefill_block_n: int | None = None, prefill_rows: int = 64,
-                 decode_options: dict | None = None):
-        """decode_options: num_warps, num_stages, head_major, dots of `decode_attention`
-        (what benchmarks/kernels.py sweeps); None keeps that function's defaults."""
+                 decode_options: dict | None = None, split_size: int = DEFAULT_SPLIT_SIZE):
+        """decode_options: num_warps, num_stages, head_major, dots, program_per_split of
+        `decode_attention` (what benchmarks/kernels.py sweeps); None keeps that function's
+        defaults. split_size: the decode numerics' unit (at most the partition)."""
         self.partition_size = partition_size
+        self.split_size = min(split_size, partition_size)
         self.decode_block_n = decode_block_n
         self.decode_options = dict(decode_options or {})
         self.prefill_block_n = prefill_block_n
@@ -83,7 +85,7 @@ class TritonAttentionBackend:
             max_seq_len = self.static_max_seq_len or meta.max_seq_len
             return decode_attention(query, k_cache, v_cache, meta.block_tables, meta.seq_lens,
                                     scale, max_seq_len, self.partition_size, self.decode_block_n,
-                                    **self.decode_options)
+                                    split_size=self.split_size, **self.decode_options)
         return prefill_attention(query, k_cache, v_cache, meta.block_tables, meta.query_start_loc,
                                  meta.context_lens, scale, meta.max_query_len,
                                  self.prefill_block_n, self.prefill_rows)

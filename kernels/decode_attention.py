@@ -1,16 +1,30 @@
 """Paged decode attention: one query token per sequence against its paged KV cache.
 
-Layout: one program per (sequence, KV head, split). The query heads that share a KV head
-(GQA group) are the rows of one tile, padded to >= 16 rows, so QK^T and PV are `tl.dot`s and
-each K/V tile is read once per group rather than once per query head.
+Layout: each program takes one (sequence, KV head) and a range of the sequence's keys. The
+query heads that share a KV head (GQA group) are the rows of one tile, padded to >= 16 rows,
+so QK^T and PV are `tl.dot`s and each K/V tile is read once per group rather than once per
+query head.
 
-Split-K (flash-decoding): a sequence's context is cut into splits of a FIXED `partition_size`
-tokens, so how a sequence is summed depends on its own length only, never on the batch it is
-in. Each split writes its normalised partial output and log-sum-exp; a merge kernel combines
-the splits that exist (empty ones are never read). A sequence with one split gets its output
-from the split kernel directly (bitwise the same as a one-split merge), which the merge then
-skips: under a CUDA graph the grid is sized for the longest context, yet short sequences
-write and read no partials. With one split for every sequence the merge is not launched.
+How a sequence is summed depends on its own length only, never on the batch it is in, nor
+on how many programs share the work (PITFALLS: a seeded request gives the same tokens alone
+or in a batch). The context is cut into *splits* of a fixed `split_size` tokens, each an
+online softmax over tiles of `block_n` keys, leaving an unnormalised state (running max,
+mass, output). The splits of each *partition* (`partition_size` tokens, a multiple) are
+folded left to right, then the partitions are folded left to right, and the result is
+normalised once (`_fold` does every fold, with the same operations wherever it runs).
+
+The work can be spread two ways, chosen at launch; the bits are the same:
+- one program per partition (batches that fill the GPU): it folds its splits itself. A sequence within one
+  partition gets its output from that program; longer ones write each partition's state and
+  a merge kernel folds them. With one partition for every sequence the merge is not launched.
+- one program per split: where a partition grid would leave most of the GPU idle (a small
+  batch: at batch 1 a grid of partitions is one program per KV head, 8 of them on an H100's
+  132 SMs, each walking its whole context), every split has a program, which writes its
+  state, and the merge folds splits into partitions and partitions into the output. The
+  rule (`spreads_by_split`: fewer partition programs than multiprocessors) is a first guess,
+  not yet timed; being free to choose is what the fixed order of folds buys.
+Under a CUDA graph the grid is sized for the longest context (`max_seq_len`): splits past a
+sequence's end exit at once and the merge reads a sequence's own splits only.
 
 Tuning knobs (benchmarks/kernels.py sweeps them on a GPU; the defaults are the code's
 original choices): `num_warps`/`num_stages`; `head_major`, a grid whose fastest axis is the
@@ -22,21 +36,24 @@ pages instead of pages of different sequences; and `dots`:
   "16":   both dots on 16-bit tiles, P rounded to the cache dtype (FlashAttention's numerics).
 For fp32 caches the three are the same.
 
-Numerics: tiles are accumulated in fp32; an all-masked row keeps a running
-max of -inf, which is replaced by 0 before `exp2` so -inf - -inf never makes a NaN; a sequence
-of length 0 (a CUDA-graph padding row) gives zeros. Block index x stride is computed in int64.
+Numerics: tiles are accumulated in fp32 with explicit FMAs, so the compiler's contraction
+choices cannot differ between the two grids; a split's running max is finite (it holds at
+least one key) and the empty state's -inf max gives a weight of exactly 0 when folded; a
+sequence of length 0 (a CUDA-graph padding row) gives zeros wherever the merge runs. Block
+index x stride is computed in int64.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 import triton
 import triton.language as tl
 
-DEFAULT_PARTITION_SIZE = 256  # tokens per split; a constant so results ignore the batch
-MERGE_CHUNK = 16  # splits the merge reduces at once (fixed for the same reason)
+DEFAULT_PARTITION_SIZE = 256  # tokens per partition (one program's keys in the default grid)
+DEFAULT_SPLIT_SIZE = 64  # tokens per split: the unit of the numerics; divides the partition
 LOG2E = 1.4426950408889634
 DOTS = ("fp32", "qk16", "16")
 
@@ -61,34 +78,116 @@ def load_kv_tile(cache_ptr, table_ptr, tok, n_mask, kv_head, offs_d, d_mask,
 
 
 @triton.jit
+def _fold(m, l, acc, m_add, l_add, acc_add):
+    """Two softmax states (running max [G] in log2 units, mass [G], unnormalised output
+    [G, D]) into one. `m` is -inf for the empty state, whose weight is then 0."""
+    m_new = tl.maximum(m, m_add)
+    keep = tl.exp2(m - m_new)
+    add = tl.exp2(m_add - m_new)
+    return m_new, tl.fma(l, keep, l_add * add), tl.fma(acc, keep[:, None], acc_add * add[:, None])
+
+
+@triton.jit
+def _empty_state(BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr):
+    return (tl.full([BLOCK_G], float("-inf"), tl.float32), tl.zeros([BLOCK_G], tl.float32),
+            tl.zeros([BLOCK_G, BLOCK_D], tl.float32))
+
+
+@triton.jit
+def _normalised(l, acc):
+    """The output of a folded state; zeros for the empty one (a sequence of length 0)."""
+    return acc / tl.where(l == 0.0, 1.0, l)[:, None]
+
+
+@triton.jit
+def _attend_split(q, q16, k_cache_ptr, v_cache_ptr, table_ptr, start, end, kv_head, offs_d,
+                  d_mask, scale_log2, stride_cb, stride_cs, stride_ch,
+                  BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr,
+                  BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr, QK16: tl.constexpr,
+                  PV16: tl.constexpr):
+    """The online softmax over keys [start, end) (at least one): its unnormalised state."""
+    offs_n = tl.arange(0, BLOCK_N)
+    m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_G], tl.float32)
+    acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
+    for tile in range(start, end, BLOCK_N):
+        tok = tile + offs_n
+        n_mask = tok < end
+        k = load_kv_tile_raw(k_cache_ptr, table_ptr, tok, n_mask, kv_head, offs_d, d_mask,
+                             stride_cb, stride_cs, stride_ch, BLOCK_SIZE)
+        v = load_kv_tile_raw(v_cache_ptr, table_ptr, tok, n_mask, kv_head, offs_d, d_mask,
+                             stride_cb, stride_cs, stride_ch, BLOCK_SIZE)
+        # scaled after the dot: a 16-bit q stays exact in tf32; log2 units for exp2
+        if QK16:
+            s = tl.dot(q16, tl.trans(k)) * scale_log2
+        else:
+            s = tl.dot(q, tl.trans(k.to(tl.float32)), input_precision=DOT_PRECISION) * scale_log2
+        s = tl.where(n_mask[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)  # the first tile: exp2(-inf) = 0
+        p = tl.exp2(s - m_new[:, None])
+        l_i = tl.fma(l_i, alpha, tl.sum(p, 1))
+        if PV16:
+            pv = tl.dot(p.to(v.dtype), v)
+        else:
+            pv = tl.dot(p, v.to(tl.float32), input_precision=DOT_PRECISION)
+        acc = tl.fma(acc, alpha[:, None], pv)
+        m_i = m_new
+    return m_i, l_i, acc
+
+
+@triton.jit
+def _store_state(m, l, acc, part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d, g_mask, d_mask,
+                 stride_pb, stride_ph, stride_ps, stride_lb, stride_lh):
+    acc_ptrs = (part_acc_ptr + b * stride_pb + heads[:, None] * stride_ph + unit * stride_ps
+                + offs_d[None, :])
+    tl.store(acc_ptrs, acc, mask=g_mask[:, None] & d_mask[None, :])
+    offset = b * stride_lb + heads * stride_lh + unit
+    tl.store(part_m_ptr + offset, m, mask=g_mask)
+    tl.store(part_l_ptr + offset, l, mask=g_mask)
+
+
+@triton.jit
+def _load_state(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d, g_mask, d_mask,
+                stride_pb, stride_ph, stride_ps, stride_lb, stride_lh):
+    acc = tl.load(part_acc_ptr + b * stride_pb + heads[:, None] * stride_ph + unit * stride_ps
+                  + offs_d[None, :], mask=g_mask[:, None] & d_mask[None, :], other=0.0)
+    offset = b * stride_lb + heads * stride_lh + unit
+    # padded rows of the group: a finite max, so folding them makes no NaN
+    m = tl.load(part_m_ptr + offset, mask=g_mask, other=0.0)
+    l = tl.load(part_l_ptr + offset, mask=g_mask, other=0.0)
+    return m, l, acc
+
+
+@triton.jit
 def _decode_split_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
-    out_ptr, part_out_ptr, part_lse_ptr,
+    out_ptr, part_acc_ptr, part_m_ptr, part_l_ptr,
     scale_log2,
     stride_qb, stride_qh, stride_ob, stride_oh,
     stride_cb, stride_cs, stride_ch, stride_bt,
     stride_pb, stride_ph, stride_ps, stride_lb, stride_lh,
     group_size, head_dim,
-    BLOCK_SIZE: tl.constexpr, PARTITION: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, DIRECT: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, HEAD_MAJOR: tl.constexpr, QK16: tl.constexpr,
-    PV16: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, PARTITION: tl.constexpr, SPLIT: tl.constexpr, PER_SPLIT: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, DIRECT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, HEAD_MAJOR: tl.constexpr, QK16: tl.constexpr, PV16: tl.constexpr,
 ):
-    if HEAD_MAJOR:  # grid (kv_heads, splits, batch)
+    if HEAD_MAJOR:  # grid (kv_heads, units, batch)
         kv_head = tl.program_id(0).to(tl.int64)
-        split = tl.program_id(1)
+        unit = tl.program_id(1)
         b = tl.program_id(2).to(tl.int64)
-    else:  # grid (batch, kv_heads, splits)
+    else:  # grid (batch, kv_heads, units)
         b = tl.program_id(0).to(tl.int64)
         kv_head = tl.program_id(1).to(tl.int64)
-        split = tl.program_id(2)
+        unit = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + b)
-    start = split * PARTITION
-    if start < seq_len:  # splits past the end do nothing; the merge never reads them
-        end = tl.minimum(start + PARTITION, seq_len)
+    if PER_SPLIT:
+        start = unit * SPLIT
+    else:
+        start = unit * PARTITION
+    if start < seq_len:  # units past the end do nothing; the merge never reads them
         offs_g = tl.arange(0, BLOCK_G)
         offs_d = tl.arange(0, BLOCK_D)
-        offs_n = tl.arange(0, BLOCK_N)
         g_mask = offs_g < group_size
         d_mask = offs_d < head_dim
         heads = kv_head * group_size + offs_g
@@ -96,84 +195,73 @@ def _decode_split_kernel(
                         mask=g_mask[:, None] & d_mask[None, :], other=0.0)
         q = q_raw.to(tl.float32)
         q16 = q_raw.to(k_cache_ptr.dtype.element_ty)
-        m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
-        l_i = tl.zeros([BLOCK_G], tl.float32)
-        acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
         table_ptr = block_tables_ptr + b * stride_bt
-        for tile in range(start, end, BLOCK_N):
-            tok = tile + offs_n
-            n_mask = tok < end
-            k = load_kv_tile_raw(k_cache_ptr, table_ptr, tok, n_mask, kv_head, offs_d, d_mask,
-                                 stride_cb, stride_cs, stride_ch, BLOCK_SIZE)
-            v = load_kv_tile_raw(v_cache_ptr, table_ptr, tok, n_mask, kv_head, offs_d, d_mask,
-                                 stride_cb, stride_cs, stride_ch, BLOCK_SIZE)
-            # scaled after the dot: a 16-bit q stays exact in tf32; log2 units for exp2
-            if QK16:
-                s = tl.dot(q16, tl.trans(k)) * scale_log2
+        if PER_SPLIT:  # the split's own state, for the merge
+            m, l, acc = _attend_split(q, q16, k_cache_ptr, v_cache_ptr, table_ptr, start,
+                                      tl.minimum(start + SPLIT, seq_len), kv_head, offs_d, d_mask,
+                                      scale_log2, stride_cb, stride_cs, stride_ch, BLOCK_SIZE,
+                                      BLOCK_N, BLOCK_G, BLOCK_D, DOT_PRECISION, QK16, PV16)
+            _store_state(m, l, acc, part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d, g_mask,
+                         d_mask, stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
+        else:  # the partition's splits, folded in order
+            end = tl.minimum(start + PARTITION, seq_len)
+            m, l, acc = _empty_state(BLOCK_G, BLOCK_D)
+            for split_start in range(start, end, SPLIT):
+                m_s, l_s, acc_s = _attend_split(q, q16, k_cache_ptr, v_cache_ptr, table_ptr, split_start,
+                                                tl.minimum(split_start + SPLIT, end), kv_head, offs_d,
+                                                d_mask, scale_log2, stride_cb, stride_cs, stride_ch,
+                                                BLOCK_SIZE, BLOCK_N, BLOCK_G, BLOCK_D, DOT_PRECISION,
+                                                QK16, PV16)
+                m, l, acc = _fold(m, l, acc, m_s, l_s, acc_s)
+            if DIRECT or seq_len <= PARTITION:  # the sequence's only partition: its output
+                m_out, l_out, acc_out = _empty_state(BLOCK_G, BLOCK_D)
+                m_out, l_out, acc_out = _fold(m_out, l_out, acc_out, m, l, acc)
+                out_ptrs = out_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
+                tl.store(out_ptrs, _normalised(l_out, acc_out).to(out_ptr.dtype.element_ty),
+                         mask=g_mask[:, None] & d_mask[None, :])
             else:
-                s = tl.dot(q, tl.trans(k.to(tl.float32)), input_precision=DOT_PRECISION) * scale_log2
-            s = tl.where(n_mask[None, :], s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp2(m_i - m_safe)
-            p = tl.exp2(s - m_safe[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            if PV16:
-                pv = tl.dot(p.to(v.dtype), v)
-            else:
-                pv = tl.dot(p, v.to(tl.float32), input_precision=DOT_PRECISION)
-            acc = acc * alpha[:, None] + pv
-            m_i = m_new
-        o = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
-        mask = g_mask[:, None] & d_mask[None, :]
-        if DIRECT or seq_len <= PARTITION:  # the sequence's only split: its output
-            out_ptrs = out_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
-            tl.store(out_ptrs, o.to(out_ptr.dtype.element_ty), mask=mask)
-        else:  # (names of their own: a variable keeps one type across both branches)
-            part_ptrs = (part_out_ptr + b * stride_pb + heads[:, None] * stride_ph
-                         + split * stride_ps + offs_d[None, :])
-            tl.store(part_ptrs, o, mask=mask)
-            lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_i))
-            tl.store(part_lse_ptr + b * stride_lb + heads * stride_lh + split, lse, mask=g_mask)
+                _store_state(m, l, acc, part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d, g_mask,
+                         d_mask, stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
 
 
 @triton.jit
 def _decode_merge_kernel(
-    part_out_ptr, part_lse_ptr, seq_lens_ptr, out_ptr,
+    part_acc_ptr, part_m_ptr, part_l_ptr, seq_lens_ptr, out_ptr,
     stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, stride_ob, stride_oh,
-    head_dim,
-    PARTITION: tl.constexpr, CHUNK: tl.constexpr, BLOCK_D: tl.constexpr,
+    group_size, head_dim,
+    PARTITION: tl.constexpr, SPLIT: tl.constexpr, PER_SPLIT: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
+    """Folds the states the split kernel wrote: splits into partitions (one program per
+    split), partitions into the output, as that kernel folds them."""
     b = tl.program_id(0).to(tl.int64)
-    h = tl.program_id(1).to(tl.int64)
+    kv_head = tl.program_id(1).to(tl.int64)
     seq_len = tl.load(seq_lens_ptr + b)
-    num_splits = tl.cdiv(seq_len, PARTITION)  # this sequence's splits only
-    if num_splits != 1:  # one split wrote the output itself
-        offs_s = tl.arange(0, CHUNK)
+    partitions = tl.cdiv(seq_len, PARTITION)
+    if PER_SPLIT or partitions != 1:  # else the sequence's only partition wrote its output
+        offs_g = tl.arange(0, BLOCK_G)
         offs_d = tl.arange(0, BLOCK_D)
+        g_mask = offs_g < group_size
         d_mask = offs_d < head_dim
-        lse_ptr = part_lse_ptr + b * stride_lb + h * stride_lh
-        o_ptr = part_out_ptr + b * stride_pb + h * stride_ph
-        max_vec = tl.full([CHUNK], float("-inf"), tl.float32)
-        for c in range(0, num_splits, CHUNK):
-            lse = tl.load(lse_ptr + c + offs_s, mask=c + offs_s < num_splits, other=float("-inf"))
-            max_vec = tl.maximum(max_vec, lse)
-        lse_max = tl.max(max_vec, 0)
-        lse_max = tl.where(lse_max == float("-inf"), 0.0, lse_max)
-        w_vec = tl.zeros([CHUNK], tl.float32)
-        acc = tl.zeros([CHUNK, BLOCK_D], tl.float32)
-        for c in range(0, num_splits, CHUNK):
-            s_mask = c + offs_s < num_splits
-            lse = tl.load(lse_ptr + c + offs_s, mask=s_mask, other=float("-inf"))
-            w = tl.where(s_mask, tl.exp2(lse - lse_max), 0.0)
-            o = tl.load(o_ptr + (c + offs_s)[:, None] * stride_ps + offs_d[None, :],
-                        mask=s_mask[:, None] & d_mask[None, :], other=0.0)
-            w_vec += w
-            acc += o * w[:, None]
-        total = tl.sum(w_vec, 0)
-        res = tl.sum(acc, 0) / tl.where(total == 0.0, 1.0, total)
-        tl.store(out_ptr + b * stride_ob + h * stride_oh + offs_d, res.to(out_ptr.dtype.element_ty),
-                 mask=d_mask)
+        heads = kv_head * group_size + offs_g
+        splits_per_partition = PARTITION // SPLIT
+        splits = tl.cdiv(seq_len, SPLIT)
+        m, l, acc = _empty_state(BLOCK_G, BLOCK_D)
+        for p in range(0, partitions):
+            if PER_SPLIT:
+                m_p, l_p, acc_p = _empty_state(BLOCK_G, BLOCK_D)
+                first = p * splits_per_partition
+                for s in range(first, tl.minimum(first + splits_per_partition, splits)):
+                    m_s, l_s, acc_s = _load_state(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, s, offs_d, g_mask,
+                                               d_mask, stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
+                    m_p, l_p, acc_p = _fold(m_p, l_p, acc_p, m_s, l_s, acc_s)
+            else:
+                m_p, l_p, acc_p = _load_state(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, p, offs_d, g_mask, d_mask,
+                                           stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
+            m, l, acc = _fold(m, l, acc, m_p, l_p, acc_p)
+        out_ptrs = out_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
+        tl.store(out_ptrs, _normalised(l, acc).to(out_ptr.dtype.element_ty),
+                 mask=g_mask[:, None] & d_mask[None, :])
 
 
 def default_block_n(dtype: torch.dtype, block_d: int) -> int:
@@ -183,9 +271,19 @@ def default_block_n(dtype: torch.dtype, block_d: int) -> int:
     return min(64, keys * max(1, 128 // block_d))
 
 
-def num_splits(seq_len: int, partition_size: int = DEFAULT_PARTITION_SIZE) -> int:
-    """Splits of one sequence: a function of its own length only."""
-    return max(1, math.ceil(seq_len / partition_size))
+def num_units(seq_len: int, size: int) -> int:
+    """Partitions (or splits) of a sequence: a function of its own length only."""
+    return max(1, math.ceil(seq_len / size))
+
+
+@functools.cache
+def multiprocessors(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def spreads_by_split(device: torch.device, partition_programs: int) -> bool:
+    """One program per split where a grid of partitions would leave multiprocessors idle."""
+    return device.type == "cuda" and partition_programs < multiprocessors(device)
 
 
 def dot_precision(dtype: torch.dtype) -> str:
@@ -200,15 +298,21 @@ def decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
                      max_seq_len: int, partition_size: int = DEFAULT_PARTITION_SIZE,
                      block_n: int | None = None, out: torch.Tensor | None = None,
                      num_warps: int = 4, num_stages: int | None = None, head_major: bool = False,
-                     dots: str = "fp32") -> torch.Tensor:
+                     dots: str = "fp32", split_size: int | None = None,
+                     program_per_split: bool | None = None) -> torch.Tensor:
     """query [B, heads, head_dim] -> [B, heads, head_dim].
 
     k_cache/v_cache [num_blocks, block_size, kv_heads, head_dim]; block_tables [B, W] int32;
     seq_lens [B] int32 (the new token included). `max_seq_len` is only an upper bound that
-    sizes the grid (CUDA graphs pass the model's max length; unused splits exit at once).
+    sizes the grid (CUDA graphs pass their reach; unused programs exit at once).
+    split_size (default: DEFAULT_SPLIT_SIZE, at most the partition) divides partition_size;
+    a tile never spans two splits. program_per_split: which grid (the module's docstring;
+    the same bits either way); None chooses by the device's multiprocessors.
     num_warps, num_stages, head_major and dots: see the module's docstring.
     """
     assert dots in DOTS, f"dots must be one of {DOTS}"
+    split_size = split_size or min(DEFAULT_SPLIT_SIZE, partition_size)
+    assert partition_size % split_size == 0, "a partition is a whole number of splits"
     batch, num_heads, head_dim = query.shape
     num_kv_heads, block_size = k_cache.shape[2], k_cache.shape[1]
     assert num_heads % num_kv_heads == 0 and k_cache.stride() == v_cache.stride()
@@ -217,37 +321,42 @@ def decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
     out = torch.empty_like(query) if out is None else out
     if batch == 0:
         return out
-    splits = num_splits(max_seq_len, partition_size)
-    direct = splits == 1
+    partitions = num_units(max_seq_len, partition_size)
+    if program_per_split is None:
+        program_per_split = spreads_by_split(query.device, batch * num_kv_heads * partitions)
+    units = num_units(max_seq_len, split_size) if program_per_split else partitions
+    direct = units == 1 and not program_per_split
     block_d = max(16, triton.next_power_of_2(head_dim))
-    block_n = block_n or min(default_block_n(k_cache.dtype, block_d), partition_size)
+    block_n = min(block_n or default_block_n(k_cache.dtype, block_d), split_size)
     if direct:
-        part_out = part_lse = out  # unused
+        part_acc = part_m = part_l = out  # unused
         p_strides, l_strides = (0, 0, 0), (0, 0)
     else:
-        part_out = torch.empty(batch, num_heads, splits, head_dim, dtype=torch.float32,
-                               device=query.device)
-        part_lse = torch.empty(batch, num_heads, splits, dtype=torch.float32, device=query.device)
-        p_strides, l_strides = part_out.stride()[:3], part_lse.stride()[:2]
+        part_acc = torch.empty(batch, num_heads, units, head_dim, dtype=torch.float32, device=query.device)
+        part_m = torch.empty(batch, num_heads, units, dtype=torch.float32, device=query.device)
+        part_l = torch.empty_like(part_m)
+        p_strides, l_strides = part_acc.stride()[:3], part_m.stride()[:2]
     sixteen = k_cache.dtype in (torch.float16, torch.bfloat16)
-    grid = (num_kv_heads, splits, batch) if head_major else (batch, num_kv_heads, splits)
+    grid = (num_kv_heads, units, batch) if head_major else (batch, num_kv_heads, units)
     launch = dict(num_warps=num_warps) if num_stages is None else dict(num_warps=num_warps,
                                                                       num_stages=num_stages)
+    block_g = max(16, triton.next_power_of_2(group))
     _decode_split_kernel[grid](
-        query, k_cache, v_cache, block_tables, seq_lens, out, part_out, part_lse,
+        query, k_cache, v_cache, block_tables, seq_lens, out, part_acc, part_m, part_l,
         scale * LOG2E,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         *p_strides, *l_strides, group, head_dim,
-        BLOCK_SIZE=block_size, PARTITION=partition_size, BLOCK_N=block_n,
-        BLOCK_G=max(16, triton.next_power_of_2(group)), BLOCK_D=block_d, DIRECT=direct,
-        DOT_PRECISION=dot_precision(k_cache.dtype), HEAD_MAJOR=head_major,
+        BLOCK_SIZE=block_size, PARTITION=partition_size, SPLIT=split_size,
+        PER_SPLIT=program_per_split, BLOCK_N=block_n, BLOCK_G=block_g, BLOCK_D=block_d,
+        DIRECT=direct, DOT_PRECISION=dot_precision(k_cache.dtype), HEAD_MAJOR=head_major,
         QK16=sixteen and dots in ("qk16", "16"), PV16=sixteen and dots == "16", **launch,
     )
     if not direct:
-        _decode_merge_kernel[(batch, num_heads)](
-            part_out, part_lse, seq_lens, out, *p_strides, *l_strides,
-            out.stride(0), out.stride(1), head_dim,
-            PARTITION=partition_size, CHUNK=MERGE_CHUNK, BLOCK_D=block_d, num_warps=1,
+        _decode_merge_kernel[(batch, num_kv_heads)](
+            part_acc, part_m, part_l, seq_lens, out, *p_strides, *l_strides,
+            out.stride(0), out.stride(1), group, head_dim,
+            PARTITION=partition_size, SPLIT=split_size, PER_SPLIT=program_per_split,
+            BLOCK_G=block_g, BLOCK_D=block_d, num_warps=4,
         )
     return out

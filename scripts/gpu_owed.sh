@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# The GPU figures the sessions without a GPU owe, by part, for one or two device calls:
-#   run(command="bash scripts/gpu_owed.sh tests decode ab", carry=[".whl", "gpu_run"], timeout_s=540)
-#   run(command="bash scripts/gpu_owed.sh spec kernels", carry=[".whl"], timeout_s=420)
-# (no argument: every part). `.whl` holds the cp312 wheels the device lacks (outlines_core; see
-# the device tool's README). Logs go to $OUT (or ./gpu_out).
+# The GPU figures the sessions without a GPU owe, by part. A task lent a GPU has 15 minutes of
+# device time in all, the machine's start (1-2 min) included, so two calls back to back (the
+# machine stays warm 30 s), each well inside its timeout, with time left to rerun one:
+#   run(command="bash scripts/gpu_owed.sh tests kernels decode", carry=[".whl"], timeout_s=330)
+#   run(command="bash scripts/gpu_owed.sh ab spec", carry=[".whl", "gpu_run"], timeout_s=300)
+# (no argument: every part). Durations on an H100 (2026-11-26): tests ~70 s, kernels ~25 s,
+# decode ~90 s with traces, ab ~45 s a side (4 sides), spec ~55 s. `.whl` holds the cp312
+# wheels the device lacks (outlines_core; see the device tool's README). Logs go to $OUT (or
+# ./gpu_out).
 #
 # Owed since 2026-11-26 (session 16): the GPU tests of the draft's tail graphs without the lm_head
 # (bc0a591); spec.py over 2 repeats with verify and tail graphs and adaptive speculation's
@@ -15,6 +19,12 @@
 # e9e0f1c, the commit before them. For the A/B, put e9e0f1c's files in a git-ignored folder and
 # carry it:
 #   echo /gpu_run/ >> .git/info/exclude; mkdir -p gpu_run/base && git archive e9e0f1c | tar -x -C gpu_run/base
+# Owed since 2026-11-27 (session 20): decode attention summed in fixed splits of 64 keys, with one
+# program per split where a grid of partitions would leave SMs idle. pytest's test_decode_bf16
+# checks that both grids give the same bits on the GPU (if not, no small batch may take the
+# split grid: `spreads_by_split` must return False until they do). "kernels" measures what the
+# per-split folds cost the 64 x 4096 shape (split 64 against split 1024, one fold a partition)
+# and what the split grid gains at batch 1 (contexts 256 and 1024); "decode" and "ab" the step.
 set -o pipefail
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
 PARTS=${*:-tests decode ab spec kernels}
@@ -37,6 +47,8 @@ for part in $PARTS; do
       --model-dir /tmp/l3 --trace-dir "$OUT/traces" 2>&1 | grep -v "Warn\|warn_once\|Loading" | tee "$OUT/decode.log" ;;
   ab)  # two rounds, the sides alternated
     [ -d gpu_run/base ] || { echo "no gpu_run/base: skipping the A/B" | tee "$OUT/decode_ab.log"; continue; }
+    [ -f /tmp/l3/config.json ] || python3 -c "import sys; sys.path.insert(0, '.'); from pathlib import Path; \
+from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&1 | tail -1
     for round in 1 2; do
       timeout 90 python3 benchmarks/ab_decode.py --label "new-$round" --batch-sizes 1 256 --sampled-batch-sizes 256 \
         2>&1 | grep "decode "
@@ -47,12 +59,15 @@ for part in $PARTS; do
     timeout 150 python3 benchmarks/spec.py --batch-sizes 1 4 16 64 --repeats 2 --result-json "$OUT/spec_gpu.json" 2>&1 \
       | grep -v "Warn\|warn_once" | tee "$OUT/spec_gpu.log" ;;
   kernels)
-    timeout 40 python3 benchmarks/kernels.py --full --partition 512 1024 --block-n 32 64 --dots 16 --grid head \
-      --num-warps 4 --num-stages 3 2>&1 | grep -v Warn | tee "$OUT/kernels.log"
-    # Batch-1 decode attention: one split of 1,024 is 8 programs on 132 SMs (~11 us a layer); do
-    # shorter partitions (more splits per short sequence, then a merge) read faster? (note16)
-    timeout 40 python3 benchmarks/kernels.py --full --batch 1 --context 512 --partition 64 128 256 1024 \
-      --block-n 32 --dots 16 --grid head --num-warps 4 --num-stages 3 2>&1 | grep -v Warn | tee "$OUT/kernels_b1.log" ;;
+    # 64 x 4096 (issue 17's shape), the adopted configuration: the folds' cost (split 64 vs 1024)
+    timeout 60 python3 benchmarks/kernels.py --full --partition 1024 --split 64 128 1024 --block-n 32 --dots 16 \
+      --grid head --num-warps 4 --num-stages 3 2>&1 | grep -v Warn | tee "$OUT/kernels.log"
+    # Batch 1: one program per KV head walking the context (~11 us a layer at ~200 keys, note16)
+    # against a program per split and the merge
+    for context in 256 1024; do
+      timeout 40 python3 benchmarks/kernels.py --full --batch 1 --context $context --partition 1024 --split 64 128 \
+        --programs partition split --block-n 32 --dots 16 --grid head --num-warps 4 --num-stages 3 2>&1 | grep -v Warn
+    done | tee "$OUT/kernels_b1.log" ;;
   *) echo "unknown part $part (tests decode ab spec kernels)" ;;
   esac
 done

@@ -32,10 +32,11 @@ the same graph with its rows at the front and padding behind.
 Attention: the prefill kernel, which verifying steps use, sizes its grid by sequences and query
 length alone. The decode kernel's grid follows the longest context, which a graph cannot read
 from the step, so it is sized while capturing (`static_decode`) for a *reach*: every plain size
-is captured twice when the model's longest context needs more than one attention split, once
-for that longest context and once for steps whose sequences all fit one split (the backend's
-`partition_size`). Those replay a grid of one split per sequence with no merge kernel, the same
-numbers as the long grid. A graph's block-table rows are as wide as its reach needs; the
+is captured twice when the model's longest context needs more than one attention partition,
+once for that longest context and once for steps whose sequences all fit one partition (the
+backend's `partition_size`). At batch sizes that fill the GPU those replay one program per
+sequence and KV head with no merge kernel; smaller ones get a program per split and the merge
+(`kernels.decode_attention`). Either way the numbers are the long grid's. A graph's block-table rows are as wide as its reach needs; the
 longest reach has `max_blocks_per_seq` columns: a sequence of exactly max_model_len tokens needs
 ceil(max_model_len / block_size) of them, hence the +1 margin the runner gives.
 """
@@ -128,10 +129,10 @@ class CudaGraphDecodeRunner:
         # tokens from here (the step before's, or its final tokens copied in when selection
         # ran outside the graph).
         self.chosen = torch.zeros(max_batch_size, dtype=torch.long, device=self.device)
-        one_split = getattr(backend, "partition_size", None)  # the longest context one split holds
+        one_partition = getattr(backend, "partition_size", None)  # the longest context one partition holds
         self.reaches = [self.max_seq_len]  # ascending
-        if one_split is not None and one_split < self.max_seq_len:
-            self.reaches.insert(0, one_split)
+        if one_partition is not None and one_partition < self.max_seq_len:
+            self.reaches.insert(0, one_partition)
         # Keyed by (reach, padded sequences, query length); each graph's final hidden states
         # are its own output.
         self.graphs: dict[tuple[int, int, int], CapturedStep | EagerStep] = {}

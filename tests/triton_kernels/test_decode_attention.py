@@ -24,12 +24,14 @@ def check(out, case, scale=0.25):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("heads,kv_heads", GQA)
-@pytest.mark.parametrize("partition", [16, 1024], ids=["split", "nosplit"])
-def test_block_boundaries(dtype, heads, kv_heads, partition):
+@pytest.mark.parametrize("partition,per_split", [(16, False), (1024, False), (32, True)],
+                         ids=["partitions", "one-partition", "program-per-split"])
+def test_block_boundaries(dtype, heads, kv_heads, partition, per_split):
     lens = [1, 15, 16, 17, 33]
     case = make_paged_case([1] * len(lens), [n - 1 for n in lens], heads, kv_heads, 16, 16, dtype,
                            seed=heads)
-    check(run_decode(case, partition_size=partition, block_n=16), case)
+    check(run_decode(case, partition_size=partition, split_size=16, block_n=16,
+                     program_per_split=per_split), case)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
@@ -72,15 +74,39 @@ def test_a_one_split_sequence_is_the_same_without_the_merge_and_beside_split_one
     check(beside_long, case)
 
 
-def test_empty_sequence_gives_zeros():
+@pytest.mark.parametrize("per_split", [False, True], ids=["program-per-partition", "program-per-split"])
+def test_empty_sequence_gives_zeros(per_split):
     """seq_len 0 (a CUDA-graph padding row): no split runs, the merge writes zeros, no NaN,
     and the real row beside it is unaffected."""
     case = make_paged_case([1, 1], [30, 5], 4, 1, 16, 16, torch.float32, seed=5)
     ref = attention_ref(case, 0.25)
     case.meta.seq_lens[1] = 0
-    out = run_decode(case, partition_size=16, block_n=16, max_seq_len=64)
+    out = run_decode(case, partition_size=16, block_n=16, max_seq_len=64, program_per_split=per_split)
     assert torch.equal(out[1], torch.zeros_like(out[1]))
     torch.testing.assert_close(out[0], ref[0], atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("head_major", [False, True], ids=["seq_major", "head_major"])
+def test_a_program_per_split_gives_the_same_bits(dtype, head_major):
+    """The grid is chosen at launch by the batch's size (one program per split where a grid
+    of partitions would leave the GPU idle), so it must not change a single bit: lengths on
+    and around split (16) and partition (64) boundaries, tiles (8) inside splits, GQA 5:1
+    with a padded head_dim, and a grid sized for a far longer context (a CUDA graph's)."""
+    lens = [1, 16, 17, 63, 64, 65, 100, 129, 200]
+    case = make_paged_case([1] * len(lens), [n - 1 for n in lens], 10, 2, 24, 16, dtype, seed=9)
+    kw = dict(partition_size=64, split_size=16, block_n=8, head_major=head_major)
+    by_partition = run_decode(case, program_per_split=False, **kw)
+    by_split = run_decode(case, program_per_split=True, **kw)
+    assert torch.equal(by_partition, by_split)
+    assert torch.equal(by_split, run_decode(case, program_per_split=True, max_seq_len=1024, **kw))
+    check(by_split, case)
+
+
+def test_split_size_divides_the_partition():
+    case = make_paged_case([1], [20], 4, 1, 16, 16, torch.float32, seed=10)
+    with pytest.raises(AssertionError, match="whole number of splits"):
+        run_decode(case, partition_size=64, split_size=24)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
@@ -95,6 +121,7 @@ def test_tuning_knobs(dtype, dots, head_major):
               num_stages=2)
     check(run_decode(case, **kw), case)
     check(run_decode(case, max_seq_len=4096, **kw), case)  # static grid, as under a CUDA graph
+    check(run_decode(case, program_per_split=True, split_size=16, **kw), case)
 
 
 def test_head_major_grid_is_bitwise_the_same():
