@@ -23,8 +23,10 @@
 # program per split where a grid of partitions would leave SMs idle. pytest's test_decode_bf16
 # checks that both grids give the same bits on the GPU (if not, no small batch may take the
 # split grid: `spreads_by_split` must return False until they do). "kernels" measures what the
-# per-split folds cost the 64 x 4096 shape (split 64 against split 1024, one fold a partition)
-# and what the split grid gains at batch 1 (contexts 256 and 1024); "decode" and "ab" the step.
+# per-split folds cost the partition grid at 64 x 4096 and 256 x 256 (split 64 against split
+# 1024, one fold a partition) and what the split grid gains at batch 1 (contexts 256 and 1024);
+# "decode" and "ab" the whole step. If the folds cost more than the batch-1 grid gains, a larger
+# split (128, 256) trades the two; the split size is global, never chosen by the batch.
 set -o pipefail
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
 PARTS=${*:-tests decode ab spec kernels}
@@ -59,9 +61,12 @@ from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&
     timeout 150 python3 benchmarks/spec.py --batch-sizes 1 4 16 64 --repeats 2 --result-json "$OUT/spec_gpu.json" 2>&1 \
       | grep -v "Warn\|warn_once" | tee "$OUT/spec_gpu.log" ;;
   kernels)
-    # 64 x 4096 (issue 17's shape), the adopted configuration: the folds' cost (split 64 vs 1024)
-    timeout 60 python3 benchmarks/kernels.py --full --partition 1024 --split 64 128 1024 --block-n 32 --dots 16 \
-      --grid head --num-warps 4 --num-stages 3 2>&1 | grep -v Warn | tee "$OUT/kernels.log"
+    # The adopted configuration at 64 x 4096 (issue 17's shape) and at 256 x 256 (decode.py's
+    # batch 256): what the folds cost the partition grid (split 64 or 128 against 1024, one fold)
+    for shape in "--batch 64 --context 4096" "--batch 256 --context 256"; do
+      timeout 60 python3 benchmarks/kernels.py --full $shape --partition 1024 --split 64 128 1024 --block-n 32 \
+        --dots 16 --grid head --num-warps 4 --num-stages 3 2>&1 | grep -v Warn
+    done | tee "$OUT/kernels.log"
     # Batch 1: one program per KV head walking the context (~11 us a layer at ~200 keys, note16)
     # against a program per split and the merge
     for context in 256 1024; do
