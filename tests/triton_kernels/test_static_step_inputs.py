@@ -19,6 +19,8 @@ import torch
 from app.config import EngineConfig
 from app.engine.cuda_graphs import CudaGraphDecodeRunner, MultiTokenSteps
 from app.engine.engine import LLMEngine
+from app.engine.spec.draft_worker import DraftWorker
+from app.engine.spec.proposal import DraftInput
 from app.engine.step_inputs import StepArrays
 from app.sampling_params import SamplingParams
 from kernels.reference import make_meta
@@ -165,3 +167,26 @@ def test_step_arrays_cross_in_one_copy_of_the_rows_used(tiny_checkpoint):
         assert (inputs.block_table_space[columns:] == 7).all()  # rows past the step's: not copied
     assert inputs.slot_mapping[0].item() == 4 * BLOCK + 4 and inputs.input_ids[0].item() == 9
     assert np.array_equal(inputs.from_source[:1].numpy(), [-1])
+
+
+def test_a_draft_worker_takes_its_greedy_tokens_from_the_graphs_argmax(tiny_checkpoint):
+    """A draft's plain steps replay graphs that take each row's argmax with the logits: the
+    worker proposes from it (no fp32 copy of the logits, no second argmax) and casts only its
+    sampled rows, proposing the tokens and distributions of the same worker without graphs."""
+    config = EngineConfig(model=str(tiny_checkpoint), attention_backend="triton", device="cpu",
+                          max_model_len=256, num_kv_blocks=40)
+    gen = torch.Generator().manual_seed(6)
+    inputs = [DraftInput(str(i), torch.randint(2, 128, (n,), generator=gen).tolist(), 4, greedy=i != 1,
+                         temperature=0.8, top_p=0.9, seed=i) for i, n in enumerate((5, 19, 12))]
+    expected = DraftWorker(config).propose_batch(inputs)
+    worker = DraftWorker(config)
+    runner = worker.runner
+    runner.cuda_graphs = CudaGraphDecodeRunner(runner.model, runner.kv_caches, runner.backend,
+                                               max_batch_size=4, max_blocks_per_seq=17, device="cpu")
+    argmaxes = []
+    sample = worker._sample
+    worker._sample = lambda logits, argmax, *a: argmaxes.append(argmax) or sample(logits, argmax, *a)
+    proposals = worker.propose_batch(inputs)
+    assert [p.token_ids for p in proposals] == [p.token_ids for p in expected]
+    assert proposals[1].probs.decode().equal(expected[1].probs.decode())
+    assert sum(a is not None for a in argmaxes) == 3  # the k - 1 one-token steps replayed graphs

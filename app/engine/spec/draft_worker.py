@@ -59,8 +59,10 @@ class DraftWorker:
             while active:
                 batch = {req: req.num_tokens - req.num_computed_tokens for req in active}
                 self.num_computed_tokens += sum(batch.values())
-                logits = self.runner.execute(batch, self.block_manager.tables).logits
-                tokens = self._sample(logits, [active[r][1:] for r in batch], rows, [active[r][0] for r in batch])
+                # in the model's dtype: a plain step's graph took the argmax; sampled rows cast their own
+                step = self.runner.execute(batch, self.block_manager.tables, fp32_logits=False)
+                tokens = self._sample(step.logits, step.argmax, [active[r][1:] for r in batch], rows,
+                                      [active[r][0] for r in batch])
                 for req, token in zip(list(batch), tokens):
                     req.num_computed_tokens = req.num_tokens
                     self.block_manager.cache_full_blocks(req)
@@ -90,16 +92,17 @@ class DraftWorker:
         return req
 
     @staticmethod
-    def _sample(logits: torch.Tensor, settings: list[tuple[DraftInput, torch.Generator | None]],
+    def _sample(logits: torch.Tensor, argmax: torch.Tensor | None,
+                settings: list[tuple[DraftInput, torch.Generator | None]],
                 rows: dict[int, list[torch.Tensor]], indices: list[int]) -> list[int]:
-        tokens = logits.argmax(-1).tolist()
+        tokens = (logits.argmax(-1) if argmax is None else argmax).tolist()
         sampled = [j for j, (inp, _) in enumerate(settings) if not inp.greedy]
         if sampled:
             params = [SamplingParams(temperature=settings[j][0].temperature, top_p=settings[j][0].top_p,
                                      top_k=settings[j][0].top_k, min_p=settings[j][0].min_p)
                       for j in sampled]
             # Round to fp16 first and sample from exactly what the target will decode.
-            rounded = sampling_probs(logits[sampled], params).half().float()
+            rounded = sampling_probs(logits[sampled].float(), params).half().float()
             travelled = rounded / rounded.sum(-1, keepdim=True)
             for row, j in enumerate(sampled):
                 tokens[j] = int(torch.multinomial(travelled[row], 1, generator=settings[j][1]))
