@@ -170,12 +170,11 @@ class AdaptiveSpeculation:
         if not measured:
             return
 
-        def rate(c: int) -> float:  # tokens per request per second of step
-            drafted = bucket.drafted_share() * (self.acceptance.expected_tokens(c) - 1)
-            return (1 + drafted) / bucket.seconds(c)
-
-        best = max(measured, key=rate)
-        if bucket.best in measured and rate(best) < (1 + SWITCH_MARGIN) * rate(bucket.best):
+        share = bucket.drafted_share()
+        rate = {c: (1 + share * (self.acceptance.expected_tokens(c) - 1)) / bucket.seconds(c)
+                for c in measured}  # tokens per request per second of step
+        best = max(measured, key=rate.__getitem__)
+        if bucket.best in rate and rate[best] < (1 + SWITCH_MARGIN) * rate[bucket.best]:
             best = bucket.best
         if bucket.exploring and bucket.steps_left == 0 and len(measured) == bound + 1:  # a try ended
             changed = best != bucket.best
@@ -185,7 +184,7 @@ class AdaptiveSpeculation:
         if best != bucket.best:
             logger.info("adaptive speculation: batch %d-%d now runs k=%d (expected tokens per ms of step "
                         "by k: %s)", 1 << (_bucket(batch_size) - 1), (1 << _bucket(batch_size)) - 1, best,
-                        {c: round(rate(c) / 1000, 3) for c in measured})
+                        {c: round(r / 1000, 3) for c, r in rate.items()})
         bucket.best = best
 
     def chosen(self) -> dict[int, int]:

@@ -9,8 +9,9 @@ With `recent_output_tokens`, a request whose own tokens hold no match looks its 
 in the outputs of the requests that finished last (`recent_outputs`, fed by the Speculator as
 requests end; app/engine/spec/recent_outputs.py).
 
-The search is vectorised with numpy: one comparison per n over the whole context, so an 8k
-token context costs tens of microseconds. Converting a long Python list to an array costs
+The search is vectorised with numpy: one comparison over the whole context finds where the
+last token occurred before, and only those places are extended to longer n, so an 8k token
+context costs microseconds. Converting a long Python list to an array costs
 more than the search, so `propose_for` keeps one growing array per request.
 """
 
@@ -30,29 +31,23 @@ def find_ngram_continuation(tokens: np.ndarray, k: int, min_n: int = 1, max_n: i
     for the largest n in [min_n, max_n] that has one; empty when none matches.
 
     An occurrence ending at e (e <= L - 2, so at least one token follows it) may overlap the
-    suffix itself (periodic text); the proposal is cut where the sequence ends."""
+    suffix itself (periodic text); the proposal is cut where the sequence ends. The earlier
+    occurrences of the last token are found in one pass, then only those are extended one
+    token back at a time: most steps of most workloads have none, and stop there."""
     length = len(tokens)
     if k <= 0 or length < min_n + 1:
         return tokens[:0]
-    max_n = min(max_n, length - 1)
-    # match[e] for e in [0, L-2]: tokens[e-n+1 .. e] == tokens[L-n .. L-1], grown one n at a time.
-    head = tokens[:length - 1]
-    match = head == tokens[length - 1]
-    matches: list[np.ndarray] = [match]
-    for n in range(2, max_n + 1):
-        # Shift: occurrence ending at e needs tokens[e-n+1] == tokens[L-n]; e < n-1 impossible.
-        extended = np.zeros_like(match)
-        extended[n - 1:] = match[n - 1:] & (head[:length - n] == tokens[length - n])
-        match = extended
-        if not match.any():
+    ends = np.flatnonzero(tokens[:length - 1] == tokens[length - 1])  # ascending: the last is the most recent
+    found = -1  # the most recent end of the longest match so far, of at least min_n tokens
+    for n in range(1, min(max_n, length - 1) + 1):
+        if n > 1:  # those ends whose match also holds n - 1 tokens further back
+            ends = ends[ends >= n - 1]
+            ends = ends[tokens[ends - (n - 1)] == tokens[length - n]]
+        if not ends.size:
             break
-        matches.append(match)
-    for n in range(len(matches), min_n - 1, -1):
-        hits = np.flatnonzero(matches[n - 1])
-        if hits.size:
-            start = int(hits[-1]) + 1
-            return tokens[start:start + k]
-    return tokens[:0]
+        if n >= min_n:
+            found = int(ends[-1])
+    return tokens[found + 1:found + 1 + k] if found >= 0 else tokens[:0]
 
 
 class NgramProposer:

@@ -178,8 +178,9 @@ class Speculator:
             if self.reads_sequences and not seeded and self._catch_up_outweighs_drafting(req):
                 continue
             candidates.append(req)
+            seed = 0 if p.greedy else _draft_seed(req, self.generator)  # greedy drafts draw nothing
             inputs.append(DraftInput(req.request_id, req.all_token_ids, k_req, p.greedy, p.temperature,
-                                     p.top_p, p.top_k, p.min_p, _draft_seed(req, self.generator)))
+                                     p.top_p, p.top_k, p.min_p, seed))
         self.stats.num_drafts_looked_up += len(self._looked_up)
         if inputs:
             self._ask_proposer(candidates, inputs)
