@@ -36,9 +36,10 @@ is captured twice when the model's longest context needs more than one attention
 once for that longest context and once for steps whose sequences all fit one partition (the
 backend's `partition_size`). At batch sizes that fill the GPU those replay one program per
 sequence and KV head with no merge kernel; smaller ones get a program per split and the merge
-(`kernels.decode_attention`). Either way the numbers are the long grid's. A graph's block-table rows are as wide as its reach needs; the
-longest reach has `max_blocks_per_seq` columns: a sequence of exactly max_model_len tokens needs
-ceil(max_model_len / block_size) of them, hence the +1 margin the runner gives.
+(`kernels.decode_attention`). Either way the numbers are the long grid's. A graph's
+block-table rows are as wide as its reach needs; the longest reach has `max_blocks_per_seq`
+columns: a sequence of exactly max_model_len tokens needs ceil(max_model_len / block_size) of
+them, hence the +1 margin the runner gives.
 """
 
 from __future__ import annotations
