@@ -7,7 +7,9 @@ tokens, overlapped scheduling. Prints decode tok/s per batch size, the best of `
     python benchmarks/ab_decode.py --label new --model-dir /tmp/l3
     (cd gpu_run/base && python ../../benchmarks/ab_decode.py --label base --model-dir /tmp/l3)
 
-`scripts/gpu_owed.sh` alternates the two sides over rounds; the ratio goes in the note.
+`scripts/gpu_owed.sh` alternates the two sides over rounds; the ratio goes in the note. With
+`--partition-grid-only`, the same tree's decode attention keeps one program per partition at
+every batch size (the grid small batches take otherwise): the A/B of that choice alone.
 """
 
 from __future__ import annotations
@@ -33,7 +35,13 @@ def main() -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64, 256])
     parser.add_argument("--sampled-batch-sizes", type=int, nargs="*", default=[1, 256])
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--partition-grid-only", action="store_true",
+                        help="decode attention never takes a program per split (trees from e21e550 on): "
+                             "the other side of that grid's A/B")
     args = parser.parse_args()
+    if args.partition_grid_only:
+        import kernels.decode_attention
+        kernels.decode_attention.spreads_by_split = lambda device, partition_programs: False
     most = max(args.batch_sizes + args.sampled_batch_sizes)
     kv_gib = most * 272 * KV_BYTES_PER_TOKEN / 2**30 * 1.2 + 1
     engine = LLMEngine(EngineConfig(model=args.model_dir, dtype="bfloat16", device="cuda", kv_cache_memory_gib=kv_gib,

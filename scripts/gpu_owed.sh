@@ -3,11 +3,11 @@
 # device time in all, the machine's start (1-2 min) included, so two calls back to back (the
 # machine stays warm 30 s), each well inside its timeout, with time left to rerun one:
 #   run(command="bash scripts/gpu_owed.sh tests kernels decode", carry=[".whl"], timeout_s=330)
-#   run(command="bash scripts/gpu_owed.sh ab spec", carry=[".whl", "gpu_run"], timeout_s=300)
+#   run(command="bash scripts/gpu_owed.sh ab spec", carry=[".whl", "gpu_run"], timeout_s=360)
 # (no argument: every part). Durations on an H100 (2026-11-26): tests ~70 s, kernels ~25 s,
-# decode ~90 s with traces, ab ~45 s a side (4 sides), spec ~55 s. `.whl` holds the cp312
-# wheels the device lacks (outlines_core; see the device tool's README). Logs go to $OUT (or
-# ./gpu_out).
+# decode ~90 s with traces, ab ~45 s a side (4 sides) and ~25 s for each of its 2 batch-1 runs
+# without the split grid, spec ~55 s. `.whl` holds the cp312 wheels the device lacks
+# (outlines_core; see the device tool's README). Logs go to $OUT (or ./gpu_out).
 #
 # Owed since 2026-11-26 (session 16): the GPU tests of the draft's tail graphs without the lm_head
 # (bc0a591); spec.py over 2 repeats with verify and tail graphs and adaptive speculation's
@@ -25,8 +25,9 @@
 # split grid: `spreads_by_split` must return False until they do). "kernels" measures what the
 # per-split folds cost the partition grid at 64 x 4096 and 256 x 256 (split 64 against split
 # 1024, one fold a partition) and what the split grid gains at batch 1 (contexts 256 and 1024);
-# "decode" and "ab" the whole step. If the folds cost more than the batch-1 grid gains, a larger
-# split (128, 256) trades the two; the split size is global, never chosen by the batch.
+# "decode" the whole step; "ab" against e9e0f1c, and this tree at batch 1 without the split
+# grid. If the folds cost more than the batch-1 grid gains, a larger split (128, 256) trades
+# the two; the split size is global, never chosen by the batch.
 set -o pipefail
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
 PARTS=${*:-tests decode ab spec kernels}
@@ -56,6 +57,9 @@ from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&
         2>&1 | grep "decode "
       (cd gpu_run/base && timeout 90 python3 ../../benchmarks/ab_decode.py --label "base-$round" --batch-sizes 1 256 \
         --sampled-batch-sizes 256 2>&1 | grep "decode ")
+      # this tree at batch 1 without the per-split attention grid: what that grid alone gains
+      timeout 60 python3 benchmarks/ab_decode.py --label "partition-grid-$round" --batch-sizes 1 --sampled-batch-sizes \
+        --partition-grid-only 2>&1 | grep "decode "
     done | tee "$OUT/decode_ab.log" ;;
   spec)
     timeout 150 python3 benchmarks/spec.py --batch-sizes 1 4 16 64 --repeats 2 --result-json "$OUT/spec_gpu.json" 2>&1 \
