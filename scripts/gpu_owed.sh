@@ -24,7 +24,8 @@
 # checks that both grids give the same bits on the GPU (if not, no small batch may take the
 # split grid: `spreads_by_split` must return False until they do). "kernels" measures what the
 # per-split folds cost the partition grid at 64 x 4096 and 256 x 256 (split 64 against split
-# 1024, one fold a partition) and what the split grid gains at batch 1 (contexts 256 and 1024);
+# 1024, one fold a partition) and what the split grid gains at batch 1 (contexts 256 and 1024)
+# and at batch 16 (the largest batch that takes it);
 # "decode" the whole step; "ab" against e9e0f1c, and this tree at batch 1 without the split
 # grid. If the folds cost more than the batch-1 grid gains, a larger split (128, 256) trades
 # the two; the split size is global, never chosen by the batch.
@@ -71,10 +72,11 @@ from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&
       timeout 60 python3 benchmarks/kernels.py --full $shape --partition 1024 --split 64 128 1024 --block-n 32 \
         --dots 16 --grid head --num-warps 4 --num-stages 3 2>&1 | grep -v Warn
     done | tee "$OUT/kernels.log"
-    # Batch 1: one program per KV head walking the context (~11 us a layer at ~200 keys, note16)
-    # against a program per split and the merge
-    for context in 256 1024; do
-      timeout 40 python3 benchmarks/kernels.py --full --batch 1 --context $context --partition 1024 --split 64 128 \
+    # Small batches: one program per KV head walking the context (~11 us a layer at batch 1 and
+    # ~200 keys, note16) against a program per split and the merge; batch 16 is the largest
+    # captured size `spreads_by_split` gives the split grid (128 partition programs < 132 SMs)
+    for shape in "--batch 1 --context 256" "--batch 1 --context 1024" "--batch 16 --context 256"; do
+      timeout 40 python3 benchmarks/kernels.py --full $shape --partition 1024 --split 64 128 \
         --programs partition split --block-n 32 --dots 16 --grid head --num-warps 4 --num-stages 3 2>&1 | grep -v Warn
     done | tee "$OUT/kernels_b1.log" ;;
   *) echo "unknown part $part (tests decode ab spec kernels)" ;;
