@@ -137,26 +137,42 @@ def _attend_split(q, q16, k_cache_ptr, v_cache_ptr, table_ptr, start, end, kv_he
 
 
 @triton.jit
-def _store_state(m, l, acc, part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d, g_mask, d_mask,
-                 stride_pb, stride_ph, stride_ps, stride_lb, stride_lh):
+def _state_ptrs(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d,
+                stride_pb, stride_ph, stride_ps, stride_lb, stride_lh):
+    """Where a unit's (split's or partition's) state lives: output rows, max and mass."""
     acc_ptrs = (part_acc_ptr + b * stride_pb + heads[:, None] * stride_ph + unit * stride_ps
                 + offs_d[None, :])
-    tl.store(acc_ptrs, acc, mask=g_mask[:, None] & d_mask[None, :])
     offset = b * stride_lb + heads * stride_lh + unit
-    tl.store(part_m_ptr + offset, m, mask=g_mask)
-    tl.store(part_l_ptr + offset, l, mask=g_mask)
+    return acc_ptrs, part_m_ptr + offset, part_l_ptr + offset
+
+
+@triton.jit
+def _store_state(m, l, acc, part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d, g_mask, d_mask,
+                 stride_pb, stride_ph, stride_ps, stride_lb, stride_lh):
+    acc_ptrs, m_ptrs, l_ptrs = _state_ptrs(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d,
+                                           stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
+    tl.store(acc_ptrs, acc, mask=g_mask[:, None] & d_mask[None, :])
+    tl.store(m_ptrs, m, mask=g_mask)
+    tl.store(l_ptrs, l, mask=g_mask)
 
 
 @triton.jit
 def _load_state(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d, g_mask, d_mask,
                 stride_pb, stride_ph, stride_ps, stride_lb, stride_lh):
-    acc = tl.load(part_acc_ptr + b * stride_pb + heads[:, None] * stride_ph + unit * stride_ps
-                  + offs_d[None, :], mask=g_mask[:, None] & d_mask[None, :], other=0.0)
-    offset = b * stride_lb + heads * stride_lh + unit
+    acc_ptrs, m_ptrs, l_ptrs = _state_ptrs(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d,
+                                           stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
+    acc = tl.load(acc_ptrs, mask=g_mask[:, None] & d_mask[None, :], other=0.0)
     # padded rows of the group: a finite max, so folding them makes no NaN
-    m = tl.load(part_m_ptr + offset, mask=g_mask, other=0.0)
-    l = tl.load(part_l_ptr + offset, mask=g_mask, other=0.0)
+    m = tl.load(m_ptrs, mask=g_mask, other=0.0)
+    l = tl.load(l_ptrs, mask=g_mask, other=0.0)
     return m, l, acc
+
+
+@triton.jit
+def _store_output(l, acc, out_ptr, b, heads, offs_d, g_mask, d_mask, stride_ob, stride_oh):
+    """A sequence's folded state, normalised, as its output rows."""
+    out_ptrs = out_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
+    tl.store(out_ptrs, _normalised(l, acc).to(out_ptr.dtype.element_ty), mask=g_mask[:, None] & d_mask[None, :])
 
 
 @triton.jit
@@ -214,11 +230,11 @@ def _decode_split_kernel(
                                                 QK16, PV16)
                 m, l, acc = _fold(m, l, acc, m_s, l_s, acc_s)
             if DIRECT or seq_len <= PARTITION:  # the sequence's only partition: its output
+                # folded into the empty state first, as the merge folds every partition: the
+                # same operations, so the same bits as a sequence the merge finishes
                 m_out, l_out, acc_out = _empty_state(BLOCK_G, BLOCK_D)
                 m_out, l_out, acc_out = _fold(m_out, l_out, acc_out, m, l, acc)
-                out_ptrs = out_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
-                tl.store(out_ptrs, _normalised(l_out, acc_out).to(out_ptr.dtype.element_ty),
-                         mask=g_mask[:, None] & d_mask[None, :])
+                _store_output(l_out, acc_out, out_ptr, b, heads, offs_d, g_mask, d_mask, stride_ob, stride_oh)
             else:
                 _store_state(m, l, acc, part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d, g_mask,
                          d_mask, stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
@@ -259,9 +275,7 @@ def _decode_merge_kernel(
                 m_p, l_p, acc_p = _load_state(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, p, offs_d, g_mask, d_mask,
                                            stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
             m, l, acc = _fold(m, l, acc, m_p, l_p, acc_p)
-        out_ptrs = out_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
-        tl.store(out_ptrs, _normalised(l, acc).to(out_ptr.dtype.element_ty),
-                 mask=g_mask[:, None] & d_mask[None, :])
+        _store_output(l, acc, out_ptr, b, heads, offs_d, g_mask, d_mask, stride_ob, stride_oh)
 
 
 def default_block_n(dtype: torch.dtype, block_d: int) -> int:
