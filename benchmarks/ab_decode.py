@@ -41,7 +41,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.partition_grid_only:
         import kernels.decode_attention
-        kernels.decode_attention.spreads_by_split = lambda device, partition_programs: False
+        kernels.decode_attention.spreads_by_split = lambda *grid: False
     most = max(args.batch_sizes + args.sampled_batch_sizes)
     kv_gib = most * 272 * KV_BYTES_PER_TOKEN / 2**30 * 1.2 + 1
     engine = LLMEngine(EngineConfig(model=args.model_dir, dtype="bfloat16", device="cuda", kv_cache_memory_gib=kv_gib,

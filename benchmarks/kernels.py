@@ -7,20 +7,20 @@ PyTorch reference runs in the same process for the ratio.
 
     python benchmarks/kernels.py                      # the staged sweep below, ~100 configs
     python benchmarks/kernels.py --full               # the whole cross product (slow)
-    python benchmarks/kernels.py --partition 512 --block-n 64 --dots 16 --num-warps 4 8 \
+    python benchmarks/kernels.py --partition 512 --split 64 --dots 16 --num-warps 4 8 \
         --num-stages 2 3 --grid head seq --full       # a chosen cross product
 
 Knobs of `kernels.decode_attention.decode_attention` (see its module docstring): partition
-(tokens per program in the default grid), split (tokens per split, the unit of the numerics:
-a divisor of the partition), programs (one per partition, or one per split: the grid small
-batches get; the same bits), block_n (keys per tile: block_n / block_size pages per
-iteration), dots (fp32 / qk16 / 16: the tiles' dtype in the two dots), grid (seq-major as
-before, or KV-head-major), num_warps, num_stages (none: Triton's default).
+(tokens per program in the default grid), split (keys per split, the unit of the numerics,
+and per tile: split / block_size pages per iteration; a power of two dividing the partition),
+programs (one per partition, or one per split: the grid small batches get; the same bits),
+dots (fp32 / qk16 / 16: the tiles' dtype in the two dots), grid (seq-major as before, or
+KV-head-major), num_warps, num_stages (none: Triton's default).
 
-    python benchmarks/kernels.py --batch 1 --context 256 --partition 1024 --split 64 128 \
-        --programs partition split --block-n 32 --dots 16 --grid head --full   # batch 1
+    python benchmarks/kernels.py --batch 1 --context 256 --partition 1024 --split 32 64 \
+        --programs partition split --dots 16 --grid head --full   # batch 1
 
-Staged sweep (default): stage 1 crosses partition x split x programs x block_n x dots x grid
+Staged sweep (default): stage 1 crosses partition x split x programs x dots x grid
 at 4 warps and the default stages; stage 2 takes stage 1's best three and crosses num_warps x num_stages. Every
 configuration's output is checked against the fp32-tile default's (bf16 tolerance) and a
 mismatch is reported and never picked. The best configuration is printed as the
@@ -75,7 +75,7 @@ def decode_case(batch: int, context: int, heads: int, kv_heads: int, head_dim: i
 
 
 DEVICE = "cuda"  # a smoke test of the sweep under the interpreter sets "cpu"
-DEFAULTS = dict(partition=[256, 512, 1024], split=[64], programs=["partition"], block_n=[32, 64, 128],
+DEFAULTS = dict(partition=[256, 512, 1024], split=[16, 32, 64], programs=["partition"],
                 dots=["fp32", "qk16", "16"],
                 grid=["seq", "head"], num_warps=[2, 4, 8], num_stages=[0, 2, 3, 4])
 
@@ -83,7 +83,7 @@ DEFAULTS = dict(partition=[256, 512, 1024], split=[64], programs=["partition"], 
 def _config_name(c: dict) -> str:
     stages = c["num_stages"] or "default"
     return (f"partition {c['partition']:5d} split {c['split']:4d} per {c['programs']:>9s} "
-            f"block_n {c['block_n']:3d} dots {c['dots']:>4s} "
+            f"dots {c['dots']:>4s} "
             f"grid {c['grid']:>4s} warps {c['num_warps']} stages {stages}")
 
 
@@ -104,7 +104,6 @@ def main() -> int:
     parser.add_argument("--partition", type=int, nargs="+", default=DEFAULTS["partition"])
     parser.add_argument("--split", type=int, nargs="+", default=DEFAULTS["split"])
     parser.add_argument("--programs", nargs="+", default=DEFAULTS["programs"], choices=["partition", "split"])
-    parser.add_argument("--block-n", type=int, nargs="+", default=DEFAULTS["block_n"])
     parser.add_argument("--dots", nargs="+", default=DEFAULTS["dots"], choices=["fp32", "qk16", "16"])
     parser.add_argument("--grid", nargs="+", default=DEFAULTS["grid"], choices=["seq", "head"])
     parser.add_argument("--num-warps", type=int, nargs="+", default=DEFAULTS["num_warps"])
@@ -139,7 +138,7 @@ def main() -> int:
     def call(c: dict) -> torch.Tensor:
         return decode_attention(query, kv[0], kv[1], tables, seq_lens, scale, args.context,
                                 partition_size=c["partition"], split_size=c["split"],
-                                program_per_split=c["programs"] == "split", block_n=c["block_n"],
+                                program_per_split=c["programs"] == "split",
                                 num_warps=c["num_warps"], num_stages=c["num_stages"] or None,
                                 head_major=c["grid"] == "head", dots=c["dots"])
 
@@ -164,13 +163,13 @@ def main() -> int:
         if not wrong:
             results[name] = (frac, c)
 
-    axes = dict(partition=args.partition, split=args.split, programs=args.programs, block_n=args.block_n,
-                dots=args.dots, grid=args.grid)
+    axes = dict(partition=args.partition, split=args.split, programs=args.programs, dots=args.dots,
+                grid=args.grid)
     if args.full:
         for c in _cross(**axes, num_warps=args.num_warps, num_stages=args.num_stages):
             measure(c)
     else:
-        print("stage 1: partition x split x programs x block_n x dots x grid, 4 warps, default stages")
+        print("stage 1: partition x split x programs x dots x grid, 4 warps, default stages")
         for c in _cross(**axes, num_warps=[4], num_stages=[0]):
             measure(c)
         top = sorted(results.values(), key=lambda r: -r[0])[:args.top]
@@ -185,7 +184,7 @@ def main() -> int:
             options["num_stages"] = c["num_stages"]
         print(f"best: {_config_name(c)}: {100 * frac:.1f}% of copy\n"
               f"  TritonAttentionBackend(partition_size={c['partition']}, split_size={c['split']}, "
-              f"decode_block_n={c['block_n']}, decode_options={options})  (one program per {c['programs']})")
+              f"decode_options={options})  (one program per {c['programs']})")
     meta = AttentionMetadata(
         query_start_loc=torch.arange(args.batch + 1, dtype=torch.int32, device=DEVICE),
         seq_lens=seq_lens, context_lens=seq_lens - 1, block_tables=tables,

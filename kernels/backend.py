@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import torch
 
 from kernels.attention_interface import AttentionMetadata
-from kernels.decode_attention import DEFAULT_PARTITION_SIZE, DEFAULT_SPLIT_SIZE, decode_attention
+from kernels.decode_attention import DEFAULT_PARTITION_SIZE, decode_attention
 from kernels.kv_cache_write import _kv_cache_write_kernel, write_kv_cache
 from kernels.prefill_attention import prefill_attention
 
@@ -34,8 +34,9 @@ def _check_device(t: torch.Tensor) -> None:
 
 # The decode configuration that benchmarks/kernels.py picked on an H100 for bf16 (batch 64 x
 # 4096 keys, 32/8 heads x 128, block 16, 2026-11-23: 83.2% of copy bandwidth against 77.8%
-# for the defaults). 16-bit P.V tiles, so it is used for 16-bit caches only.
-TUNED_16BIT_DECODE = dict(partition_size=1024, decode_block_n=32,
+# for the defaults; tiles of 32 keys, now the splits). 16-bit P.V tiles, so it is used for
+# 16-bit caches only.
+TUNED_16BIT_DECODE = dict(partition_size=1024, split_size=32,
                           decode_options=dict(num_warps=4, num_stages=3, head_major=True, dots="16"))
 
 
@@ -47,15 +48,15 @@ class TritonAttentionBackend:
         """The swept configuration for 16-bit caches, the defaults for fp32."""
         return cls(**TUNED_16BIT_DECODE) if dtype in (torch.bfloat16, torch.float16) else cls()
 
-    def __init__(self, partition_size: int = DEFAULT_PARTITION_SIZE, decode_block_n: int | None = None,
+    def __init__(self, partition_size: int = DEFAULT_PARTITION_SIZE, split_size: int | None = None,
                  prefill_block_n: int | None = None, prefill_rows: int = 64,
-                 decode_options: dict | None = None, split_size: int = DEFAULT_SPLIT_SIZE):
-        """decode_options: num_warps, num_stages, head_major, dots, program_per_split of
-        `decode_attention` (what benchmarks/kernels.py sweeps); None keeps that function's
-        defaults. split_size: the decode numerics' unit (at most the partition)."""
+                 decode_options: dict | None = None):
+        """split_size: keys per decode split and tile, the unit of its numerics (None: the
+        kernel's default for the dtype). decode_options: num_warps, num_stages, head_major,
+        dots, program_per_split of `decode_attention` (what benchmarks/kernels.py sweeps);
+        None keeps that function's defaults."""
         self.partition_size = partition_size
-        self.split_size = min(split_size, partition_size)
-        self.decode_block_n = decode_block_n
+        self.split_size = split_size
         self.decode_options = dict(decode_options or {})
         self.prefill_block_n = prefill_block_n
         self.prefill_rows = prefill_rows
@@ -84,7 +85,7 @@ class TritonAttentionBackend:
         if meta.is_decode_only:
             max_seq_len = self.static_max_seq_len or meta.max_seq_len
             return decode_attention(query, k_cache, v_cache, meta.block_tables, meta.seq_lens,
-                                    scale, max_seq_len, self.partition_size, self.decode_block_n,
+                                    scale, max_seq_len, self.partition_size,
                                     split_size=self.split_size, **self.decode_options)
         return prefill_attention(query, k_cache, v_cache, meta.block_tables, meta.query_start_loc,
                                  meta.context_lens, scale, meta.max_query_len,

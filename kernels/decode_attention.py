@@ -7,27 +7,36 @@ query head.
 
 How a sequence is summed depends on its own length only, never on the batch it is in, nor
 on how many programs share the work (PITFALLS: a seeded request gives the same tokens alone
-or in a batch). The context is cut into *splits* of a fixed `split_size` tokens, each an
-online softmax over tiles of `block_n` keys, leaving an unnormalised state (running max,
-mass, output). The splits of each *partition* (`partition_size` tokens, a multiple) are
-folded left to right, then the partitions are folded left to right, and the result is
-normalised once (`_fold` does every fold, with the same operations wherever it runs).
+or in a batch). The context is cut into *splits* of a fixed `split_size` tokens, one tile
+each, whose softmax is an unnormalised state (its max, mass and output). The splits of each
+*partition* (`partition_size` tokens, a multiple) are folded left to right, then the
+partitions are folded left to right, and the result is normalised once (`_fold` does every
+fold, with the same operations wherever it runs). A program walking many splits carries one
+state, as a plain online softmax does. Splits of several tiles carry a second one: compiled
+for sm_90 (`tests/triton_kernels/hopper_compile.py`), that kernel took 142-152 registers a
+thread, 3 programs of 4 warps per SM, against 96-112 and 4-5 with a split per tile (80-116
+before the splits).
 
 The work can be spread two ways, chosen at launch; the bits are the same:
-- one program per partition (batches that fill the GPU): it folds its splits itself. A sequence within one
-  partition gets its output from that program; longer ones write each partition's state and
-  a merge kernel folds them. With one partition for every sequence the merge is not launched.
+- one program per partition (batches that fill the GPU): it folds its splits itself. Where
+  the grid has one partition per sequence (the longest context fits one), each program writes
+  its sequence's output and no merge is launched; otherwise every partition writes its state
+  and a merge kernel folds them (short sequences too: one kernel with both endings took 20
+  more registers a thread on sm_90, a quarter fewer programs per SM).
 - one program per split: where a partition grid would leave most of the GPU idle (a small
   batch: at batch 1 a grid of partitions is one program per KV head, 8 of them on an H100's
   132 SMs, each walking its whole context), every split has a program, which writes its
   state, and the merge folds splits into partitions and partitions into the output. The
-  rule (`spreads_by_split`: fewer partition programs than multiprocessors) is a first guess,
+  rule (`spreads_by_split`: fewer partition programs than multiprocessors, and a longest
+  context within one partition, which bounds the merge's folds) is a first guess,
   not yet timed; being free to choose is what the fixed order of folds buys.
 Under a CUDA graph the grid is sized for the longest context (`max_seq_len`): splits past a
 sequence's end exit at once and the merge reads a sequence's own splits only.
 
 Tuning knobs (benchmarks/kernels.py sweeps them on a GPU; the defaults are the code's
-original choices): `num_warps`/`num_stages`; `head_major`, a grid whose fastest axis is the
+original choices): `split_size`, which is also the tile (keys per iteration; it changes the
+bits, so it is set once per model, never per batch); `num_warps`/`num_stages`; `head_major`,
+a grid whose fastest axis is the
 KV head, so programs that run side by side read neighbouring 256-byte rows of the same cache
 pages instead of pages of different sequences; and `dots`:
   "fp32": K and V tiles cast to fp32, tf32 dots (exact QK^T for 16-bit inputs, P kept at tf32);
@@ -36,9 +45,9 @@ pages instead of pages of different sequences; and `dots`:
   "16":   both dots on 16-bit tiles, P rounded to the cache dtype (FlashAttention's numerics).
 For fp32 caches the three are the same.
 
-Numerics: tiles are accumulated in fp32 with explicit FMAs, so the compiler's contraction
-choices cannot differ between the two grids; a split's running max is finite (it holds at
-least one key) and the empty state's -inf max gives a weight of exactly 0 when folded; a
+Numerics: states are folded in fp32 with explicit FMAs, so the compiler's contraction
+choices cannot differ between the two grids; a split's max is finite (it holds at least one
+key) and the empty state's -inf max gives a weight of exactly 0 when folded; a
 sequence of length 0 (a CUDA-graph padding row) gives zeros wherever the merge runs. Block
 index x stride is computed in int64.
 """
@@ -53,7 +62,6 @@ import triton
 import triton.language as tl
 
 DEFAULT_PARTITION_SIZE = 256  # tokens per partition (one program's keys in the default grid)
-DEFAULT_SPLIT_SIZE = 64  # tokens per split: the unit of the numerics; divides the partition
 LOG2E = 1.4426950408889634
 DOTS = ("fp32", "qk16", "16")
 
@@ -100,18 +108,20 @@ def _normalised(l, acc):
 
 
 @triton.jit
-def _attend_split(q, q16, k_cache_ptr, v_cache_ptr, table_ptr, start, end, kv_head, offs_d,
-                  d_mask, scale_log2, stride_cb, stride_cs, stride_ch,
-                  BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr,
-                  BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr, QK16: tl.constexpr,
-                  PV16: tl.constexpr):
-    """The online softmax over keys [start, end) (at least one): its unnormalised state."""
-    offs_n = tl.arange(0, BLOCK_N)
-    m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_G], tl.float32)
-    acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
-    for tile in range(start, end, BLOCK_N):
-        tok = tile + offs_n
+def _attend(q, q16, k_cache_ptr, v_cache_ptr, table_ptr, start, end, kv_head, offs_d,
+            d_mask, scale_log2, stride_cb, stride_cs, stride_ch,
+            BLOCK_SIZE: tl.constexpr, SPLIT: tl.constexpr, BLOCK_G: tl.constexpr,
+            BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr, QK16: tl.constexpr,
+            PV16: tl.constexpr):
+    """Keys [start, end) (at least one; `start` on a split boundary), one split per tile: each
+    split's softmax state folded in order into the state returned. Only that state is carried
+    from tile to tile, as in a plain online softmax (registers, hence programs per SM, as
+    before the splits); a single split comes out as its own state, since folding a state into
+    the empty one gives that state bit for bit."""
+    offs_n = tl.arange(0, SPLIT)
+    m, l, acc = _empty_state(BLOCK_G, BLOCK_D)
+    for split_start in range(start, end, SPLIT):
+        tok = split_start + offs_n
         n_mask = tok < end
         k = load_kv_tile_raw(k_cache_ptr, table_ptr, tok, n_mask, kv_head, offs_d, d_mask,
                              stride_cb, stride_cs, stride_ch, BLOCK_SIZE)
@@ -123,17 +133,14 @@ def _attend_split(q, q16, k_cache_ptr, v_cache_ptr, table_ptr, start, end, kv_he
         else:
             s = tl.dot(q, tl.trans(k.to(tl.float32)), input_precision=DOT_PRECISION) * scale_log2
         s = tl.where(n_mask[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp2(m_i - m_new)  # the first tile: exp2(-inf) = 0
-        p = tl.exp2(s - m_new[:, None])
-        l_i = tl.fma(l_i, alpha, tl.sum(p, 1))
+        m_split = tl.max(s, 1)  # finite: a split holds at least one key
+        p = tl.exp2(s - m_split[:, None])
         if PV16:
-            pv = tl.dot(p.to(v.dtype), v)
+            acc_split = tl.dot(p.to(v.dtype), v)
         else:
-            pv = tl.dot(p, v.to(tl.float32), input_precision=DOT_PRECISION)
-        acc = tl.fma(acc, alpha[:, None], pv)
-        m_i = m_new
-    return m_i, l_i, acc
+            acc_split = tl.dot(p, v.to(tl.float32), input_precision=DOT_PRECISION)
+        m, l, acc = _fold(m, l, acc, m_split, tl.sum(p, 1), acc_split)
+    return m, l, acc
 
 
 @triton.jit
@@ -185,7 +192,7 @@ def _decode_split_kernel(
     stride_pb, stride_ph, stride_ps, stride_lb, stride_lh,
     group_size, head_dim,
     BLOCK_SIZE: tl.constexpr, PARTITION: tl.constexpr, SPLIT: tl.constexpr, PER_SPLIT: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, DIRECT: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, DIRECT: tl.constexpr,
     DOT_PRECISION: tl.constexpr, HEAD_MAJOR: tl.constexpr, QK16: tl.constexpr, PV16: tl.constexpr,
 ):
     if HEAD_MAJOR:  # grid (kv_heads, units, batch)
@@ -199,8 +206,10 @@ def _decode_split_kernel(
     seq_len = tl.load(seq_lens_ptr + b)
     if PER_SPLIT:
         start = unit * SPLIT
+        end = tl.minimum(start + SPLIT, seq_len)
     else:
         start = unit * PARTITION
+        end = tl.minimum(start + PARTITION, seq_len)
     if start < seq_len:  # units past the end do nothing; the merge never reads them
         offs_g = tl.arange(0, BLOCK_G)
         offs_d = tl.arange(0, BLOCK_D)
@@ -211,32 +220,17 @@ def _decode_split_kernel(
                         mask=g_mask[:, None] & d_mask[None, :], other=0.0)
         q = q_raw.to(tl.float32)
         q16 = q_raw.to(k_cache_ptr.dtype.element_ty)
-        table_ptr = block_tables_ptr + b * stride_bt
-        if PER_SPLIT:  # the split's own state, for the merge
-            m, l, acc = _attend_split(q, q16, k_cache_ptr, v_cache_ptr, table_ptr, start,
-                                      tl.minimum(start + SPLIT, seq_len), kv_head, offs_d, d_mask,
-                                      scale_log2, stride_cb, stride_cs, stride_ch, BLOCK_SIZE,
-                                      BLOCK_N, BLOCK_G, BLOCK_D, DOT_PRECISION, QK16, PV16)
+        m, l, acc = _attend(q, q16, k_cache_ptr, v_cache_ptr, block_tables_ptr + b * stride_bt, start, end,
+                            kv_head, offs_d, d_mask, scale_log2, stride_cb, stride_cs, stride_ch, BLOCK_SIZE,
+                            SPLIT, BLOCK_G, BLOCK_D, DOT_PRECISION, QK16, PV16)
+        if DIRECT:  # the sequence's only partition: its output
+            # folded into the empty state first, as the merge folds every partition: the
+            # same operations, so the same bits as a sequence the merge finishes
+            m_out, l_out, acc_out = _empty_state(BLOCK_G, BLOCK_D)
+            m_out, l_out, acc_out = _fold(m_out, l_out, acc_out, m, l, acc)
+            _store_output(l_out, acc_out, out_ptr, b, heads, offs_d, g_mask, d_mask, stride_ob, stride_oh)
+        else:  # a split's or a partition's state, for the merge
             _store_state(m, l, acc, part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d, g_mask,
-                         d_mask, stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
-        else:  # the partition's splits, folded in order
-            end = tl.minimum(start + PARTITION, seq_len)
-            m, l, acc = _empty_state(BLOCK_G, BLOCK_D)
-            for split_start in range(start, end, SPLIT):
-                m_s, l_s, acc_s = _attend_split(q, q16, k_cache_ptr, v_cache_ptr, table_ptr, split_start,
-                                                tl.minimum(split_start + SPLIT, end), kv_head, offs_d,
-                                                d_mask, scale_log2, stride_cb, stride_cs, stride_ch,
-                                                BLOCK_SIZE, BLOCK_N, BLOCK_G, BLOCK_D, DOT_PRECISION,
-                                                QK16, PV16)
-                m, l, acc = _fold(m, l, acc, m_s, l_s, acc_s)
-            if DIRECT or seq_len <= PARTITION:  # the sequence's only partition: its output
-                # folded into the empty state first, as the merge folds every partition: the
-                # same operations, so the same bits as a sequence the merge finishes
-                m_out, l_out, acc_out = _empty_state(BLOCK_G, BLOCK_D)
-                m_out, l_out, acc_out = _fold(m_out, l_out, acc_out, m, l, acc)
-                _store_output(l_out, acc_out, out_ptr, b, heads, offs_d, g_mask, d_mask, stride_ob, stride_oh)
-            else:
-                _store_state(m, l, acc, part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d, g_mask,
                          d_mask, stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
 
 
@@ -254,33 +248,33 @@ def _decode_merge_kernel(
     kv_head = tl.program_id(1).to(tl.int64)
     seq_len = tl.load(seq_lens_ptr + b)
     partitions = tl.cdiv(seq_len, PARTITION)
-    if PER_SPLIT or partitions != 1:  # else the sequence's only partition wrote its output
-        offs_g = tl.arange(0, BLOCK_G)
-        offs_d = tl.arange(0, BLOCK_D)
-        g_mask = offs_g < group_size
-        d_mask = offs_d < head_dim
-        heads = kv_head * group_size + offs_g
-        splits_per_partition = PARTITION // SPLIT
-        splits = tl.cdiv(seq_len, SPLIT)
-        m, l, acc = _empty_state(BLOCK_G, BLOCK_D)
-        for p in range(0, partitions):
-            if PER_SPLIT:
-                m_p, l_p, acc_p = _empty_state(BLOCK_G, BLOCK_D)
-                first = p * splits_per_partition
-                for s in range(first, tl.minimum(first + splits_per_partition, splits)):
-                    m_s, l_s, acc_s = _load_state(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, s, offs_d, g_mask,
-                                               d_mask, stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
-                    m_p, l_p, acc_p = _fold(m_p, l_p, acc_p, m_s, l_s, acc_s)
-            else:
-                m_p, l_p, acc_p = _load_state(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, p, offs_d, g_mask, d_mask,
-                                           stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
-            m, l, acc = _fold(m, l, acc, m_p, l_p, acc_p)
-        _store_output(l, acc, out_ptr, b, heads, offs_d, g_mask, d_mask, stride_ob, stride_oh)
+    offs_g = tl.arange(0, BLOCK_G)
+    offs_d = tl.arange(0, BLOCK_D)
+    g_mask = offs_g < group_size
+    d_mask = offs_d < head_dim
+    heads = kv_head * group_size + offs_g
+    splits_per_partition = PARTITION // SPLIT
+    splits = tl.cdiv(seq_len, SPLIT)
+    m, l, acc = _empty_state(BLOCK_G, BLOCK_D)
+    for p in range(0, partitions):
+        if PER_SPLIT:
+            m_p, l_p, acc_p = _empty_state(BLOCK_G, BLOCK_D)
+            first = p * splits_per_partition
+            for s in range(first, tl.minimum(first + splits_per_partition, splits)):
+                m_s, l_s, acc_s = _load_state(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, s, offs_d, g_mask,
+                                           d_mask, stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
+                m_p, l_p, acc_p = _fold(m_p, l_p, acc_p, m_s, l_s, acc_s)
+        else:
+            m_p, l_p, acc_p = _load_state(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, p, offs_d, g_mask, d_mask,
+                                       stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
+        m, l, acc = _fold(m, l, acc, m_p, l_p, acc_p)
+    _store_output(l, acc, out_ptr, b, heads, offs_d, g_mask, d_mask, stride_ob, stride_oh)
 
 
-def default_block_n(dtype: torch.dtype, block_d: int) -> int:
-    """Keys per tile. The K and V tiles are fp32 in registers; ptxas for sm_90 (head_dim 128,
-    4 warps) spills at 64 keys for 16-bit inputs and at 32 for fp32 (its dots run on FMAs)."""
+def default_split_size(dtype: torch.dtype, block_d: int) -> int:
+    """Keys per split (one tile). With fp32 K and V tiles in registers ("fp32" dots), ptxas for
+    sm_90 (head_dim 128, 4 warps) spilled at 64 keys for 16-bit inputs and at 32 for fp32 (its
+    dots run on FMAs)."""
     keys = 32 if dtype != torch.float32 else 16
     return min(64, keys * max(1, 128 // block_d))
 
@@ -295,9 +289,12 @@ def multiprocessors(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def spreads_by_split(device: torch.device, partition_programs: int) -> bool:
-    """One program per split where a grid of partitions would leave multiprocessors idle."""
-    return device.type == "cuda" and partition_programs < multiprocessors(device)
+def spreads_by_split(device: torch.device, partition_programs: int, partitions: int) -> bool:
+    """One program per split where a grid of partitions would leave multiprocessors idle and
+    the longest context fits one partition. Past it the merge would fold a long context's
+    hundreds of splits one after another, which may cost more than the wider grid gains (not
+    timed): those keep the partition grid."""
+    return device.type == "cuda" and partitions == 1 and partition_programs < multiprocessors(device)
 
 
 def dot_precision(dtype: torch.dtype) -> str:
@@ -310,7 +307,7 @@ def dot_precision(dtype: torch.dtype) -> str:
 def decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                      block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float,
                      max_seq_len: int, partition_size: int = DEFAULT_PARTITION_SIZE,
-                     block_n: int | None = None, out: torch.Tensor | None = None,
+                     out: torch.Tensor | None = None,
                      num_warps: int = 4, num_stages: int | None = None, head_major: bool = False,
                      dots: str = "fp32", split_size: int | None = None,
                      program_per_split: bool | None = None) -> torch.Tensor:
@@ -319,15 +316,17 @@ def decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
     k_cache/v_cache [num_blocks, block_size, kv_heads, head_dim]; block_tables [B, W] int32;
     seq_lens [B] int32 (the new token included). `max_seq_len` is only an upper bound that
     sizes the grid (CUDA graphs pass their reach; unused programs exit at once).
-    split_size (default: DEFAULT_SPLIT_SIZE, at most the partition) divides partition_size;
-    a tile never spans two splits. program_per_split: which grid (the module's docstring;
+    split_size (keys per split and per tile; default: `default_split_size`, at most the
+    partition) divides partition_size. program_per_split: which grid (the module's docstring;
     the same bits either way); None chooses by the device's multiprocessors.
     num_warps, num_stages, head_major and dots: see the module's docstring.
     """
     assert dots in DOTS, f"dots must be one of {DOTS}"
-    split_size = split_size or min(DEFAULT_SPLIT_SIZE, partition_size)
-    assert partition_size % split_size == 0, "a partition is a whole number of splits"
     batch, num_heads, head_dim = query.shape
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    split_size = split_size or min(default_split_size(k_cache.dtype, block_d), partition_size)
+    assert partition_size % split_size == 0, "a partition is a whole number of splits"
+    assert split_size & (split_size - 1) == 0, "a split is one tile: a power of two keys"
     num_kv_heads, block_size = k_cache.shape[2], k_cache.shape[1]
     assert num_heads % num_kv_heads == 0 and k_cache.stride() == v_cache.stride()
     assert query.stride(-1) == 1 and k_cache.stride(-1) == 1 and block_tables.stride(-1) == 1
@@ -337,11 +336,9 @@ def decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
         return out
     partitions = num_units(max_seq_len, partition_size)
     if program_per_split is None:
-        program_per_split = spreads_by_split(query.device, batch * num_kv_heads * partitions)
+        program_per_split = spreads_by_split(query.device, batch * num_kv_heads * partitions, partitions)
     units = num_units(max_seq_len, split_size) if program_per_split else partitions
     direct = units == 1 and not program_per_split
-    block_d = max(16, triton.next_power_of_2(head_dim))
-    block_n = min(block_n or default_block_n(k_cache.dtype, block_d), split_size)
     if direct:
         part_acc = part_m = part_l = out  # unused
         p_strides, l_strides = (0, 0, 0), (0, 0)
@@ -362,7 +359,7 @@ def decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         *p_strides, *l_strides, group, head_dim,
         BLOCK_SIZE=block_size, PARTITION=partition_size, SPLIT=split_size,
-        PER_SPLIT=program_per_split, BLOCK_N=block_n, BLOCK_G=block_g, BLOCK_D=block_d,
+        PER_SPLIT=program_per_split, BLOCK_G=block_g, BLOCK_D=block_d,
         DIRECT=direct, DOT_PRECISION=dot_precision(k_cache.dtype), HEAD_MAJOR=head_major,
         QK16=sixteen and dots in ("qk16", "16"), PV16=sixteen and dots == "16", **launch,
     )

@@ -2,7 +2,7 @@
 # The GPU figures the sessions without a GPU owe, by part. A task lent a GPU has 15 minutes of
 # device time in all, the machine's start (1-2 min) included, so two calls back to back (the
 # machine stays warm 30 s), each well inside its timeout, with time left to rerun one:
-#   run(command="bash scripts/gpu_owed.sh tests kernels decode", carry=[".whl"], timeout_s=330)
+#   run(command="bash scripts/gpu_owed.sh tests kernels decode", carry=[".whl", "gpu_run"], timeout_s=330)
 #   run(command="bash scripts/gpu_owed.sh ab spec", carry=[".whl", "gpu_run"], timeout_s=360)
 # (no argument: every part). Durations on an H100 (2026-11-26): tests ~70 s, kernels ~25 s,
 # decode ~90 s with traces, ab ~45 s a side (4 sides) and ~25 s for each of its 2 batch-1 runs
@@ -29,6 +29,12 @@
 # "decode" the whole step; "ab" against e9e0f1c, and this tree at batch 1 without the split
 # grid. If the folds cost more than the batch-1 grid gains, a larger split (128, 256) trades
 # the two; the split size is global, never chosen by the batch.
+# Changed since by session 21 (no GPU either): a split is one tile (32 keys for 16-bit caches),
+# so a partition program carries one softmax state, as before the splits. Compiled for sm_90
+# on the CPU (tests/triton_kernels/hopper_compile.py), session 20's kernel took 142-152
+# registers a thread where the kernel before the splits took 80-116: 3 programs an SM instead
+# of 4-6. Now 96-112. "kernels" times both trees' kernels at the two shapes (e9e0f1c's from
+# gpu_run/base, which call 1 now carries too).
 set -o pipefail
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
 PARTS=${*:-tests decode ab spec kernels}
@@ -66,18 +72,21 @@ from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&
     timeout 150 python3 benchmarks/spec.py --batch-sizes 1 4 16 64 --repeats 2 --result-json "$OUT/spec_gpu.json" 2>&1 \
       | grep -v "Warn\|warn_once" | tee "$OUT/spec_gpu.log" ;;
   kernels)
-    # The adopted configuration at 64 x 4096 (issue 17's shape) and at 256 x 256 (decode.py's
-    # batch 256): what the folds cost the partition grid (split 64 or 128 against 1024, one fold)
+    # At 64 x 4096 (issue 17's shape) and at 256 x 256 (decode.py's batch 256): splits (tiles)
+    # of 32 and 64 keys, 2 or 3 stages; then e9e0f1c's kernel, before the splits, at tiles of 32
+    # (its adopted configuration) and 64
     for shape in "--batch 64 --context 4096" "--batch 256 --context 256"; do
-      timeout 60 python3 benchmarks/kernels.py --full $shape --partition 1024 --split 64 128 1024 --block-n 32 \
-        --dots 16 --grid head --num-warps 4 --num-stages 3 2>&1 | grep -v Warn
+      timeout 60 python3 benchmarks/kernels.py --full $shape --partition 1024 --split 32 64 \
+        --dots 16 --grid head --num-warps 4 --num-stages 2 3 2>&1 | grep -v Warn
+      [ -d gpu_run/base ] && (cd gpu_run/base && timeout 60 python3 benchmarks/kernels.py --full $shape \
+        --partition 1024 --block-n 32 64 --dots 16 --grid head --num-warps 4 --num-stages 3 2>&1 | grep -v Warn)
     done | tee "$OUT/kernels.log"
     # Small batches: one program per KV head walking the context (~11 us a layer at batch 1 and
     # ~200 keys, note16) against a program per split and the merge; batch 16 is the largest
     # captured size `spreads_by_split` gives the split grid (128 partition programs < 132 SMs)
     for shape in "--batch 1 --context 256" "--batch 1 --context 1024" "--batch 16 --context 256"; do
-      timeout 40 python3 benchmarks/kernels.py --full $shape --partition 1024 --split 64 128 \
-        --programs partition split --block-n 32 --dots 16 --grid head --num-warps 4 --num-stages 3 2>&1 | grep -v Warn
+      timeout 40 python3 benchmarks/kernels.py --full $shape --partition 1024 --split 32 64 \
+        --programs partition split --dots 16 --grid head --num-warps 4 --num-stages 3 2>&1 | grep -v Warn
     done | tee "$OUT/kernels_b1.log" ;;
   *) echo "unknown part $part (tests decode ab spec kernels)" ;;
   esac

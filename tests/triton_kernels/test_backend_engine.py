@@ -21,7 +21,7 @@ def test_backend_matches_torch_backend(query_lens, context_lens, per_split):
     n = case.query.shape[0]
     key, value = torch.randn(n, 2, 16), torch.randn(n, 2, 16)
     ours, theirs = case.kv_cache.clone(), case.kv_cache.clone()
-    triton_backend = TritonAttentionBackend(partition_size=32, split_size=16, decode_block_n=16,
+    triton_backend = TritonAttentionBackend(partition_size=32, split_size=16,
                                             prefill_block_n=16, prefill_rows=16,
                                             decode_options=dict(program_per_split=per_split))
     triton_backend.write_kv(key, value, ours, case.meta)

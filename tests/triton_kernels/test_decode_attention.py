@@ -30,46 +30,49 @@ def test_block_boundaries(dtype, heads, kv_heads, partition, per_split):
     lens = [1, 15, 16, 17, 33]
     case = make_paged_case([1] * len(lens), [n - 1 for n in lens], heads, kv_heads, 16, 16, dtype,
                            seed=heads)
-    check(run_decode(case, partition_size=partition, split_size=16, block_n=16,
+    check(run_decode(case, partition_size=partition, split_size=16,
                      program_per_split=per_split), case)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_long_context_split_k(dtype):
-    """(1, 1328) and a short neighbour: six splits of 256 against one, head_dim 32, block 32."""
+    """(1, 1328) and a short neighbour: six partitions of 256 against one, splits of 64,
+    head_dim 32, block 32."""
     case = make_paged_case([1, 1], [1327, 40], 4, 1, 32, 32, dtype, seed=1)
-    check(run_decode(case, partition_size=256, block_n=64), case)
+    check(run_decode(case, partition_size=256, split_size=64), case)
 
 
-def test_padded_head_dim_and_block_not_dividing_partition():
-    """head_dim 24 (padded to 32), block_n 16 with partition 40: partial tiles at split ends."""
+def test_padded_head_dim_and_partition_not_a_power_of_two():
+    """head_dim 24 (padded to 32); partition 40, five splits of 8 keys in blocks of 8: partial
+    last splits and partitions."""
     case = make_paged_case([1, 1], [70, 5], 4, 2, 24, 8, torch.float32, seed=2)
-    check(run_decode(case, partition_size=40, block_n=16), case)
+    check(run_decode(case, partition_size=40, split_size=8), case)
+    check(run_decode(case, partition_size=40, split_size=8, program_per_split=True), case)
 
 
 def test_split_count_ignores_batch():
     """A sequence's output is bitwise the same alone, beside a much longer one, and with the
     grid sized for a max length far over the batch's (as under a CUDA graph)."""
     case = make_paged_case([1, 1], [299, 1000], 4, 1, 16, 16, torch.float32, seed=3)
-    both = run_decode(case, partition_size=64, block_n=32)
+    both = run_decode(case, partition_size=64, split_size=32)
     kv, m = case.kv_cache, case.meta
     alone = decode_attention(case.query[:1], kv[0], kv[1], m.block_tables[:1], m.seq_lens[:1],
-                             0.25, max_seq_len=300, partition_size=64, block_n=32)
-    static = run_decode(case, partition_size=64, block_n=32, max_seq_len=4096)
+                             0.25, max_seq_len=300, partition_size=64, split_size=32)
+    static = run_decode(case, partition_size=64, split_size=32, max_seq_len=4096)
     assert torch.equal(both[:1], alone)
     assert torch.equal(both, static)
 
 
-def test_a_one_split_sequence_is_the_same_without_the_merge_and_beside_split_ones():
-    """Short sequences write their output from the split kernel, whether the batch skips the
-    merge (every sequence fits one split) or not (a long neighbour, or a grid sized for a long
-    max length): the same bits either way, and the merge leaves them alone."""
+def test_a_one_partition_sequence_is_the_same_without_the_merge_and_through_it():
+    """Short sequences get their output from the split kernel where every sequence fits one
+    partition (no merge), and through the merge beside a long neighbour or in a grid sized for
+    a long max length (a CUDA graph's): the same bits either way."""
     case = make_paged_case([1, 1, 1, 1], [3, 20, 63, 150], 8, 2, 16, 16, torch.float32, seed=4)
     kv, m = case.kv_cache, case.meta
     short = decode_attention(case.query[:3], kv[0], kv[1], m.block_tables[:3], m.seq_lens[:3], 0.25,
-                             max_seq_len=64, partition_size=64, block_n=16)
-    beside_long = run_decode(case, partition_size=64, block_n=16)
-    static = run_decode(case, partition_size=64, block_n=16, max_seq_len=4096)
+                             max_seq_len=64, partition_size=64, split_size=16)
+    beside_long = run_decode(case, partition_size=64, split_size=16)
+    static = run_decode(case, partition_size=64, split_size=16, max_seq_len=4096)
     assert torch.equal(short, beside_long[:3]) and torch.equal(beside_long, static)
     check(beside_long, case)
 
@@ -81,7 +84,7 @@ def test_empty_sequence_gives_zeros(per_split):
     case = make_paged_case([1, 1], [30, 5], 4, 1, 16, 16, torch.float32, seed=5)
     ref = attention_ref(case, 0.25)
     case.meta.seq_lens[1] = 0
-    out = run_decode(case, partition_size=16, block_n=16, max_seq_len=64, program_per_split=per_split)
+    out = run_decode(case, partition_size=16, split_size=16, max_seq_len=64, program_per_split=per_split)
     assert torch.equal(out[1], torch.zeros_like(out[1]))
     torch.testing.assert_close(out[0], ref[0], atol=2e-5, rtol=2e-5)
 
@@ -91,11 +94,11 @@ def test_empty_sequence_gives_zeros(per_split):
 def test_a_program_per_split_gives_the_same_bits(dtype, head_major):
     """The grid is chosen at launch by the batch's size (one program per split where a grid
     of partitions would leave the GPU idle), so it must not change a single bit: lengths on
-    and around split (16) and partition (64) boundaries, tiles (8) inside splits, GQA 5:1
-    with a padded head_dim, and a grid sized for a far longer context (a CUDA graph's)."""
+    and around split (8, half a cache block) and partition (64) boundaries, GQA 5:1 with a
+    padded head_dim, and a grid sized for a far longer context (a CUDA graph's)."""
     lens = [1, 16, 17, 63, 64, 65, 100, 129, 200]
     case = make_paged_case([1] * len(lens), [n - 1 for n in lens], 10, 2, 24, 16, dtype, seed=9)
-    kw = dict(partition_size=64, split_size=16, block_n=8, head_major=head_major)
+    kw = dict(partition_size=64, split_size=8, head_major=head_major)
     by_partition = run_decode(case, program_per_split=False, **kw)
     by_split = run_decode(case, program_per_split=True, **kw)
     assert torch.equal(by_partition, by_split)
@@ -107,6 +110,8 @@ def test_split_size_divides_the_partition():
     case = make_paged_case([1], [20], 4, 1, 16, 16, torch.float32, seed=10)
     with pytest.raises(AssertionError, match="whole number of splits"):
         run_decode(case, partition_size=64, split_size=24)
+    with pytest.raises(AssertionError, match="power of two"):
+        run_decode(case, partition_size=96, split_size=48)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
@@ -117,15 +122,15 @@ def test_tuning_knobs(dtype, dots, head_major):
     grid, other warps/stages; block boundaries, splits and NaN-filled unused slots as above."""
     lens = [1, 16, 17, 70]
     case = make_paged_case([1] * len(lens), [n - 1 for n in lens], 10, 2, 24, 16, dtype, seed=7)
-    kw = dict(partition_size=32, block_n=16, dots=dots, head_major=head_major, num_warps=8,
+    kw = dict(partition_size=32, split_size=16, dots=dots, head_major=head_major, num_warps=8,
               num_stages=2)
     check(run_decode(case, **kw), case)
     check(run_decode(case, max_seq_len=4096, **kw), case)  # static grid, as under a CUDA graph
-    check(run_decode(case, program_per_split=True, split_size=16, **kw), case)
+    check(run_decode(case, program_per_split=True, **kw), case)
 
 
 def test_head_major_grid_is_bitwise_the_same():
     case = make_paged_case([1, 1, 1], [3, 40, 100], 8, 2, 16, 16, torch.float32, seed=8)
-    a = run_decode(case, partition_size=32, block_n=16)
-    b = run_decode(case, partition_size=32, block_n=16, head_major=True)
+    a = run_decode(case, partition_size=32, split_size=16)
+    b = run_decode(case, partition_size=32, split_size=16, head_major=True)
     assert torch.equal(a, b)

@@ -89,7 +89,7 @@ def _run(model, ops, backend, num_layers, kv_heads, head_dim, vocab):
 def fused(path: str):
     if path == "cpu":
         return CpuLayerOps(require_cpu_kernels()), CpuAttentionBackend(require_cpu_kernels().paged_attention_short)
-    return TritonLayerOps(), TritonAttentionBackend(partition_size=16, decode_block_n=16,
+    return TritonLayerOps(), TritonAttentionBackend(partition_size=16, split_size=16,
                                                     prefill_block_n=16, prefill_rows=16)
 
 

@@ -60,5 +60,5 @@ def test_huge_pool(huge_cache):
     dec_meta = make_meta([1, 1], [22, 13], tables, BLOCK_SIZE)
     dec_q = query[[2, 3]]
     dec = decode_attention(dec_q, k_cache, v_cache, dec_meta.block_tables, dec_meta.seq_lens,
-                           0.25, dec_meta.max_seq_len, partition_size=16, block_n=16)
+                           0.25, dec_meta.max_seq_len, partition_size=16, split_size=16)
     torch.testing.assert_close(dec.float(), ref[[2, 3]], atol=2e-3, rtol=2e-3)

@@ -1,0 +1,183 @@
+"""Compile the GPU path's Triton kernels for an H100 (sm_90) on a machine without a GPU.
+
+The interpreter runs the kernels' logic on the CPU but never compiles them: it checks no types
+(a pointer typed bf16 in one branch and fp32 in the other ran there and failed to compile on
+the H100, RESULTS.md 2026-11-26) and says nothing of registers, spills or software pipelining.
+Triton's compiler and ptxas need no GPU, only a target. So each kernel wrapper is called with
+the shapes of a Llama-3-8B decode step (bf16, the tuned settings the engine uses on CUDA),
+every launch is caught before it reaches a driver, and the launch is compiled as Triton's JIT
+would compile it there: the same constexprs, and the same specialisation of integers (1 as a
+constant, multiples of 16 as divisible) and of pointers (16-byte aligned).
+
+    python tests/triton_kernels/hopper_compile.py   # a table: registers, shared memory, spills
+
+Must run in a process without TRITON_INTERPRET (the interpreter replaces `triton.jit`);
+`test_hopper_compile.py` starts one. The figures are this Triton's ptxas's; the H100 lent to
+this project ran Triton 3.6.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+from triton.runtime.jit import JITFunction  # noqa: E402
+
+HOPPER = GPUTarget("cuda", 90, 32)
+TRITON_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
+                 torch.int32: "i32", torch.int64: "i64", torch.uint8: "u8", torch.bool: "u1"}
+
+
+@dataclass
+class Launch:
+    label: str
+    kernel: JITFunction
+    args: dict  # parameter name -> value, defaults applied
+    options: dict  # num_warps, num_stages
+
+
+@dataclass
+class Compiled:
+    label: str
+    kernel: str
+    registers: int
+    local_bytes: int  # spills (or local arrays): per-thread local memory
+    shared_bytes: int
+    async_copies: int  # cp.async instructions in the PTX: loads the pipeliner made asynchronous
+
+
+def _signature(launch: Launch) -> tuple[dict, dict, dict]:
+    """The (signature, constexprs, attrs) Triton's JIT would compile this launch with."""
+    signature, constexprs, attrs = {}, {}, {}
+    for index, param in enumerate(launch.kernel.params):
+        value = launch.args[param.name]
+        if param.is_constexpr or (type(value) is int and value == 1 and not param.do_not_specialize):
+            signature[param.name], constexprs[(index,)] = "constexpr", value
+            continue
+        if isinstance(value, torch.Tensor):
+            signature[param.name] = "*" + TRITON_DTYPES[value.dtype]
+            divisible = value.data_ptr() % 16 == 0
+        elif isinstance(value, bool):
+            signature[param.name], divisible = "u1", False
+        elif isinstance(value, int):
+            signature[param.name] = "i32" if -2**31 <= value < 2**31 else "i64"
+            divisible = value % 16 == 0
+        elif isinstance(value, float):
+            signature[param.name], divisible = "fp32", False
+        else:
+            raise TypeError(f"{launch.label}: argument {param.name} of type {type(value).__name__}")
+        if divisible and not param.do_not_specialize and not param.do_not_specialize_on_alignment:
+            attrs[(index,)] = [["tt.divisibility", 16]]
+    return signature, constexprs, attrs
+
+
+def _resources(cubin: bytes) -> dict[str, int]:
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([str(cuobjdump), "--dump-resource-usage", f.name], capture_output=True,
+                             text=True, check=True).stdout
+    return {key: int(value) for key, value in re.findall(r"(REG|LOCAL):(\d+)", out)}
+
+
+def compile_for_hopper(launch: Launch) -> Compiled:
+    signature, constexprs, attrs = _signature(launch)
+    source = ASTSource(launch.kernel, signature, constexprs=constexprs, attrs=attrs)
+    compiled = triton.compile(source, target=HOPPER, options=launch.options)
+    used = _resources(compiled.asm["cubin"])
+    return Compiled(launch.label, launch.kernel.__name__, used["REG"], used["LOCAL"],
+                    compiled.metadata.shared, compiled.asm["ptx"].count("cp.async."))
+
+
+def caught_launches() -> list[Launch]:
+    """Every launch of the CUDA path's kernels at a Llama-3-8B decode step's shapes, caught
+    instead of run."""
+    from kernels.backend import TUNED_16BIT_DECODE
+    from kernels.decode_attention import decode_attention
+    from kernels.filtered_sampling import filtered_sample
+    from kernels.prefill_attention import prefill_attention
+    from kernels.rmsnorm import rms_norm
+    from kernels.rotary_kv_write import rotary_write_kv
+    from kernels.silu_mul import silu_and_mul
+
+    launches: list[Launch] = []
+    label = ""
+
+    def catch(kernel: JITFunction, *args, grid, warmup, **kwargs):
+        options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages") if k in kwargs}
+        bound = inspect.signature(kernel.fn).bind(*args, **kwargs)
+        bound.apply_defaults()
+        launches.append(Launch(label, kernel, dict(bound.arguments), options))
+
+    bf16 = dict(dtype=torch.bfloat16)
+    batch, heads, kv_heads, head_dim, block = 4, 32, 8, 128, 16
+    hidden, intermediate, vocab = 4096, 14336, 128256
+    blocks_per_seq, reach = 64, 1024
+    k_cache = torch.zeros(batch * blocks_per_seq, block, kv_heads, head_dim, **bf16)
+    v_cache = torch.zeros_like(k_cache)
+    tables = torch.arange(batch * blocks_per_seq, dtype=torch.int32).view(batch, blocks_per_seq)
+    seq_lens = torch.full((batch,), 700, dtype=torch.int32)
+    query = torch.zeros(batch, heads, head_dim, **bf16)
+    decode = dict(partition_size=TUNED_16BIT_DECODE["partition_size"], split_size=TUNED_16BIT_DECODE["split_size"],
+                  **TUNED_16BIT_DECODE["decode_options"])
+    original_run = JITFunction.run
+    JITFunction.run = catch
+    try:
+        for label, per_split, max_seq_len in (("decode, a program per partition", False, reach),
+                                              ("decode, a program per partition, long", False, 8 * reach),
+                                              ("decode, a program per split", True, reach)):
+            decode_attention(query, k_cache, v_cache, tables, seq_lens, 0.1, max_seq_len,
+                             program_per_split=per_split, **decode)
+        label = "decode, fp32 (the engine's exact mode)"
+        decode_attention(query.float(), k_cache.float(), v_cache.float(), tables, seq_lens, 0.1, 8 * reach,
+                         program_per_split=False)
+        label = "prefill (a verifying step: 5 query tokens)"
+        query_start = torch.arange(0, 5 * batch + 1, 5, dtype=torch.int32)
+        prefill_attention(torch.zeros(5 * batch, heads, head_dim, **bf16), k_cache, v_cache, tables,
+                          query_start, seq_lens - 5, 0.1, 5)
+        label = "layer ops"
+        x = torch.zeros(batch, hidden, **bf16)
+        rms_norm(x, torch.ones(hidden, **bf16), 1e-5, residual=torch.zeros_like(x))
+        rms_norm(x, torch.ones(hidden, **bf16), 1e-5)
+        q, k, v = (torch.zeros(batch, n, head_dim, **bf16) for n in (heads, kv_heads, kv_heads))
+        cos = torch.zeros(batch, head_dim, **bf16)
+        rotary_write_kv(q, k, v, cos, cos.clone(), k_cache, v_cache, torch.arange(batch, dtype=torch.int64))
+        silu_and_mul(torch.zeros(batch, 2 * intermediate, **bf16))
+        label = "draws in the graph"
+        filtered_sample(torch.zeros(batch, vocab, **bf16), torch.ones(batch), torch.ones(batch),
+                        torch.zeros(batch), torch.zeros(batch, 4, dtype=torch.float64))
+    finally:
+        JITFunction.run = original_run
+    return launches
+
+
+def main() -> None:
+    assert not os.environ.get("TRITON_INTERPRET"), "run without TRITON_INTERPRET: it replaces triton.jit"
+    results = [compile_for_hopper(launch) for launch in caught_launches()]
+    if "--json" in sys.argv:
+        print(json.dumps([asdict(r) for r in results]))
+        return
+    print(f"Triton {triton.__version__}, target {HOPPER}")
+    print(f"{'launch':<44} {'kernel':<26} {'regs':>5} {'local':>6} {'shared':>7} {'cp.async':>8}")
+    for r in results:
+        print(f"{r.label:<44} {r.kernel:<26} {r.registers:>5} {r.local_bytes:>6} {r.shared_bytes:>7} "
+              f"{r.async_copies:>8}")
+
+
+if __name__ == "__main__":
+    main()
