@@ -260,7 +260,7 @@ def _decode_merge_kernel(
         if PER_SPLIT:
             m_p, l_p, acc_p = _empty_state(BLOCK_G, BLOCK_D)
             first = p * splits_per_partition
-            for s in range(first, tl.minimum(first + splits_per_partition, splits)):
+            for s in tl.range(first, tl.minimum(first + splits_per_partition, splits), num_stages=3):
                 m_s, l_s, acc_s = _load_state(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, s, offs_d, g_mask,
                                            d_mask, stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
                 m_p, l_p, acc_p = _fold(m_p, l_p, acc_p, m_s, l_s, acc_s)

@@ -21,5 +21,8 @@ def test_kernels_compile_for_sm90_without_spills():
     assert {c["kernel"] for c in compiled} == EXPECTED_KERNELS
     spilled = [c for c in compiled if c["local_bytes"]]
     assert not spilled, f"local memory (register spills) on sm_90: {spilled}"
-    # every decode launch's K/V loads are asynchronous copies: the tile loop is software-pipelined
-    assert all(c["async_copies"] for c in compiled if c["kernel"] == "_decode_split_kernel")
+    # the loops that walk memory are software-pipelined (their loads asynchronous copies): every
+    # decode launch's K/V tiles, the sampler's passes over the vocabulary, the merge of splits
+    pipelined = [c for c in compiled if c["kernel"] in ("_decode_split_kernel", "_filtered_sample_kernel")
+                 or (c["kernel"] == "_decode_merge_kernel" and c["label"] == "decode, a program per split")]
+    assert len(pipelined) == 6 and all(c["async_copies"] for c in pipelined), pipelined
