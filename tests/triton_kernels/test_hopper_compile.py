@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 HOPPER_COMPILE = Path(__file__).with_name("hopper_compile.py")
 EXPECTED_KERNELS = {"_decode_split_kernel", "_decode_merge_kernel", "_prefill_kernel", "_rms_norm_kernel",
                     "_rotary_kv_write_kernel", "_silu_and_mul_kernel", "_filtered_sample_kernel"}
@@ -16,6 +18,8 @@ def test_kernels_compile_for_sm90_without_spills():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, str(HOPPER_COMPILE), "--json"], capture_output=True, text=True,
                           env=env, timeout=600)
+    if done.returncode == 3:  # hopper_compile.HARNESS_UNSUPPORTED
+        pytest.skip(done.stderr.strip().splitlines()[-1])
     assert done.returncode == 0, done.stderr[-3000:]
     compiled = json.loads(done.stdout.splitlines()[-1])
     assert {c["kernel"] for c in compiled} == EXPECTED_KERNELS
