@@ -34,7 +34,8 @@
 # on the CPU (tests/triton_kernels/hopper_compile.py), session 20's kernel took 142-152
 # registers a thread where the kernel before the splits took 80-116: 3 programs an SM instead
 # of 4-6. Now 96-112. "kernels" times both trees' kernels at the two shapes (e9e0f1c's from
-# gpu_run/base, which call 1 now carries too).
+# gpu_run/base, which call 1 now carries too). The in-graph sampler's passes over the vocabulary
+# now pipeline their loads (they waited out a round trip per block): decode.py's sampled rows.
 set -o pipefail
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
 PARTS=${*:-tests decode ab spec kernels}
