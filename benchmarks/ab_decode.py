@@ -9,7 +9,9 @@ tokens, overlapped scheduling. Prints decode tok/s per batch size, the best of `
 
 `scripts/gpu_owed.sh` alternates the two sides over rounds; the ratio goes in the note. With
 `--partition-grid-only`, the same tree's decode attention keeps one program per partition at
-every batch size (the grid small batches take otherwise): the A/B of that choice alone.
+every batch size (the grid small batches take otherwise): the A/B of that choice alone. With
+`--dependent-launch`, the decode step's Triton kernels are launched with programmatic dependent
+launch (`kernels/dependent_launch.py`, off by default): the A/B that decides whether it is on.
 """
 
 from __future__ import annotations
@@ -38,7 +40,12 @@ def main() -> None:
     parser.add_argument("--partition-grid-only", action="store_true",
                         help="decode attention never takes a program per split (trees from e21e550 on): "
                              "the other side of that grid's A/B")
+    parser.add_argument("--dependent-launch", action="store_true",
+                        help="launch the decode step's Triton kernels with programmatic dependent launch")
     args = parser.parse_args()
+    if args.dependent_launch:
+        import kernels.dependent_launch
+        kernels.dependent_launch.ENABLED = True
     if args.partition_grid_only:
         import kernels.decode_attention
         kernels.decode_attention.spreads_by_split = lambda *grid: False

@@ -61,6 +61,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.dependent_launch import dependent_launch_args, wait_for_predecessor
+
 DEFAULT_PARTITION_SIZE = 256  # tokens per partition (one program's keys in the default grid)
 LOG2E = 1.4426950408889634
 DOTS = ("fp32", "qk16", "16")
@@ -194,7 +196,9 @@ def _decode_split_kernel(
     BLOCK_SIZE: tl.constexpr, PARTITION: tl.constexpr, SPLIT: tl.constexpr, PER_SPLIT: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, DIRECT: tl.constexpr,
     DOT_PRECISION: tl.constexpr, HEAD_MAJOR: tl.constexpr, QK16: tl.constexpr, PV16: tl.constexpr,
+    DEPENDENT_LAUNCH: tl.constexpr,
 ):
+    wait_for_predecessor(DEPENDENT_LAUNCH)
     if HEAD_MAJOR:  # grid (kv_heads, units, batch)
         kv_head = tl.program_id(0).to(tl.int64)
         unit = tl.program_id(1)
@@ -240,10 +244,11 @@ def _decode_merge_kernel(
     stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, stride_ob, stride_oh,
     group_size, head_dim,
     PARTITION: tl.constexpr, SPLIT: tl.constexpr, PER_SPLIT: tl.constexpr,
-    BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, DEPENDENT_LAUNCH: tl.constexpr,
 ):
     """Folds the states the split kernel wrote: splits into partitions (one program per
     split), partitions into the output, as that kernel folds them."""
+    wait_for_predecessor(DEPENDENT_LAUNCH)
     b = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1).to(tl.int64)
     seq_len = tl.load(seq_lens_ptr + b)
@@ -362,12 +367,13 @@ def decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
         PER_SPLIT=program_per_split, BLOCK_G=block_g, BLOCK_D=block_d,
         DIRECT=direct, DOT_PRECISION=dot_precision(k_cache.dtype), HEAD_MAJOR=head_major,
         QK16=sixteen and dots in ("qk16", "16"), PV16=sixteen and dots == "16", **launch,
+        **dependent_launch_args(query.device),
     )
     if not direct:
         _decode_merge_kernel[(batch, num_kv_heads)](
             part_acc, part_m, part_l, seq_lens, out, *p_strides, *l_strides,
             out.stride(0), out.stride(1), group, head_dim,
             PARTITION=partition_size, SPLIT=split_size, PER_SPLIT=program_per_split,
-            BLOCK_G=block_g, BLOCK_D=block_d, num_warps=4,
+            BLOCK_G=block_g, BLOCK_D=block_d, num_warps=4, **dependent_launch_args(query.device),
         )
     return out

@@ -12,6 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.dependent_launch import dependent_launch_args, wait_for_predecessor
+
 MAX_BLOCK = 4096
 # Blocks of the row in flight while one is reduced. Triton software-pipelines only the loads of a
 # loop that asks for it (or that feed a dot): without it each block waits out a full memory
@@ -81,7 +83,8 @@ def _draw(base, V, inv_t, m, key_floor, x_floor, u, BLOCK: tl.constexpr):
 @triton.jit
 def _filtered_sample_kernel(logits_ptr, stride, temperature_ptr, top_p_ptr, min_p_ptr, floor_ptr,
                             u_ptr, u_stride, out_ptr, V, BLOCK: tl.constexpr, ROUNDS: tl.constexpr,
-                            HAS_FLOOR: tl.constexpr):
+                            HAS_FLOOR: tl.constexpr, DEPENDENT_LAUNCH: tl.constexpr):
+    wait_for_predecessor(DEPENDENT_LAUNCH)
     row = tl.program_id(0)
     temperature = tl.load(temperature_ptr + row).to(tl.float32)
     if temperature > 0:  # a row of temperature 0 is greedy: it draws nothing
@@ -141,5 +144,6 @@ def filtered_sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torc
             logits, logits.stride(0), temperature, top_p, min_p,
             temperature if floor is None else floor,  # without a floor, a pointer never read
             u, u.stride(0), out, vocab, BLOCK=min(triton.next_power_of_2(vocab), MAX_BLOCK),
-            ROUNDS=u.shape[1], HAS_FLOOR=floor is not None, num_warps=8)
+            ROUNDS=u.shape[1], HAS_FLOOR=floor is not None, num_warps=8,
+            **dependent_launch_args(logits.device))
     return out

@@ -12,11 +12,14 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.dependent_launch import dependent_launch_args, wait_for_predecessor
+
 
 @triton.jit
 def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
                      stride_x, stride_r, stride_o, stride_ro, n_cols, eps,
-                     HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
+                     HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, DEPENDENT_LAUNCH: tl.constexpr):
+    wait_for_predecessor(DEPENDENT_LAUNCH)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -47,5 +50,5 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
         _rms_norm_kernel[(rows,)](
             x, res_in, weight, out, res_out, x.stride(0), res_in.stride(0), out.stride(0),
             res_out.stride(0), cols, eps, HAS_RESIDUAL=residual is not None, BLOCK=block,
-            num_warps=min(16, max(1, block // 512)))
+            num_warps=min(16, max(1, block // 512)), **dependent_launch_args(x.device))
     return out if residual is None else (out, res_out)

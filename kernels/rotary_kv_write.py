@@ -19,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.dependent_launch import dependent_launch_args, wait_for_predecessor
 from kernels.rotary import load_cos_sin, rotate_in_place
 
 
@@ -29,8 +30,9 @@ def _rotary_kv_write_kernel(
     stride_cb, stride_cs, stride_ch,  # cache strides: block, slot in block, head (dim is 1)
     num_q_heads, num_kv_heads, half,
     BLOCK_SIZE: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr,
-    BLOCK_HALF: tl.constexpr,
+    BLOCK_HALF: tl.constexpr, DEPENDENT_LAUNCH: tl.constexpr,
 ):
+    wait_for_predecessor(DEPENDENT_LAUNCH)
     t = tl.program_id(0).to(tl.int64)
     offs_d = tl.arange(0, BLOCK_HALF)
     d_mask = offs_d < half
@@ -82,5 +84,5 @@ def rotary_write_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torc
         num_q_heads, num_kv_heads, half,
         BLOCK_SIZE=k_cache.shape[1], BLOCK_HQ=triton.next_power_of_2(num_q_heads),
         BLOCK_HK=triton.next_power_of_2(num_kv_heads), BLOCK_HALF=triton.next_power_of_2(half),
-        num_warps=4)
+        num_warps=4, **dependent_launch_args(q.device))
     return q

@@ -12,11 +12,15 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.dependent_launch import dependent_launch_args, wait_for_predecessor
+
 MAX_BLOCK = 1024
 
 
 @triton.jit
-def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, stride_o, n_cols, BLOCK: tl.constexpr):
+def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, stride_o, n_cols, BLOCK: tl.constexpr,
+                         DEPENDENT_LAUNCH: tl.constexpr):
+    wait_for_predecessor(DEPENDENT_LAUNCH)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -36,5 +40,5 @@ def silu_and_mul(x: torch.Tensor, block: int | None = None) -> torch.Tensor:
         block = block or min(MAX_BLOCK, triton.next_power_of_2(cols))
         _silu_and_mul_kernel[(rows, triton.cdiv(cols, block))](
             x, out, x.stride(0), out.stride(0), cols, BLOCK=block,
-            num_warps=max(1, min(8, block // 256)))
+            num_warps=max(1, min(8, block // 256)), **dependent_launch_args(x.device))
     return out

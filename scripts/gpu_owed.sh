@@ -3,9 +3,10 @@
 # device time in all, the machine's start (1-2 min) included, so two calls back to back (the
 # machine stays warm 30 s), each well inside its timeout, with time left to rerun one:
 #   run(command="bash scripts/gpu_owed.sh tests kernels decode", carry=[".whl", "gpu_run"], timeout_s=330)
-#   run(command="bash scripts/gpu_owed.sh ab spec", carry=[".whl", "gpu_run"], timeout_s=360)
+#   run(command="bash scripts/gpu_owed.sh ab", carry=[".whl", "gpu_run"], timeout_s=400)
+# and only with 3 minutes of budget left: run(command="bash scripts/gpu_owed.sh spec", ...).
 # (no argument: every part). Durations on an H100 (2026-11-26): tests ~70 s, kernels ~25 s,
-# decode ~90 s with traces, ab ~45 s a side (4 sides) and ~25 s for each of its 2 batch-1 runs
+# decode ~90 s with traces, ab ~45 s a side (6 sides) and ~25 s for each of its 2 batch-1 runs
 # without the split grid, spec ~55 s. `.whl` holds the cp312 wheels the device lacks
 # (outlines_core; see the device tool's README). Logs go to $OUT (or ./gpu_out).
 #
@@ -36,6 +37,9 @@
 # of 4-6. Now 96-112. "kernels" times both trees' kernels at the two shapes (e9e0f1c's from
 # gpu_run/base, which call 1 now carries too). The in-graph sampler's passes over the vocabulary
 # now pipeline their loads (they waited out a round trip per block): decode.py's sampled rows.
+# And programmatic dependent launch (kernels/dependent_launch.py, off by default): "tests" checks
+# its tokens (test_dependent_launch_gives_the_same_tokens), "ab" times this tree with it on in
+# each round; turn ENABLED on only if it is faster at batch 1 and no slower at 256.
 set -o pipefail
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
 PARTS=${*:-tests decode ab spec kernels}
@@ -50,7 +54,7 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 for part in $PARTS; do
   case $part in
   tests)
-    timeout 150 python3 -m pytest -m gpu tests/triton_kernels/test_gpu.py tests/triton_kernels/test_gpu_fused_layers.py \
+    timeout 180 python3 -m pytest -m gpu tests/triton_kernels/test_gpu.py tests/triton_kernels/test_gpu_fused_layers.py \
       tests/triton_kernels/test_filtered_sampling.py tests/test_selection.py -q -p no:cacheprovider 2>&1 \
       | grep -v Warn | tail -30 | tee "$OUT/pytest_gpu.log" ;;
   decode)  # also writes the Llama-3-8B-shaped checkpoint /tmp/l3 that "ab" loads
@@ -68,6 +72,9 @@ from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&
       # this tree at batch 1 without the per-split attention grid: what that grid alone gains
       timeout 60 python3 benchmarks/ab_decode.py --label "partition-grid-$round" --batch-sizes 1 --sampled-batch-sizes \
         --partition-grid-only 2>&1 | grep "decode "
+      # this tree with programmatic dependent launch
+      timeout 90 python3 benchmarks/ab_decode.py --label "dependent-launch-$round" --batch-sizes 1 256 \
+        --sampled-batch-sizes 256 --dependent-launch 2>&1 | grep "decode "
     done | tee "$OUT/decode_ab.log" ;;
   spec)
     timeout 150 python3 benchmarks/spec.py --batch-sizes 1 4 16 64 --repeats 2 --result-json "$OUT/spec_gpu.json" 2>&1 \

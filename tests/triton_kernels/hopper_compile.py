@@ -10,6 +10,7 @@ would compile it there: the same constexprs, and the same specialisation of inte
 constant, multiples of 16 as divisible) and of pointers (16-byte aligned).
 
     python tests/triton_kernels/hopper_compile.py   # a table: registers, shared memory, spills
+    python tests/triton_kernels/hopper_compile.py --dependent-launch   # as launched with PDL
 
 Must run in a process without TRITON_INTERPRET (the interpreter replaces `triton.jit`);
 `test_hopper_compile.py` starts one. The figures are this Triton's ptxas's; the H100 lent to
@@ -59,6 +60,7 @@ class Compiled:
     local_bytes: int  # spills (or local arrays): per-thread local memory
     shared_bytes: int
     async_copies: int  # cp.async instructions in the PTX: loads the pipeliner made asynchronous
+    waits_first: bool  # griddepcontrol.wait (programmatic dependent launch) before any memory access
 
 
 def _signature(launch: Launch) -> tuple[dict, dict, dict]:
@@ -99,13 +101,25 @@ def _resources(cubin: bytes) -> dict[str, int]:
 def compile_for_hopper(launch: Launch, source: ASTSource) -> Compiled:
     compiled = triton.compile(source, target=HOPPER, options=launch.options)
     used = _resources(compiled.asm["cubin"])
-    return Compiled(launch.label, launch.kernel.__name__, used["REG"], used["LOCAL"],
-                    compiled.metadata.shared, compiled.asm["ptx"].count("cp.async."))
+    ptx = compiled.asm["ptx"]
+    return Compiled(launch.label, launch.kernel.__name__, used["REG"], used["LOCAL"], compiled.metadata.shared,
+                    ptx.count("cp.async."), _waits_first(ptx))
 
 
-def caught_launches() -> list[Launch]:
+def _waits_first(ptx: str) -> bool:
+    """The kernel's text has griddepcontrol.wait before its first global load, store, async
+    copy or atomic (the wait sits in the entry block, which comes first)."""
+    body = ptx[ptx.index(".entry"):]
+    wait = body.find("griddepcontrol.wait")
+    accesses = [i for i in (body.find(op) for op in ("ld.global", "st.global", "cp.async", "atom.", "red."))
+                if i >= 0]
+    return wait >= 0 and all(wait < i for i in accesses)
+
+
+def caught_launches(dependent_launch: bool = False) -> list[Launch]:
     """Every launch of the CUDA path's kernels at a Llama-3-8B decode step's shapes, caught
-    instead of run."""
+    instead of run; with `dependent_launch`, as an H100 launches them when
+    `kernels.dependent_launch.ENABLED` is set."""
     from kernels.backend import TUNED_16BIT_DECODE
     from kernels.decode_attention import decode_attention
     from kernels.filtered_sampling import filtered_sample
@@ -118,7 +132,9 @@ def caught_launches() -> list[Launch]:
     label = ""
 
     def catch(kernel: JITFunction, *args, grid, warmup, **kwargs):
-        options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages") if k in kwargs}
+        options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages", "launch_pdl") if k in kwargs}
+        if dependent_launch and "DEPENDENT_LAUNCH" in kwargs:
+            kwargs["DEPENDENT_LAUNCH"], options["launch_pdl"] = True, True
         bound = inspect.signature(kernel.fn).bind(*args, **kwargs)
         bound.apply_defaults()
         launches.append(Launch(label, kernel, dict(bound.arguments), options))
@@ -168,7 +184,7 @@ def caught_launches() -> list[Launch]:
 def main() -> None:
     assert not os.environ.get("TRITON_INTERPRET"), "run without TRITON_INTERPRET: it replaces triton.jit"
     try:  # Triton's internals this relies on (the JIT's launch method, ASTSource's arguments)
-        launches = caught_launches()
+        launches = caught_launches("--dependent-launch" in sys.argv)
         sources = [ASTSource(launch.kernel, *_signature(launch)) for launch in launches]
         assert launches, "no launch caught"
     except Exception as exc:  # noqa: BLE001 - a Triton this harness does not know: nothing checked
@@ -179,10 +195,10 @@ def main() -> None:
         print(json.dumps([asdict(r) for r in results]))
         return
     print(f"Triton {triton.__version__}, target {HOPPER}")
-    print(f"{'launch':<44} {'kernel':<26} {'regs':>5} {'local':>6} {'shared':>7} {'cp.async':>8}")
+    print(f"{'launch':<44} {'kernel':<26} {'regs':>5} {'local':>6} {'shared':>7} {'cp.async':>8} {'PDL wait':>8}")
     for r in results:
         print(f"{r.label:<44} {r.kernel:<26} {r.registers:>5} {r.local_bytes:>6} {r.shared_bytes:>7} "
-              f"{r.async_copies:>8}")
+              f"{r.async_copies:>8} {'first' if r.waits_first else '':>8}")
 
 
 if __name__ == "__main__":

@@ -214,6 +214,22 @@ def test_tokens_chosen_inside_the_graph_are_those_chosen_after_it(checkpoint, mo
             assert LLMEngine(config).generate(batch, params) == got
 
 
+def test_dependent_launch_gives_the_same_tokens(checkpoint, monkeypatch):
+    """Launched with programmatic dependent launch, a step's Triton kernels may be scheduled
+    before the kernel ahead of them ends and wait for it inside: the tokens must be the plain
+    launch's, greedy and sampled, bf16, through CUDA graphs and overlapped steps."""
+    import kernels.dependent_launch
+    from app.config import EngineConfig
+    from app.engine.engine import LLMEngine
+    from tests.test_overlap_scheduling import mixed_params, prompts
+    batch, params = prompts(12, seed=5), mixed_params(12)
+    config = EngineConfig(model=str(checkpoint), dtype="bfloat16", device="cuda", num_kv_blocks=64,
+                          max_num_batched_tokens=64)
+    plain = LLMEngine(config).generate(batch, params)
+    monkeypatch.setattr(kernels.dependent_launch, "ENABLED", True)
+    assert LLMEngine(config).generate(batch, params) == plain
+
+
 @pytest.mark.parametrize("context,query_lens", [([5, 16, 31], [1, 1, 1]), ([5, 16, 259], [1, 1, 1]),
                                                 ([5, 16, 259], [3, 1, 2])],
                          ids=["one-split-graph", "long-graph", "verify-graph"])

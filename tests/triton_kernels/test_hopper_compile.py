@@ -14,9 +14,11 @@ EXPECTED_KERNELS = {"_decode_split_kernel", "_decode_merge_kernel", "_prefill_ke
                     "_rotary_kv_write_kernel", "_silu_and_mul_kernel", "_filtered_sample_kernel"}
 
 
-def test_kernels_compile_for_sm90_without_spills():
+@pytest.mark.parametrize("dependent_launch", [False, True], ids=["plain-launch", "dependent-launch"])
+def test_kernels_compile_for_sm90_without_spills(dependent_launch):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, str(HOPPER_COMPILE), "--json"], capture_output=True, text=True,
+    flags = ["--json"] + (["--dependent-launch"] if dependent_launch else [])
+    done = subprocess.run([sys.executable, str(HOPPER_COMPILE), *flags], capture_output=True, text=True,
                           env=env, timeout=600)
     if done.returncode == 3:  # hopper_compile.HARNESS_UNSUPPORTED
         pytest.skip(done.stderr.strip().splitlines()[-1])
@@ -30,3 +32,7 @@ def test_kernels_compile_for_sm90_without_spills():
     pipelined = [c for c in compiled if c["kernel"] in ("_decode_split_kernel", "_filtered_sample_kernel")
                  or (c["kernel"] == "_decode_merge_kernel" and c["label"] == "decode, a program per split")]
     assert len(pipelined) == 6 and all(c["async_copies"] for c in pipelined), pipelined
+    # launched with PDL, a kernel may start before the one ahead of it ends: it must wait for
+    # it before touching memory (every kernel of a decode step but the prefill kernel's)
+    waiting = {c["kernel"] for c in compiled if c["waits_first"]}
+    assert waiting == (EXPECTED_KERNELS - {"_prefill_kernel"} if dependent_launch else set())
