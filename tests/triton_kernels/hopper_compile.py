@@ -49,7 +49,7 @@ class Launch:
     label: str
     kernel: JITFunction
     args: dict  # parameter name -> value, defaults applied
-    options: dict  # num_warps, num_stages
+    options: dict  # num_warps, num_stages, launch_pdl
 
 
 @dataclass
