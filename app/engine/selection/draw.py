@@ -90,8 +90,9 @@ def draw_top_p_by_rejection(logits: torch.Tensor, temperature: torch.Tensor, top
     top = x.amax(-1, keepdim=True)
     weight = (x - top).exp()
     goal = nucleus_goal(top_p, weight.sum(-1))
-    allowed = x >= top + min_p.log()[:, None]
-    drawable = weight.masked_fill(~allowed, 0.0)
+    drawable = weight
+    if bool((min_p > 0).any()):  # else a pass over every row that cuts nothing
+        drawable = weight.masked_fill(x < top + min_p.log()[:, None], 0.0)
     token = sample_inverse_cdf(drawable, u[:, 0])
     pending = (top_p < 1).nonzero()[:, 0]  # rows whose last draw is not yet known to be kept
     rounds = u.shape[1]
