@@ -2,12 +2,12 @@
 
 Inside a decode step's CUDA graph the GPU idled 7.4% of a batch-1 step on an H100 (2026-11-26):
 about 1.3 us at each of its ~370 kernel boundaries, if all of it lies there, since the next
-kernel is launched only once the one before it has finished. A kernel launched with PDL may be scheduled while its predecessor
-in the stream is still running; it then waits (`gdc_wait`) for that kernel's completion and
-memory before its first load or store, so only its launch and index arithmetic overlap the
-other's tail, and every result is what it was. It also lets its own successor be scheduled
-early (`gdc_launch_dependents`), which only a successor launched with PDL uses: cuBLAS's GEMMs
-between our kernels are launched as before.
+kernel is launched only once the one before it has finished. A kernel launched with PDL may
+be scheduled while its predecessor in the stream is still running; it then waits
+(`gdc_wait`) for that kernel's completion and memory before its first load or store, so only
+its launch and index arithmetic overlap the other's tail, and every result is what it was. It
+also lets its own successor be scheduled early (`gdc_launch_dependents`), which only a
+successor launched with PDL uses: cuBLAS's GEMMs between our kernels are launched as before.
 
 Off until a GPU A/B says it pays (`benchmarks/ab_decode.py --dependent-launch`); the kernels
 compile both ways in CPU CI (`tests/triton_kernels/hopper_compile.py --dependent-launch`).
