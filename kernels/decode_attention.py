@@ -357,6 +357,7 @@ def decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
     launch = dict(num_warps=num_warps) if num_stages is None else dict(num_warps=num_warps,
                                                                       num_stages=num_stages)
     block_g = max(16, triton.next_power_of_2(group))
+    dependent_launch = dependent_launch_args(query.device)
     _decode_split_kernel[grid](
         query, k_cache, v_cache, block_tables, seq_lens, out, part_acc, part_m, part_l,
         scale * LOG2E,
@@ -366,14 +367,13 @@ def decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
         BLOCK_SIZE=block_size, PARTITION=partition_size, SPLIT=split_size,
         PER_SPLIT=program_per_split, BLOCK_G=block_g, BLOCK_D=block_d,
         DIRECT=direct, DOT_PRECISION=dot_precision(k_cache.dtype), HEAD_MAJOR=head_major,
-        QK16=sixteen and dots in ("qk16", "16"), PV16=sixteen and dots == "16", **launch,
-        **dependent_launch_args(query.device),
+        QK16=sixteen and dots in ("qk16", "16"), PV16=sixteen and dots == "16", **launch, **dependent_launch,
     )
     if not direct:
         _decode_merge_kernel[(batch, num_kv_heads)](
             part_acc, part_m, part_l, seq_lens, out, *p_strides, *l_strides,
             out.stride(0), out.stride(1), group, head_dim,
             PARTITION=partition_size, SPLIT=split_size, PER_SPLIT=program_per_split,
-            BLOCK_G=block_g, BLOCK_D=block_d, num_warps=4, **dependent_launch_args(query.device),
+            BLOCK_G=block_g, BLOCK_D=block_d, num_warps=4, **dependent_launch,
         )
     return out

@@ -20,8 +20,9 @@ def test_kernels_compile_for_sm90_without_spills(dependent_launch):
     flags = ["--json"] + (["--dependent-launch"] if dependent_launch else [])
     done = subprocess.run([sys.executable, str(HOPPER_COMPILE), *flags], capture_output=True, text=True,
                           env=env, timeout=600)
-    if done.returncode == 3:  # hopper_compile.HARNESS_UNSUPPORTED
-        pytest.skip(done.stderr.strip().splitlines()[-1])
+    if done.returncode == 3:  # hopper_compile.HARNESS_UNSUPPORTED: this Triton's internals changed
+        pytest.skip("the sm_90 compile check cannot run on this Triton (the harness relies on its JIT's "
+                    f"launch method and ASTSource): {done.stderr.strip().splitlines()[-1]}")
     assert done.returncode == 0, done.stderr[-3000:]
     compiled = json.loads(done.stdout.splitlines()[-1])
     assert {c["kernel"] for c in compiled} == EXPECTED_KERNELS
