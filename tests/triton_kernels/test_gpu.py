@@ -190,9 +190,11 @@ def test_overlapped_scheduling_gives_the_serial_engines_tokens(checkpoint):
 
 def test_tokens_chosen_inside_the_graph_are_those_chosen_after_it(checkpoint, monkeypatch):
     """Greedy, seeded and unseeded sampled requests (top-p, min-p), overlapped: the decode
-    graphs choose every plain step's tokens, and they are the tokens the same engine chooses
-    after the replay from the same logits (graph_draws off). Then with bf16 logits, the model
-    dtype the graph draws from."""
+    graphs choose the tokens of every one-token step they replay (no request here asks for
+    what only the host can do), and they are the tokens the same engine chooses after the
+    replay from the same logits (graph_draws off). Then with bf16 logits, the model dtype the
+    graph draws from. How many such steps there are depends on where requests stop on a token,
+    which the dtype and the device's numerics move (8 to 13 of ~20 here)."""
     from app.config import EngineConfig
     from app.engine.engine import LLMEngine
     from app.engine.selection.layout import RowLayout
@@ -204,11 +206,13 @@ def test_tokens_chosen_inside_the_graph_are_those_chosen_after_it(checkpoint, mo
         config = EngineConfig(model=str(checkpoint), dtype=dtype, device="cuda", num_kv_blocks=64,
                               max_num_batched_tokens=64)
         chosen = LLMEngine(config)
-        selections = []
-        on_device = chosen.selector.on_device
-        chosen.selector.on_device = lambda *a, **k: selections.append(on_device(*a, **k)) or selections[-1]
+        replays = []  # per replay: (one-token step, tokens chosen in the graph)
+        run = chosen.runner.cuda_graphs.run
+        chosen.runner.cuda_graphs.run = lambda step, *a: (
+            replays.append((step.max_query_len == 1, (out := run(step, *a)).chosen is not None)) or out)
         got = chosen.generate(batch, params)
-        assert sum(s.tokens_only for s in selections) > 10
+        one_token = [in_graph for single, in_graph in replays if single]
+        assert len(one_token) >= 5 and all(one_token)
         with monkeypatch.context() as patch:
             patch.setattr(RowLayout, "graph_draws", lambda self, key: None)
             assert LLMEngine(config).generate(batch, params) == got
