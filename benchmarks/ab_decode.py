@@ -7,11 +7,12 @@ tokens, overlapped scheduling. Prints decode tok/s per batch size, the best of `
     python benchmarks/ab_decode.py --label new --model-dir /tmp/l3
     (cd gpu_run/base && python ../../benchmarks/ab_decode.py --label base --model-dir /tmp/l3)
 
-`scripts/gpu_owed.sh` alternates the two sides over rounds; the ratio goes in the note. With
-`--partition-grid-only`, the same tree's decode attention keeps one program per partition at
-every batch size (the grid small batches take otherwise): the A/B of that choice alone. With
-`--dependent-launch`, the decode step's Triton kernels are launched with programmatic dependent
-launch (`kernels/dependent_launch.py`, off by default): the A/B that decides whether it is on.
+`scripts/gpu_owed.sh` alternates the two sides over rounds; the ratio goes in the note. Two
+flags run the same tree with one choice turned the other way, for the A/B of that choice alone
+(trees from 2026-11-27 on): `--program-per-split`, decode attention with a program per split at
+every batch size (run it at small batches; see `kernels/decode_attention.py`), and
+`--plain-launch`, the decode step's Triton kernels launched without programmatic dependent
+launch (`kernels/dependent_launch.py`).
 """
 
 from __future__ import annotations
@@ -37,18 +38,17 @@ def main() -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64, 256])
     parser.add_argument("--sampled-batch-sizes", type=int, nargs="*", default=[1, 256])
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--partition-grid-only", action="store_true",
-                        help="decode attention never takes a program per split (trees from e21e550 on): "
-                             "the other side of that grid's A/B")
-    parser.add_argument("--dependent-launch", action="store_true",
-                        help="launch the decode step's Triton kernels with programmatic dependent launch")
+    parser.add_argument("--program-per-split", action="store_true",
+                        help="decode attention takes a program per split at every batch size")
+    parser.add_argument("--plain-launch", action="store_true",
+                        help="launch the decode step's Triton kernels without programmatic dependent launch")
     args = parser.parse_args()
-    if args.dependent_launch:
+    if args.plain_launch:
         import kernels.dependent_launch
-        kernels.dependent_launch.ENABLED = True
-    if args.partition_grid_only:
-        import kernels.decode_attention
-        kernels.decode_attention.spreads_by_split = lambda *grid: False
+        kernels.dependent_launch.ENABLED = False
+    if args.program_per_split:
+        from kernels.backend import TUNED_16BIT_DECODE
+        TUNED_16BIT_DECODE["decode_options"]["program_per_split"] = True
     most = max(args.batch_sizes + args.sampled_batch_sizes)
     kv_gib = most * 272 * KV_BYTES_PER_TOKEN / 2**30 * 1.2 + 1
     engine = LLMEngine(EngineConfig(model=args.model_dir, dtype="bfloat16", device="cuda", kv_cache_memory_gib=kv_gib,

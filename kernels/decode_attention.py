@@ -15,21 +15,25 @@ fold, with the same operations wherever it runs). A program walking many splits 
 state, as a plain online softmax does. Splits of several tiles carry a second one: compiled
 for sm_90 (`tests/triton_kernels/hopper_compile.py`), that kernel took 142-152 registers a
 thread, 3 programs of 4 warps per SM, against 96-112 and 4-5 with a split per tile (80-116
-before the splits).
+before the splits). Registers did not decide the speed, though: the bf16 engine's splits of 64
+keys at 2 stages take 154 and read faster on an H100 than 32 keys at 96 (kernels/backend.py),
+more bytes in flight per program.
 
-The work can be spread two ways, chosen at launch; the bits are the same:
-- one program per partition (batches that fill the GPU): it folds its splits itself. Where
+The work can be spread two ways, chosen by the caller; the bits are the same:
+- one program per partition (the default, at every batch size): it folds its splits itself. Where
   the grid has one partition per sequence (the longest context fits one), each program writes
   its sequence's output and no merge is launched; otherwise every partition writes its state
   and a merge kernel folds them (short sequences too: one kernel with both endings took 20
   more registers a thread on sm_90, a quarter fewer programs per SM).
-- one program per split: where a partition grid would leave most of the GPU idle (a small
-  batch: at batch 1 a grid of partitions is one program per KV head, 8 of them on an H100's
-  132 SMs, each walking its whole context), every split has a program, which writes its
-  state, and the merge folds splits into partitions and partitions into the output. The
-  rule (`spreads_by_split`: fewer partition programs than multiprocessors, and a longest
-  context within one partition, which bounds the merge's folds) is a first guess,
-  not yet timed; being free to choose is what the fixed order of folds buys.
+- one program per split (`program_per_split`, off by default): every split has a program,
+  which writes its state, and the merge folds splits into partitions and partitions into the
+  output. Meant for small batches, where a partition grid leaves most of the GPU idle (at
+  batch 1, one program per KV head: 8 on an H100's 132 SMs, each walking its whole context).
+  Taken by batch-1 decode steps where the longest context fitted one partition, it lost on an
+  H100 (2026-11-27, Llama-3-8B shape, contexts 128-256, `benchmarks/ab_decode.py`): 161.2-161.3
+  tok/s against 163.4-163.5 with the partition grid, 163.7 against 165.1-165.2 with dependent
+  launch; the merge's launch costs more than the wider grid gains at such contexts. Longer
+  contexts are not timed yet; being free to choose is what the fixed order of folds buys.
 Under a CUDA graph the grid is sized for the longest context (`max_seq_len`): splits past a
 sequence's end exit at once and the merge reads a sequence's own splits only.
 
@@ -54,7 +58,6 @@ index x stride is computed in int64.
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -289,19 +292,6 @@ def num_units(seq_len: int, size: int) -> int:
     return max(1, math.ceil(seq_len / size))
 
 
-@functools.cache
-def multiprocessors(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
-def spreads_by_split(device: torch.device, partition_programs: int, partitions: int) -> bool:
-    """One program per split where a grid of partitions would leave multiprocessors idle and
-    the longest context fits one partition. Past it the merge would fold a long context's
-    hundreds of splits one after another, which may cost more than the wider grid gains (not
-    timed): those keep the partition grid."""
-    return device.type == "cuda" and partitions == 1 and partition_programs < multiprocessors(device)
-
-
 def dot_precision(dtype: torch.dtype) -> str:
     """fp32 caches get exact fp32 dots (fp32 runs must match transformers). 16-bit q and K are
     exact in tf32, so QK^T loses nothing on tensor cores; P rounds to tf32's 10 mantissa bits,
@@ -315,7 +305,7 @@ def decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
                      out: torch.Tensor | None = None,
                      num_warps: int = 4, num_stages: int | None = None, head_major: bool = False,
                      dots: str = "fp32", split_size: int | None = None,
-                     program_per_split: bool | None = None) -> torch.Tensor:
+                     program_per_split: bool = False) -> torch.Tensor:
     """query [B, heads, head_dim] -> [B, heads, head_dim].
 
     k_cache/v_cache [num_blocks, block_size, kv_heads, head_dim]; block_tables [B, W] int32;
@@ -323,7 +313,7 @@ def decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
     sizes the grid (CUDA graphs pass their reach; unused programs exit at once).
     split_size (keys per split and per tile; default: `default_split_size`, at most the
     partition) divides partition_size. program_per_split: which grid (the module's docstring;
-    the same bits either way); None chooses by the device's multiprocessors.
+    the same bits either way).
     num_warps, num_stages, head_major and dots: see the module's docstring.
     """
     assert dots in DOTS, f"dots must be one of {DOTS}"
@@ -340,8 +330,6 @@ def decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
     if batch == 0:
         return out
     partitions = num_units(max_seq_len, partition_size)
-    if program_per_split is None:
-        program_per_split = spreads_by_split(query.device, batch * num_kv_heads * partitions, partitions)
     units = num_units(max_seq_len, split_size) if program_per_split else partitions
     direct = units == 1 and not program_per_split
     if direct:

@@ -30,7 +30,7 @@ def test_decode_bf16(heads, kv_heads):
                                  dots="16", head_major=True)
                 for per_split in (False, True)]
         torch.testing.assert_close(outs[0].float(), attention_ref(case, 0.088), **BF16_TOL)
-        # the grid is chosen by the batch's size: the compiled folds must give the same bits
+        # either grid may be chosen for any batch: the compiled folds must give the same bits
         assert torch.equal(outs[0], outs[1])
 
 
@@ -229,9 +229,10 @@ def test_dependent_launch_gives_the_same_tokens(checkpoint, monkeypatch):
     batch, params = prompts(12, seed=5), mixed_params(12)
     config = EngineConfig(model=str(checkpoint), dtype="bfloat16", device="cuda", num_kv_blocks=64,
                           max_num_batched_tokens=64)
-    plain = LLMEngine(config).generate(batch, params)
-    monkeypatch.setattr(kernels.dependent_launch, "ENABLED", True)
-    assert LLMEngine(config).generate(batch, params) == plain
+    assert kernels.dependent_launch.ENABLED
+    dependent = LLMEngine(config).generate(batch, params)
+    monkeypatch.setattr(kernels.dependent_launch, "ENABLED", False)
+    assert LLMEngine(config).generate(batch, params) == dependent
 
 
 @pytest.mark.parametrize("context,query_lens", [([5, 16, 31], [1, 1, 1]), ([5, 16, 259], [1, 1, 1]),
