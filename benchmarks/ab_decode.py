@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """One side of a decode A/B on a GPU: the engine of the tree this runs from (its own
 `app/` and `benchmarks/decode.py`, so run it with the other tree's copy from that tree's root),
-Llama-3-8B shape from a checkpoint `benchmarks/decode.py` wrote, bf16, prompt 128, 128 new
-tokens, overlapped scheduling. Prints decode tok/s per batch size, the best of `--repeats`.
+Llama-3-8B shape from a checkpoint `benchmarks/decode.py` wrote, bf16, prompt 128 (`--prompt-len`),
+128 new tokens, overlapped scheduling. Prints decode tok/s per batch size, the best of `--repeats`.
 
     python benchmarks/ab_decode.py --label new --model-dir /tmp/l3
     (cd gpu_run/base && python ../../benchmarks/ab_decode.py --label base --model-dir /tmp/l3)
@@ -38,6 +38,7 @@ def main() -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64, 256])
     parser.add_argument("--sampled-batch-sizes", type=int, nargs="*", default=[1, 256])
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--prompt-len", type=int, default=128, help="tokens per prompt (128 new tokens follow)")
     parser.add_argument("--program-per-split", action="store_true",
                         help="decode attention takes a program per split at every batch size")
     parser.add_argument("--plain-launch", action="store_true",
@@ -50,15 +51,15 @@ def main() -> None:
         from kernels.backend import TUNED_16BIT_DECODE
         TUNED_16BIT_DECODE["decode_options"]["program_per_split"] = True
     most = max(args.batch_sizes + args.sampled_batch_sizes)
-    kv_gib = most * 272 * KV_BYTES_PER_TOKEN / 2**30 * 1.2 + 1
+    kv_gib = most * (args.prompt_len + 144) * KV_BYTES_PER_TOKEN / 2**30 * 1.2 + 1
     engine = LLMEngine(EngineConfig(model=args.model_dir, dtype="bfloat16", device="cuda", kv_cache_memory_gib=kv_gib,
                                     max_num_seqs=most, max_num_batched_tokens=8192, max_model_len=args.max_model_len))
     run_engine(engine, 2, 16, 8, "warmup")
     cells = [(b, False) for b in args.batch_sizes] + [(b, True) for b in args.sampled_batch_sizes]
     for batch, sampled in cells:
-        best = max(run_engine(engine, batch, 128, 128, f"{args.label}-{batch}-{sampled}-{r}", sampled)["decode_tok_s"]
-                   for r in range(args.repeats))
-        print(f"{args.label} max_model_len {args.max_model_len} batch {batch:3d} "
+        best = max(run_engine(engine, batch, args.prompt_len, 128, f"{args.label}-{batch}-{sampled}-{r}",
+                              sampled)["decode_tok_s"] for r in range(args.repeats))
+        print(f"{args.label} max_model_len {args.max_model_len} prompt {args.prompt_len} batch {batch:3d} "
               f"{'sampled' if sampled else 'greedy '}: decode {best:9.1f} tok/s", flush=True)
 
 

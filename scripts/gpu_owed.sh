@@ -3,46 +3,40 @@
 # device time in all, the machine's start (1-2 min) included, so two calls back to back (the
 # machine stays warm 30 s), each well inside its timeout, with time left to rerun one:
 #   run(command="bash scripts/gpu_owed.sh tests kernels decode", carry=[".whl", "gpu_run"], timeout_s=330)
-#   run(command="bash scripts/gpu_owed.sh ab", carry=[".whl", "gpu_run"], timeout_s=400)
+#   run(command="bash scripts/gpu_owed.sh ab long", carry=[".whl", "gpu_run"], timeout_s=420)
 # and only with 3 minutes of budget left: run(command="bash scripts/gpu_owed.sh spec", ...).
-# (no argument: every part). Durations on an H100 (2026-11-26): tests ~70 s, kernels ~25 s,
-# decode ~90 s with traces, ab ~45 s a side (6 sides) and ~25 s for each of its 2 batch-1 runs
-# without the split grid, spec ~55 s. `.whl` holds the cp312 wheels the device lacks
-# (outlines_core; see the device tool's README). Logs go to $OUT (or ./gpu_out).
+# (no argument: every part). Durations on an H100 (2026-11-27): tests ~115 s, kernels ~25 s
+# before they were timed in graphs, decode ~110 s with its checkpoint and traces (the first
+# call took 264 s for the three), ab ~45 s a side, ~25 s a batch-1 side, spec ~55 s. `.whl`
+# holds the cp312 wheels the device lacks (outlines_core 0.2.14, pydantic 2.14.4, pydantic_core
+# 2.50.5, annotated-types, typing-inspection, typing_extensions; see the device tool's README).
+# Logs go to $OUT (or ./gpu_out).
 #
-# Owed since 2026-11-26 (session 16): the GPU tests of the draft's tail graphs without the lm_head
-# (bc0a591); spec.py over 2 repeats with verify and tail graphs and adaptive speculation's
-# drafted share (10da319); decode.py after them, and where the GPU idles between decode steps at
-# batch 1 (5.8-7.4% in the last runs, short of issue 17's 165 tok/s): decode.py --trace-dir
-# writes the traces and prints benchmarks/step_gaps.py's reading of each.
-# Owed since 2026-11-27 (session 19): pytest -m gpu over the graphs that read their inputs in one
-# copy and choose the step's tokens (4d0c2b6, 2e24ee1), and the decode A/B ("ab") against
-# e9e0f1c, the commit before them. For the A/B, put e9e0f1c's files in a git-ignored folder and
-# carry it:
-#   echo /gpu_run/ >> .git/info/exclude; mkdir -p gpu_run/base && git archive e9e0f1c | tar -x -C gpu_run/base
-# Owed since 2026-11-27 (session 20): decode attention summed in fixed splits of 64 keys, with one
-# program per split where a grid of partitions would leave SMs idle. pytest's test_decode_bf16
-# checks that both grids give the same bits on the GPU (if not, no small batch may take the
-# split grid: `spreads_by_split` must return False until they do). "kernels" measures what the
-# per-split folds cost the partition grid at 64 x 4096 and 256 x 256 (split 64 against split
-# 1024, one fold a partition) and what the split grid gains at batch 1 (contexts 256 and 1024)
-# and at batch 16 (the largest batch that takes it);
-# "decode" the whole step; "ab" against e9e0f1c, and this tree at batch 1 without the split
-# grid. If the folds cost more than the batch-1 grid gains, a larger split (128, 256) trades
-# the two; the split size is global, never chosen by the batch.
-# Changed since by session 21 (no GPU either): a split is one tile (32 keys for 16-bit caches),
-# so a partition program carries one softmax state, as before the splits. Compiled for sm_90
-# on the CPU (tests/triton_kernels/hopper_compile.py), session 20's kernel took 142-152
-# registers a thread where the kernel before the splits took 80-116: 3 programs an SM instead
-# of 4-6. Now 96-112. "kernels" times both trees' kernels at the two shapes (e9e0f1c's from
-# gpu_run/base, which call 1 now carries too). The in-graph sampler's passes over the vocabulary
-# now pipeline their loads (they waited out a round trip per block): decode.py's sampled rows.
-# And programmatic dependent launch (kernels/dependent_launch.py, off by default): "tests" checks
-# its tokens (test_dependent_launch_gives_the_same_tokens), "ab" times this tree with it on in
-# each round; turn ENABLED on only if it is faster at batch 1 and no slower at 256.
+# Measured on 2026-11-27 (H100, benchmarks/results/gpu_h100_2026-11-27, RESULTS.md) and decided
+# from it: dependent launch on; one program per partition at every batch size; splits of 64 keys
+# at 2 stages for 16-bit caches. Owed now:
+# - "tests": pytest -m gpu with the graph-choice test's new assertion (every one-token replay
+#   chose its tokens; it failed on a count before) and dependent launch on by default.
+# - "kernels": kernels.py now times its kernel in a CUDA graph with a cold L2 (it timed the
+#   Python launch too: 75-170 us for a batch-1 kernel), so every earlier "% of copy" was low by
+#   the launch. Issue 17's 85% of copy at 64 x 4096 is judged on these figures. Split 32 / 64 /
+#   128 at 2 and 3 stages at 64 x 4096 and 256 x 256; the two grids at batch 1 (contexts 256,
+#   1024, 4096) and batch 16.
+# - "decode": the whole step with the new defaults; kernels per layer at batch 1 should be one
+#   fewer (no merge); the first sampled request's one-time cost (batch-1 sampled e2e was 49 tok/s
+#   against 155 greedy on 2026-11-27).
+# - "ab": this tree against 1f65e0e (the tree measured on 2026-11-27, before its decisions), and
+#   this tree with a program per split at batch 1. For the base:
+#     echo /gpu_run/ >> .git/info/exclude; rm -rf gpu_run; mkdir -p gpu_run/base
+#     git archive 1f65e0e | tar -x -C gpu_run/base; rm -rf gpu_run/base/checkpoints gpu_run/base/tests
+# - "long": batch 1 with 2,048-token prompts, both grids (the per-split grid lost at ~200 keys;
+#   whether it pays at long contexts is open).
+# What to do with the results: if the per-split grid wins at long contexts, take it by the
+# longest context (never by the batch; the bits are the same); if split 128 beats 64, change
+# TUNED_16BIT_DECODE (kernels/backend.py).
 set -o pipefail
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
-PARTS=${*:-tests decode ab spec kernels}
+PARTS=${*:-tests decode ab long spec kernels}
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site
@@ -60,42 +54,41 @@ for part in $PARTS; do
   decode)  # also writes the Llama-3-8B-shaped checkpoint /tmp/l3 that "ab" loads
     timeout 240 python3 benchmarks/decode.py --skip-hf --max-model-len 8192 --batch-sizes 1 64 256 --gen-len 128 \
       --model-dir /tmp/l3 --trace-dir "$OUT/traces" 2>&1 | grep -v "Warn\|warn_once\|Loading" | tee "$OUT/decode.log" ;;
-  ab)  # two rounds, the sides alternated
-    [ -d gpu_run/base ] || { echo "no gpu_run/base: skipping the A/B" | tee "$OUT/decode_ab.log"; continue; }
+  ab|long)  # two rounds, the sides alternated
+    [ -d gpu_run/base ] || [ $part = long ] || { echo "no gpu_run/base: skipping the A/B" | tee "$OUT/decode_ab.log"; continue; }
     [ -f /tmp/l3/config.json ] || python3 -c "import sys; sys.path.insert(0, '.'); from pathlib import Path; \
 from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&1 | tail -1
     for round in 1 2; do
-      timeout 90 python3 benchmarks/ab_decode.py --label "new-$round" --batch-sizes 1 256 --sampled-batch-sizes 256 \
-        2>&1 | grep "decode "
-      (cd gpu_run/base && timeout 90 python3 ../../benchmarks/ab_decode.py --label "base-$round" --batch-sizes 1 256 \
-        --sampled-batch-sizes 256 2>&1 | grep "decode ")
-      # this tree at batch 1 without the per-split attention grid: what that grid alone gains
-      timeout 60 python3 benchmarks/ab_decode.py --label "partition-grid-$round" --batch-sizes 1 --sampled-batch-sizes \
-        --partition-grid-only 2>&1 | grep "decode "
-      # this tree with programmatic dependent launch
-      timeout 90 python3 benchmarks/ab_decode.py --label "dependent-launch-$round" --batch-sizes 1 256 \
-        --sampled-batch-sizes 256 --dependent-launch 2>&1 | grep "decode "
-    done | tee "$OUT/decode_ab.log" ;;
+      if [ $part = ab ]; then
+        timeout 90 python3 benchmarks/ab_decode.py --label "new-$round" --batch-sizes 1 256 --sampled-batch-sizes 256 \
+          2>&1 | grep "decode "
+        (cd gpu_run/base && timeout 90 python3 ../../benchmarks/ab_decode.py --label "base-$round" --batch-sizes 1 256 \
+          --sampled-batch-sizes 256 2>&1 | grep "decode ")
+        timeout 60 python3 benchmarks/ab_decode.py --label "program-per-split-$round" --batch-sizes 1 \
+          --sampled-batch-sizes --program-per-split 2>&1 | grep "decode "
+      else
+        timeout 60 python3 benchmarks/ab_decode.py --label "long-$round" --batch-sizes 1 --sampled-batch-sizes \
+          --prompt-len 2048 2>&1 | grep "decode "
+        timeout 60 python3 benchmarks/ab_decode.py --label "long-program-per-split-$round" --batch-sizes 1 \
+          --sampled-batch-sizes --prompt-len 2048 --program-per-split 2>&1 | grep "decode "
+      fi
+    done | tee "$OUT/decode_$part.log" ;;
   spec)
     timeout 150 python3 benchmarks/spec.py --batch-sizes 1 4 16 64 --repeats 2 --result-json "$OUT/spec_gpu.json" 2>&1 \
       | grep -v "Warn\|warn_once" | tee "$OUT/spec_gpu.log" ;;
   kernels)
-    # At 64 x 4096 (issue 17's shape) and at 256 x 256 (decode.py's batch 256): splits (tiles)
-    # of 32 and 64 keys, 2 or 3 stages; then e9e0f1c's kernel, before the splits, at tiles of 32
-    # (its adopted configuration) and 64
+    # Issue 17's shape and decode.py's batch 256, splits (tiles) of 32 / 64 / 128 keys, 2 or 3 stages
     for shape in "--batch 64 --context 4096" "--batch 256 --context 256"; do
-      timeout 60 python3 benchmarks/kernels.py --full $shape --partition 1024 --split 32 64 \
+      timeout 90 python3 benchmarks/kernels.py --full $shape --partition 1024 --split 32 64 128 \
         --dots 16 --grid head --num-warps 4 --num-stages 2 3 2>&1 | grep -v Warn
-      [ -d gpu_run/base ] && (cd gpu_run/base && timeout 60 python3 benchmarks/kernels.py --full $shape \
-        --partition 1024 --block-n 32 64 --dots 16 --grid head --num-warps 4 --num-stages 3 2>&1 | grep -v Warn)
     done | tee "$OUT/kernels.log"
-    # Small batches: one program per KV head walking the context (~11 us a layer at batch 1 and
-    # ~200 keys, note16) against a program per split and the merge; batch 16 is the largest
-    # captured size `spreads_by_split` gives the split grid (128 partition programs < 132 SMs)
-    for shape in "--batch 1 --context 256" "--batch 1 --context 1024" "--batch 16 --context 256"; do
-      timeout 40 python3 benchmarks/kernels.py --full $shape --partition 1024 --split 32 64 \
-        --programs partition split --dots 16 --grid head --num-warps 4 --num-stages 3 2>&1 | grep -v Warn
+    # Small batches: a program per KV head walking the context against a program per split and
+    # the merge, now that the timing leaves the Python launches out
+    for shape in "--batch 1 --context 256" "--batch 1 --context 1024" "--batch 1 --context 4096" \
+                 "--batch 16 --context 256"; do
+      timeout 40 python3 benchmarks/kernels.py --full $shape --partition 1024 --split 64 \
+        --programs partition split --dots 16 --grid head --num-warps 4 --num-stages 2 2>&1 | grep -v Warn
     done | tee "$OUT/kernels_b1.log" ;;
-  *) echo "unknown part $part (tests decode ab spec kernels)" ;;
+  *) echo "unknown part $part (tests decode ab long spec kernels)" ;;
   esac
 done
