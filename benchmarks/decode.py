@@ -246,8 +246,8 @@ def main() -> int:
     print(f"kernel launches per decoder layer, batch-1 decode step: {sum(launches.values())} "
           f"(goal <= 12)\n{format_kernels(launches)}")
     run_engine(engine, 2, 16, 8, "warmup")
-    # The first sampled request pays one-time costs that greedy warm-up does not (the eager
-    # draw's kernel for a prompt's last row, at least): timed here, then out of the table's e2e.
+    # The first sampled request paid ~1.8 s that greedy warm-up did not (2026-11-27: the eager
+    # draw's kernel, compiled at start-up since): what remains is timed here, out of the table.
     cold, warm = (run_engine(engine, 1, 16, 8, f"warmup-sampled-{i}", sampled=True)["e2e_s"] for i in range(2))
     print(f"first sampled request (prompt 16, 8 tokens): {cold:.2f} s, the next {warm:.2f} s")
     layers = hf.config.num_hidden_layers

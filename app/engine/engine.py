@@ -18,6 +18,7 @@ from app.engine.model_runner import ModelRunner, StepLogits
 from app.engine.request import Request, RequestStatus, ending_eos_token_ids, stop_token_ids
 from app.engine.request_limits import RequestLimits
 from app.engine.scheduler import Scheduler
+from app.engine.selection.draw import compile_draws
 from app.engine.selection.layout import RowLayout
 from app.engine.selection.prompt_logprobs import score_prompt_rows
 from app.engine.selection.selector import Chosen, Selection, Selector
@@ -46,6 +47,8 @@ class LLMEngine:
         self.limits = RequestLimits(self.max_model_len, config.block_size, self.block_manager.num_blocks,
                                     self.model_config.vocab_size)
         self.selector = Selector(config.seed)
+        if self.runner.device.type == "cuda":
+            compile_draws(self.model_config.vocab_size, self.runner.device)
         self.speculator: Speculator | None = None
         self._tokenizer = None
         self._guided_vocabulary: GuidedVocabulary | None = None

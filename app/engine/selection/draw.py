@@ -40,6 +40,18 @@ def draw_tokens(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Te
     return draw_with_uniforms(logits, temperature, top_k, top_p, min_p, max_top_k, u)
 
 
+def compile_draws(vocab_size: int, device: torch.device) -> None:
+    """Run the draws a sampled step outside a CUDA graph takes (fp32 logits, with and without a
+    top-k cut) once, so that Triton compiles their kernel at start-up: the decode graphs
+    compile only their own variant (16-bit logits), and the first sampled request waited about
+    1.8 s for the compiler on an H100 (2026-11-27, benchmarks/decode.py)."""
+    logits = torch.zeros(1, vocab_size, device=device)
+    one, zero = torch.ones(1, device=device), torch.zeros(1, device=device)
+    count = torch.zeros(1, dtype=torch.long, device=device)
+    for top_k in (0, 1):
+        draw_tokens(logits, one, count + top_k, one, zero, top_k, count, count)
+
+
 def draw_with_uniforms(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
                        top_p: torch.Tensor, min_p: torch.Tensor, max_top_k: int, u: torch.Tensor
                        ) -> torch.Tensor:
