@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Where the GPU waits between decode steps: the idle gaps in a torch.profiler chrome trace,
-each put down to what the host was doing.
+each put down to what the host was doing; then where its busy time goes, by kernel.
 
 `benchmarks/decode.py --trace-dir DIR` writes one trace per batch size (8 overlapped greedy
 decode steps, the engine's phases marked with `record_function`). For every stretch in which
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import re
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -128,6 +129,15 @@ def summarize(gaps: list[Gap]) -> dict[str, tuple[int, float]]:
     return dict(sorted(((k, (len(v), sum(v))) for k, v in by_phase.items()), key=lambda kv: -kv[1][1]))
 
 
+def busy_by_kernel(events: list[dict]) -> list[tuple[str, float, int]]:
+    """The GPU's busy time by kernel (or copy), its template and arguments cut off:
+    [(name, microseconds, count)], the largest first."""
+    busy: dict[str, list[float]] = defaultdict(list)
+    for e in gpu_events(events):
+        busy[re.split(r"[<(]", e["name"], maxsplit=1)[0].strip()].append(e["dur"])
+    return sorted(((name, sum(d), len(d)) for name, d in busy.items()), key=lambda row: -row[1])
+
+
 def gpu_window_us(events: list[dict]) -> float:
     gpu = gpu_events(events)
     return max(e["ts"] + e["dur"] for e in gpu) - min(e["ts"] for e in gpu) if gpu else 0.0
@@ -152,6 +162,11 @@ def main(argv: list[str] | None = None) -> None:
             late = "?" if g.launch_late_us is None else f"{g.launch_late_us:+.0f} us"
             print(f"  {g.us:8.0f} us  after {g.before[:40]!r} before {g.after[:40]!r}  launch {late}  "
                   f"{g.host_phase}")
+        busy = busy_by_kernel(events)
+        total = sum(us for _, us, _ in busy)
+        print(f"  where the GPU's {total:.0f} busy us go, the {args.top} largest:")
+        for name, us, count in busy[:args.top]:
+            print(f"  {us:9.0f} us {100 * us / total:5.1f}%  {count:5d} x {us / count:7.1f} us  {name[:70]}")
 
 
 if __name__ == "__main__":

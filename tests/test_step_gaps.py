@@ -8,7 +8,7 @@ import json
 from app.config import EngineConfig
 from app.engine.engine import LLMEngine
 from app.sampling_params import SamplingParams
-from benchmarks.step_gaps import (LAUNCH_NOT_TRACED, LAUNCHED_IN_TIME, find_gaps, load_trace,
+from benchmarks.step_gaps import (LAUNCH_NOT_TRACED, LAUNCHED_IN_TIME, busy_by_kernel, find_gaps, load_trace,
                                   marked_engine_phases, summarize)
 from tests.checkpoints import DEFAULT_TARGET
 
@@ -39,6 +39,15 @@ def test_a_late_launch_is_charged_to_the_phase_around_it_and_an_early_one_is_not
     assert gaps[1].launch_late_us is None and gaps[1].host_phase == LAUNCH_NOT_TRACED
     assert gaps[2].launch_late_us == -67 and gaps[2].host_phase == LAUNCHED_IN_TIME
     assert summarize(gaps) == {"execute": (1, 40.0), LAUNCHED_IN_TIME: (1, 13.0), LAUNCH_NOT_TRACED: (1, 5.0)}
+
+
+def test_busy_time_is_summed_by_kernel_whatever_its_template_arguments():
+    events = [x("kernel", "void cublasLt::splitKreduce_kernel<32, 16, int, float>(Params)", 0, 3),
+              x("kernel", "_rms_norm_kernel", 3, 2), x("kernel", "void cublasLt::splitKreduce_kernel<8, float>", 5, 4),
+              x("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 9, 1),
+              x("cuda_runtime", "cudaLaunchKernel", 0, 50)]  # host time: not the GPU's
+    assert busy_by_kernel(events) == [("void cublasLt::splitKreduce_kernel", 7, 2), ("_rms_norm_kernel", 2, 1),
+                                      ("Memcpy HtoD", 1, 1)]
 
 
 def test_traces_load_plain_or_gzipped(tmp_path):
