@@ -20,11 +20,11 @@ keys at 2 stages take 154 and read faster on an H100 than 32 keys at 96 (kernels
 more bytes in flight per program.
 
 The work can be spread two ways, chosen by the caller; the bits are the same:
-- one program per partition (the default, at every batch size): it folds its splits itself. Where
-  the grid has one partition per sequence (the longest context fits one), each program writes
-  its sequence's output and no merge is launched; otherwise every partition writes its state
-  and a merge kernel folds them (short sequences too: one kernel with both endings took 20
-  more registers a thread on sm_90, a quarter fewer programs per SM).
+- one program per partition (the default, at every batch size): it folds its splits itself.
+  Where the grid has one partition per sequence (the longest context fits one), each program
+  writes its sequence's output and no merge is launched; otherwise every partition writes its
+  state and a merge kernel folds them (short sequences too: one kernel with both endings took
+  20 more registers a thread on sm_90, a quarter fewer programs per SM).
 - one program per split (`program_per_split`, off by default): every split has a program,
   which writes its state, and the merge folds splits into partitions and partitions into the
   output. Meant for small batches, where a partition grid leaves most of the GPU idle (at

@@ -11,7 +11,7 @@ successor launched with PDL uses: cuBLAS's GEMMs between our kernels are launche
 
 On, where the GPU and Triton have it: on an H100 (2026-11-27, `benchmarks/ab_decode.py`, two
 rounds alternated) batch-1 decode went from 161.2-161.3 to 163.7 tok/s (1.015x), and batch 256
-moved within 0.3% either way (greedy 0.998x, sampled 1.004x). `--plain-launch` is the other
+moved within 0.3% either way (greedy 0.998x, sampled 1.003x). `--plain-launch` is the other
 side of that A/B. The kernels compile both ways in CPU CI
 (`tests/triton_kernels/hopper_compile.py --dependent-launch`).
 """

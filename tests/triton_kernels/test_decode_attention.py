@@ -93,9 +93,9 @@ def test_empty_sequence_gives_zeros(per_split):
 @pytest.mark.parametrize("head_major", [False, True], ids=["seq_major", "head_major"])
 def test_a_program_per_split_gives_the_same_bits(dtype, head_major):
     """Either grid may serve any batch (a program per split is meant for small ones), so the
-    choice must not change a single bit: lengths on
-    and around split (8, half a cache block) and partition (64) boundaries, GQA 5:1 with a
-    padded head_dim, and a grid sized for a far longer context (a CUDA graph's)."""
+    choice must not change a single bit: lengths on and around split (8, half a cache block)
+    and partition (64) boundaries, GQA 5:1 with a padded head_dim, and a grid sized for a far
+    longer context (a CUDA graph's)."""
     lens = [1, 16, 17, 63, 64, 65, 100, 129, 200]
     case = make_paged_case([1] * len(lens), [n - 1 for n in lens], 10, 2, 24, 16, dtype, seed=9)
     kw = dict(partition_size=64, split_size=8, head_major=head_major)
