@@ -218,6 +218,29 @@ def test_tokens_chosen_inside_the_graph_are_those_chosen_after_it(checkpoint, mo
             assert LLMEngine(config).generate(batch, params) == got
 
 
+def test_sampled_requests_wait_for_no_compiler_after_start_up(checkpoint):
+    """The decode graphs compile their own draw (16-bit logits) at capture; a sampled step
+    outside a graph (a prompt's last row) draws from fp32 logits, with or without a top-k cut,
+    and LLMEngine compiles those at start-up: the first sampled requests then compile nothing
+    (on an H100 the first sampled request took ~1.8 s longer than the next, 2026-11-27)."""
+    from app.config import EngineConfig
+    from app.engine.engine import LLMEngine
+    from app.sampling_params import SamplingParams
+    from kernels.filtered_sampling import _filtered_sample_kernel
+
+    def compiled() -> int:
+        return sum(len(caches[0]) for caches in _filtered_sample_kernel.device_caches.values())
+
+    _filtered_sample_kernel.device_caches.clear()  # what earlier tests compiled
+    engine = LLMEngine(EngineConfig(model=str(checkpoint), dtype="bfloat16", device="cuda", num_kv_blocks=64))
+    at_start = compiled()
+    assert at_start >= 3  # the graphs' draw, then the two eager ones
+    params = [SamplingParams(max_tokens=4, temperature=0.8, top_p=0.9, seed=1),
+              SamplingParams(max_tokens=4, temperature=0.8, top_k=5, seed=2)]
+    engine.generate(_prompts(2), params)
+    assert compiled() == at_start
+
+
 def test_dependent_launch_gives_the_same_tokens(checkpoint, monkeypatch):
     """Launched with programmatic dependent launch, a step's Triton kernels may be scheduled
     before the kernel ahead of them ends and wait for it inside: the tokens must be the plain
