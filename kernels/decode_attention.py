@@ -187,7 +187,10 @@ def _store_output(l, acc, out_ptr, b, heads, offs_d, g_mask, d_mask, stride_ob, 
     tl.store(out_ptrs, _normalised(l, acc).to(out_ptr.dtype.element_ty), mask=g_mask[:, None] & d_mask[None, :])
 
 
-@triton.jit
+# Counts that follow the step's shape (its block tables' width, its number of partitions) are
+# not specialised on: each value Triton's JIT sets apart (1, multiples of 16) would be another
+# compile, paid by the first eager step of that shape (hopper_compile.py --eager-variants).
+@triton.jit(do_not_specialize=["stride_bt", "stride_lb", "stride_lh"])
 def _decode_split_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
     out_ptr, part_acc_ptr, part_m_ptr, part_l_ptr,
@@ -241,7 +244,7 @@ def _decode_split_kernel(
                          d_mask, stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride_lb", "stride_lh"])
 def _decode_merge_kernel(
     part_acc_ptr, part_m_ptr, part_l_ptr, seq_lens_ptr, out_ptr,
     stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, stride_ob, stride_oh,

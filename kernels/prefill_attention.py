@@ -20,7 +20,7 @@ import triton.language as tl
 from kernels.decode_attention import LOG2E, dot_precision, load_kv_tile
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride_bt"])  # the block tables' width: see _decode_split_kernel
 def _prefill_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, block_tables_ptr, query_start_ptr,
     context_lens_ptr,

@@ -11,6 +11,7 @@ constant, multiples of 16 as divisible) and of pointers (16-byte aligned).
 
     python tests/triton_kernels/hopper_compile.py   # a table: registers, shared memory, spills
     python tests/triton_kernels/hopper_compile.py --dependent-launch   # as launched with PDL
+    python tests/triton_kernels/hopper_compile.py --eager-variants     # compiles an eager step's shapes cost
 
 Must run in a process without TRITON_INTERPRET (the interpreter replaces `triton.jit`);
 `test_hopper_compile.py` starts one. The figures are this Triton's ptxas's; the H100 lent to
@@ -116,28 +117,48 @@ def _waits_first(ptx: str) -> bool:
     return wait >= 0 and all(wait < i for i in accesses)
 
 
+class LaunchCatcher:
+    """Inside, every Triton launch is recorded (under the current `label`) instead of run; with
+    `dependent_launch`, as an H100 launches it when `kernels.dependent_launch.ENABLED` is set."""
+
+    def __init__(self, dependent_launch: bool = False):
+        self.dependent_launch = dependent_launch
+        self.launches: list[Launch] = []
+        self.label = ""
+
+    def __enter__(self) -> LaunchCatcher:
+        catcher = self
+
+        def catch(kernel: JITFunction, *args, grid, warmup, **kwargs):
+            options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages", "launch_pdl") if k in kwargs}
+            if catcher.dependent_launch and "DEPENDENT_LAUNCH" in kwargs:
+                kwargs["DEPENDENT_LAUNCH"], options["launch_pdl"] = True, True
+            bound = inspect.signature(kernel.fn).bind(*args, **kwargs)
+            bound.apply_defaults()
+            catcher.launches.append(Launch(catcher.label, kernel, dict(bound.arguments), options))
+
+        self._original_run, JITFunction.run = JITFunction.run, catch
+        return self
+
+    def __exit__(self, *exc) -> None:
+        JITFunction.run = self._original_run
+
+
+def _tuned_decode() -> dict:
+    from kernels.backend import TUNED_16BIT_DECODE
+    return dict(partition_size=TUNED_16BIT_DECODE["partition_size"], split_size=TUNED_16BIT_DECODE["split_size"],
+                **TUNED_16BIT_DECODE["decode_options"])
+
+
 def caught_launches(dependent_launch: bool = False) -> list[Launch]:
     """Every launch of the CUDA path's kernels at a Llama-3-8B decode step's shapes, caught
-    instead of run; with `dependent_launch`, as an H100 launches them when
-    `kernels.dependent_launch.ENABLED` is set."""
-    from kernels.backend import TUNED_16BIT_DECODE
+    instead of run."""
     from kernels.decode_attention import decode_attention
     from kernels.filtered_sampling import filtered_sample
     from kernels.prefill_attention import prefill_attention
     from kernels.rmsnorm import rms_norm
     from kernels.rotary_kv_write import rotary_write_kv
     from kernels.silu_mul import silu_and_mul
-
-    launches: list[Launch] = []
-    label = ""
-
-    def catch(kernel: JITFunction, *args, grid, warmup, **kwargs):
-        options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages", "launch_pdl") if k in kwargs}
-        if dependent_launch and "DEPENDENT_LAUNCH" in kwargs:
-            kwargs["DEPENDENT_LAUNCH"], options["launch_pdl"] = True, True
-        bound = inspect.signature(kernel.fn).bind(*args, **kwargs)
-        bound.apply_defaults()
-        launches.append(Launch(label, kernel, dict(bound.arguments), options))
 
     bf16 = dict(dtype=torch.bfloat16)
     batch, heads, kv_heads, head_dim, block = 4, 32, 8, 128, 16
@@ -148,24 +169,21 @@ def caught_launches(dependent_launch: bool = False) -> list[Launch]:
     tables = torch.arange(batch * blocks_per_seq, dtype=torch.int32).view(batch, blocks_per_seq)
     seq_lens = torch.full((batch,), 700, dtype=torch.int32)
     query = torch.zeros(batch, heads, head_dim, **bf16)
-    decode = dict(partition_size=TUNED_16BIT_DECODE["partition_size"], split_size=TUNED_16BIT_DECODE["split_size"],
-                  **TUNED_16BIT_DECODE["decode_options"])
-    original_run = JITFunction.run
-    JITFunction.run = catch
-    try:
-        for label, per_split, max_seq_len in (("decode, a program per partition", False, reach),
-                                              ("decode, a program per partition, long", False, 8 * reach),
-                                              ("decode, a program per split", True, reach)):
+    decode = _tuned_decode()
+    with LaunchCatcher(dependent_launch) as catcher:
+        for catcher.label, per_split, max_seq_len in (("decode, a program per partition", False, reach),
+                                                      ("decode, a program per partition, long", False, 8 * reach),
+                                                      ("decode, a program per split", True, reach)):
             decode_attention(query, k_cache, v_cache, tables, seq_lens, 0.1, max_seq_len,
                              program_per_split=per_split, **decode)
-        label = "decode, fp32 (the engine's exact mode)"
+        catcher.label = "decode, fp32 (the engine's exact mode)"
         decode_attention(query.float(), k_cache.float(), v_cache.float(), tables, seq_lens, 0.1, 8 * reach,
                          program_per_split=False)
-        label = "prefill (a verifying step: 5 query tokens)"
+        catcher.label = "prefill (a verifying step: 5 query tokens)"
         query_start = torch.arange(0, 5 * batch + 1, 5, dtype=torch.int32)
         prefill_attention(torch.zeros(5 * batch, heads, head_dim, **bf16), k_cache, v_cache, tables,
                           query_start, seq_lens - 5, 0.1, 5)
-        label = "layer ops"
+        catcher.label = "layer ops"
         x = torch.zeros(batch, hidden, **bf16)
         rms_norm(x, torch.ones(hidden, **bf16), 1e-5, residual=torch.zeros_like(x))
         rms_norm(x, torch.ones(hidden, **bf16), 1e-5)
@@ -173,17 +191,46 @@ def caught_launches(dependent_launch: bool = False) -> list[Launch]:
         cos = torch.zeros(batch, head_dim, **bf16)
         rotary_write_kv(q, k, v, cos, cos.clone(), k_cache, v_cache, torch.arange(batch, dtype=torch.int64))
         silu_and_mul(torch.zeros(batch, 2 * intermediate, **bf16))
-        label = "draws in the graph"
+        catcher.label = "draws in the graph"
         filtered_sample(torch.zeros(batch, vocab, **bf16), torch.ones(batch), torch.ones(batch),
                         torch.zeros(batch), torch.zeros(batch, 4, dtype=torch.float64))
-    finally:
-        JITFunction.run = original_run
-    return launches
+    return catcher.launches
+
+
+def eager_variants() -> dict[str, int]:
+    """How many variants of each attention kernel Triton's JIT compiles over the shapes of steps
+    no CUDA graph covers (prompts, mixed steps, long contexts): block tables 1 to 1,024 blocks
+    wide, one to 64 partitions, 5 query tokens a sequence. Each variant is a compile of a second
+    or more, paid by the first request that meets it."""
+    from kernels.decode_attention import decode_attention
+    from kernels.prefill_attention import prefill_attention
+
+    bf16 = dict(dtype=torch.bfloat16)
+    heads, kv_heads, head_dim, block = 32, 8, 128, 16
+    k_cache = torch.zeros(1, block, kv_heads, head_dim, **bf16)  # never read: nothing runs
+    with LaunchCatcher() as catcher:
+        for batch, width in ((1, 1), (3, 5), (2, 16), (2, 70), (1, 1024), (1, 4096)):
+            tables = torch.zeros(batch, width, dtype=torch.int32)
+            seq_lens = torch.full((batch,), width * block, dtype=torch.int32)
+            decode_attention(torch.zeros(batch, heads, head_dim, **bf16), k_cache, k_cache, tables, seq_lens,
+                             0.1, width * block, **_tuned_decode())
+            prefill_attention(torch.zeros(5 * batch, heads, head_dim, **bf16), k_cache, k_cache, tables,
+                              torch.arange(0, 5 * batch + 1, 5, dtype=torch.int32), seq_lens - 5, 0.1, 5)
+    variants: dict[str, set[str]] = {}
+    for launch in catcher.launches:
+        signature, constexprs, attrs = _signature(launch)
+        key = repr((sorted(signature.items()), sorted(constexprs.items()), sorted(attrs.items()),
+                    sorted(launch.options.items())))
+        variants.setdefault(launch.kernel.__name__, set()).add(key)
+    return {name: len(keys) for name, keys in variants.items()}
 
 
 def main() -> None:
     assert not os.environ.get("TRITON_INTERPRET"), "run without TRITON_INTERPRET: it replaces triton.jit"
     try:  # Triton's internals this relies on (the JIT's launch method, ASTSource's arguments)
+        if "--eager-variants" in sys.argv:
+            print(json.dumps(eager_variants()))
+            return
         launches = caught_launches("--dependent-launch" in sys.argv)
         sources = [ASTSource(launch.kernel, *_signature(launch)) for launch in launches]
         assert launches, "no launch caught"

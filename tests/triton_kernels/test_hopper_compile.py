@@ -37,3 +37,18 @@ def test_kernels_compile_for_sm90_without_spills(dependent_launch):
     # it before touching memory (every kernel of a decode step but the prefill kernel's)
     waiting = {c["kernel"] for c in compiled if c["waits_first"]}
     assert waiting == (EXPECTED_KERNELS - {"_prefill_kernel"} if dependent_launch else set())
+
+
+def test_steps_of_any_shape_share_one_compiled_attention_kernel():
+    """Outside CUDA graphs every step has its own block-table width and number of partitions;
+    none of them may be a new Triton compile (a second or more on the first request of that
+    shape). The split kernel's two variants are its two endings (the output itself, or a state
+    for the merge), not shapes."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, str(HOPPER_COMPILE), "--eager-variants"], capture_output=True,
+                          text=True, env=env, timeout=300)
+    if done.returncode == 3:
+        pytest.skip(f"the launch catcher cannot run on this Triton: {done.stderr.strip().splitlines()[-1]}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    variants = json.loads(done.stdout.splitlines()[-1])
+    assert variants == {"_decode_split_kernel": 2, "_decode_merge_kernel": 1, "_prefill_kernel": 1}
