@@ -28,8 +28,10 @@
 # - "decode": the whole step with the new defaults; kernels per layer at batch 1 should be one
 #   fewer (no merge); the first sampled request's one-time cost (batch-1 sampled e2e was 49 tok/s
 #   against 155 greedy on 2026-11-27).
-# - "ab": this tree against 1f65e0e (the tree measured on 2026-11-27, before its decisions), and
-#   this tree with a program per split at batch 1. For the base:
+# - "ab": this tree against 1f65e0e (the tree measured on 2026-11-27, before its decisions, and
+#   before 36f3886 stopped specialising attention on the block tables' width: the same PTX on
+#   sm_90 by hopper_compile.py, untimed), and this tree with a program per split at batch 1.
+#   For the base:
 #     echo /gpu_run/ >> .git/info/exclude; rm -rf gpu_run; mkdir -p gpu_run/base
 #     git archive 1f65e0e | tar -x -C gpu_run/base; rm -rf gpu_run/base/checkpoints gpu_run/base/tests
 # - "long": batch 1 with 2,048-token prompts, both grids (the per-split grid lost at ~200 keys;
