@@ -11,7 +11,7 @@ constant, multiples of 16 as divisible) and of pointers (16-byte aligned).
 
     python tests/triton_kernels/hopper_compile.py   # a table: registers, shared memory, spills
     python tests/triton_kernels/hopper_compile.py --dependent-launch   # as launched with PDL
-    python tests/triton_kernels/hopper_compile.py --eager-variants     # compiles an eager step's shapes cost
+    python tests/triton_kernels/hopper_compile.py --eager-variants     # compiled variants over eager shapes
 
 Must run in a process without TRITON_INTERPRET (the interpreter replaces `triton.jit`);
 `test_hopper_compile.py` starts one. The figures are this Triton's ptxas's; the H100 lent to
@@ -198,15 +198,21 @@ def caught_launches(dependent_launch: bool = False) -> list[Launch]:
 
 
 def eager_variants() -> dict[str, int]:
-    """How many variants of each attention kernel Triton's JIT compiles over the shapes of steps
-    no CUDA graph covers (prompts, mixed steps, long contexts): block tables 1 to 1,024 blocks
-    wide, one to 64 partitions, 5 query tokens a sequence. Each variant is a compile of a second
-    or more, paid by the first request that meets it."""
+    """How many variants of each kernel Triton's JIT compiles over the shapes of steps no CUDA
+    graph covers (prompts, mixed steps, long contexts): 1 to 37 tokens, block tables 1 to 4,096
+    blocks wide (1 to 64 partitions), 5 query tokens a sequence in prefill. Each variant is a
+    compile of a second or more, paid by the first request that meets it; only a kernel's own
+    choices (a constexpr, a dtype) should make one."""
     from kernels.decode_attention import decode_attention
+    from kernels.filtered_sampling import filtered_sample
     from kernels.prefill_attention import prefill_attention
+    from kernels.rmsnorm import rms_norm
+    from kernels.rotary_kv_write import rotary_write_kv
+    from kernels.silu_mul import silu_and_mul
 
     bf16 = dict(dtype=torch.bfloat16)
     heads, kv_heads, head_dim, block = 32, 8, 128, 16
+    hidden, intermediate, vocab = 4096, 14336, 128256
     k_cache = torch.zeros(1, block, kv_heads, head_dim, **bf16)  # never read: nothing runs
     with LaunchCatcher() as catcher:
         for batch, width in ((1, 1), (3, 5), (2, 16), (2, 70), (1, 1024), (1, 4096)):
@@ -216,6 +222,20 @@ def eager_variants() -> dict[str, int]:
                              0.1, width * block, **_tuned_decode())
             prefill_attention(torch.zeros(5 * batch, heads, head_dim, **bf16), k_cache, k_cache, tables,
                               torch.arange(0, 5 * batch + 1, 5, dtype=torch.int32), seq_lens - 5, 0.1, 5)
+        for tokens in (1, 5, 16, 37):
+            x = torch.zeros(tokens, hidden, **bf16)
+            rms_norm(x, torch.ones(hidden, **bf16), 1e-5, residual=torch.zeros_like(x))
+            rms_norm(x, torch.ones(hidden, **bf16), 1e-5)
+            qkv = torch.zeros(tokens, heads + 2 * kv_heads, head_dim, **bf16)  # q, k, v: views of one output
+            q, k, v = qkv.split([heads, kv_heads, kv_heads], dim=1)
+            cos = torch.zeros(tokens, head_dim, **bf16)
+            rotary_write_kv(q, k, v, cos, cos.clone(), k_cache, k_cache, torch.arange(tokens, dtype=torch.int64))
+            silu_and_mul(torch.zeros(tokens, 2 * intermediate, **bf16))
+            rows = dict(temperature=torch.ones(tokens), top_p=torch.ones(tokens), min_p=torch.zeros(tokens),
+                        u=torch.zeros(tokens, 4, dtype=torch.float64))
+            filtered_sample(torch.zeros(tokens, vocab, **bf16), **rows)  # in a graph: the model's dtype
+            filtered_sample(torch.zeros(tokens, vocab), **rows)  # outside: fp32
+            filtered_sample(torch.zeros(tokens, vocab), **rows, floor=torch.zeros(tokens))  # a top-k cut
     variants: dict[str, set[str]] = {}
     for launch in catcher.launches:
         signature, constexprs, attrs = _signature(launch)

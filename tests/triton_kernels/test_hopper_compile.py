@@ -39,11 +39,13 @@ def test_kernels_compile_for_sm90_without_spills(dependent_launch):
     assert waiting == (EXPECTED_KERNELS - {"_prefill_kernel"} if dependent_launch else set())
 
 
-def test_steps_of_any_shape_share_one_compiled_attention_kernel():
-    """Outside CUDA graphs every step has its own block-table width and number of partitions;
-    none of them may be a new Triton compile (a second or more on the first request of that
-    shape). The split kernel's two variants are its two endings (the output itself, or a state
-    for the merge), not shapes."""
+def test_steps_of_any_shape_share_the_compiled_kernels():
+    """Outside CUDA graphs every step has its own number of tokens, block-table width and number
+    of partitions; none of them may be a new Triton compile (a second or more on the first
+    request of that shape). The variants left are the kernels' own choices: the split kernel's
+    two endings (the output itself, or a state for the merge), RMSNorm with and without the
+    residual add, and the draw from 16-bit logits (in a graph), fp32 ones, and fp32 ones under
+    a top-k cut."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, str(HOPPER_COMPILE), "--eager-variants"], capture_output=True,
                           text=True, env=env, timeout=300)
@@ -51,4 +53,6 @@ def test_steps_of_any_shape_share_one_compiled_attention_kernel():
         pytest.skip(f"the launch catcher cannot run on this Triton: {done.stderr.strip().splitlines()[-1]}")
     assert done.returncode == 0, done.stderr[-3000:]
     variants = json.loads(done.stdout.splitlines()[-1])
-    assert variants == {"_decode_split_kernel": 2, "_decode_merge_kernel": 1, "_prefill_kernel": 1}
+    assert variants == {"_decode_split_kernel": 2, "_decode_merge_kernel": 1, "_prefill_kernel": 1,
+                        "_rms_norm_kernel": 2, "_rotary_kv_write_kernel": 1, "_silu_and_mul_kernel": 1,
+                        "_filtered_sample_kernel": 3}
