@@ -144,6 +144,11 @@ class LaunchCatcher:
         JITFunction.run = self._original_run
 
 
+# Llama-3-8B: heads, KV heads, head_dim, hidden, intermediate, vocabulary; 16-token cache blocks
+LLAMA3_8B = (32, 8, 128, 4096, 14336, 128256)
+BLOCK = 16
+
+
 def _tuned_decode() -> dict:
     from kernels.backend import TUNED_16BIT_DECODE
     return dict(partition_size=TUNED_16BIT_DECODE["partition_size"], split_size=TUNED_16BIT_DECODE["split_size"],
@@ -161,9 +166,8 @@ def caught_launches(dependent_launch: bool = False) -> list[Launch]:
     from kernels.silu_mul import silu_and_mul
 
     bf16 = dict(dtype=torch.bfloat16)
-    batch, heads, kv_heads, head_dim, block = 4, 32, 8, 128, 16
-    hidden, intermediate, vocab = 4096, 14336, 128256
-    blocks_per_seq, reach = 64, 1024
+    heads, kv_heads, head_dim, hidden, intermediate, vocab = LLAMA3_8B
+    batch, block, blocks_per_seq, reach = 4, BLOCK, 64, 1024
     k_cache = torch.zeros(batch * blocks_per_seq, block, kv_heads, head_dim, **bf16)
     v_cache = torch.zeros_like(k_cache)
     tables = torch.arange(batch * blocks_per_seq, dtype=torch.int32).view(batch, blocks_per_seq)
@@ -211,8 +215,8 @@ def eager_variants() -> dict[str, int]:
     from kernels.silu_mul import silu_and_mul
 
     bf16 = dict(dtype=torch.bfloat16)
-    heads, kv_heads, head_dim, block = 32, 8, 128, 16
-    hidden, intermediate, vocab = 4096, 14336, 128256
+    heads, kv_heads, head_dim, hidden, intermediate, vocab = LLAMA3_8B
+    block = BLOCK
     k_cache = torch.zeros(1, block, kv_heads, head_dim, **bf16)  # never read: nothing runs
     with LaunchCatcher() as catcher:
         for batch, width in ((1, 1), (3, 5), (2, 16), (2, 70), (1, 1024), (1, 4096)):

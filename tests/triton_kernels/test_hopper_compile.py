@@ -14,17 +14,22 @@ EXPECTED_KERNELS = {"_decode_split_kernel", "_decode_merge_kernel", "_prefill_ke
                     "_rotary_kv_write_kernel", "_silu_and_mul_kernel", "_filtered_sample_kernel"}
 
 
-@pytest.mark.parametrize("dependent_launch", [False, True], ids=["plain-launch", "dependent-launch"])
-def test_kernels_compile_for_sm90_without_spills(dependent_launch):
+def run_harness(*flags: str):
+    """hopper_compile.py's JSON answer, from a process without TRITON_INTERPRET (the interpreter
+    replaces `triton.jit`)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    flags = ["--json"] + (["--dependent-launch"] if dependent_launch else [])
     done = subprocess.run([sys.executable, str(HOPPER_COMPILE), *flags], capture_output=True, text=True,
                           env=env, timeout=600)
     if done.returncode == 3:  # hopper_compile.HARNESS_UNSUPPORTED: this Triton's internals changed
-        pytest.skip("the sm_90 compile check cannot run on this Triton (the harness relies on its JIT's "
-                    f"launch method and ASTSource): {done.stderr.strip().splitlines()[-1]}")
+        pytest.skip("hopper_compile.py cannot run on this Triton (it relies on its JIT's launch method "
+                    f"and ASTSource): {done.stderr.strip().splitlines()[-1]}")
     assert done.returncode == 0, done.stderr[-3000:]
-    compiled = json.loads(done.stdout.splitlines()[-1])
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("dependent_launch", [False, True], ids=["plain-launch", "dependent-launch"])
+def test_kernels_compile_for_sm90_without_spills(dependent_launch):
+    compiled = run_harness("--json", *(["--dependent-launch"] if dependent_launch else []))
     assert {c["kernel"] for c in compiled} == EXPECTED_KERNELS
     spilled = [c for c in compiled if c["local_bytes"]]
     assert not spilled, f"local memory (register spills) on sm_90: {spilled}"
@@ -46,13 +51,6 @@ def test_steps_of_any_shape_share_the_compiled_kernels():
     two endings (the output itself, or a state for the merge), RMSNorm with and without the
     residual add, and the draw from 16-bit logits (in a graph), fp32 ones, and fp32 ones under
     a top-k cut."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, str(HOPPER_COMPILE), "--eager-variants"], capture_output=True,
-                          text=True, env=env, timeout=300)
-    if done.returncode == 3:
-        pytest.skip(f"the launch catcher cannot run on this Triton: {done.stderr.strip().splitlines()[-1]}")
-    assert done.returncode == 0, done.stderr[-3000:]
-    variants = json.loads(done.stdout.splitlines()[-1])
-    assert variants == {"_decode_split_kernel": 2, "_decode_merge_kernel": 1, "_prefill_kernel": 1,
+    assert run_harness("--eager-variants") == {"_decode_split_kernel": 2, "_decode_merge_kernel": 1, "_prefill_kernel": 1,
                         "_rms_norm_kernel": 2, "_rotary_kv_write_kernel": 1, "_silu_and_mul_kernel": 1,
                         "_filtered_sample_kernel": 3}
