@@ -52,6 +52,7 @@ from dataclasses import dataclass
 
 import torch
 
+from app.engine.selection.argmax import argmax_and_choose
 from app.engine.selection.draw import draw_with_uniforms
 from app.engine.static_step_inputs import StaticStepInputs
 from app.engine.step_inputs import DeviceInputs, GraphDraws, StepArrays
@@ -153,12 +154,13 @@ class CudaGraphDecodeRunner:
         if self._has_logits(query_len):
             logits, argmax = self.logits[:tokens], self.argmax[:tokens]
             self.model.compute_logits(hidden, fp32=False, out=logits)
-            torch.argmax(logits, dim=-1, out=argmax)
             if query_len == 1:
                 temperature = inputs.temperature[:seqs]
                 drawn = draw_with_uniforms(logits, temperature, None, inputs.top_p[:seqs], inputs.min_p[:seqs],
                                            0, inputs.uniforms[:seqs])
-                torch.where(temperature > 0, drawn, argmax, out=self.chosen[:seqs])
+                argmax_and_choose(logits, argmax, temperature, drawn, self.chosen[:seqs])
+            else:
+                argmax_and_choose(logits, argmax)
         return hidden
 
     def _has_logits(self, query_len: int) -> bool:

@@ -78,13 +78,15 @@ class ModelRunner:
         # NaN would still poison the sum. (Kernel tests fill unused blocks with NaN themselves.)
         self.kv_caches = [torch.zeros(shape, dtype=self.dtype, device=self.device)
                           for _ in range(model_config.num_hidden_layers)]
+        max_blocks_per_seq = -(-max_model_len // self.block_size) + 1
+        if self.device.type == "cuda":  # every position a sequence's blocks can hold
+            self.model.model.rotary_emb.tabulate(max_blocks_per_seq * self.block_size, self.dtype)
         self.cuda_graphs = None
         if self.device.type == "cuda" and config.enable_cuda_graphs and self.backend.name == "triton":
             from app.engine.cuda_graphs import CudaGraphDecodeRunner
             self.cuda_graphs = CudaGraphDecodeRunner(
                 self.model, self.kv_caches, self.backend, max_batch_size=config.max_num_seqs,
-                max_blocks_per_seq=-(-max_model_len // self.block_size) + 1, device=self.device,
-                multi_token=multi_token)
+                max_blocks_per_seq=max_blocks_per_seq, device=self.device, multi_token=multi_token)
 
     def copy_blocks(self, copies: list[tuple[int, int]]) -> None:
         """Copy whole KV blocks (source, destination) in every layer: copy on write of a block

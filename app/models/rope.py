@@ -40,7 +40,25 @@ class RotaryEmbedding(torch.nn.Module):
         super().__init__()
         self.register_buffer("inv_freq", rope_inv_freq(head_dim, theta, scaling), persistent=False)
 
+        self.table: torch.Tensor | None = None  # [positions, 2, head_dim]: cos, sin (`tabulate`)
+
+    def tabulate(self, max_positions: int, dtype: torch.dtype) -> None:
+        """Compute cos/sin once for positions [0, max_positions) in `dtype`; a step then gathers
+        its rows, one kernel where computing them took eight on CUDA (about 12 us of a batch-1
+        decode step on an H100, 2026-11-27). For CUDA only: there each element's cos is the
+        same function wherever it sits, so a row of the table is what `cos_sin` computes, bit
+        for bit; the CPU's vectorised cos may differ from its scalar one in the last bit."""
+        cos, sin = self._computed(torch.arange(max_positions, device=self.inv_freq.device), dtype)
+        self.table = torch.stack((cos, sin), dim=1)
+
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """[T, head_dim] each, the two halves equal, for `positions` [T]."""
+        if self.table is not None and self.table.dtype == dtype:
+            rows = self.table.index_select(0, positions)
+            return rows[:, 0], rows[:, 1]
+        return self._computed(positions, dtype)
+
+    def _computed(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions.float()[:, None] * self.inv_freq.float()[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos().to(dtype), emb.sin().to(dtype)

@@ -158,6 +158,7 @@ def _tuned_decode() -> dict:
 def caught_launches(dependent_launch: bool = False) -> list[Launch]:
     """Every launch of the CUDA path's kernels at a Llama-3-8B decode step's shapes, caught
     instead of run."""
+    from kernels.argmax import argmax_rows
     from kernels.decode_attention import decode_attention
     from kernels.filtered_sampling import filtered_sample
     from kernels.prefill_attention import prefill_attention
@@ -196,8 +197,12 @@ def caught_launches(dependent_launch: bool = False) -> list[Launch]:
         rotary_write_kv(q, k, v, cos, cos.clone(), k_cache, v_cache, torch.arange(batch, dtype=torch.int64))
         silu_and_mul(torch.zeros(batch, 2 * intermediate, **bf16))
         catcher.label = "draws in the graph"
-        filtered_sample(torch.zeros(batch, vocab, **bf16), torch.ones(batch), torch.ones(batch),
-                        torch.zeros(batch), torch.zeros(batch, 4, dtype=torch.float64))
+        logits, temperature = torch.zeros(batch, vocab, **bf16), torch.ones(batch)
+        drawn = filtered_sample(logits, temperature, torch.ones(batch), torch.zeros(batch),
+                                torch.zeros(batch, 4, dtype=torch.float64))
+        argmax_rows(logits, torch.zeros_like(drawn), temperature, drawn, torch.zeros_like(drawn))
+        catcher.label = "argmax in a verifying step's graph"
+        argmax_rows(logits, torch.zeros_like(drawn))
     return catcher.launches
 
 

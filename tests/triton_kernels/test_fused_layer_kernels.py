@@ -88,3 +88,25 @@ def test_rotary_write_kv_matches_separate_kernels_exactly():
     assert torch.equal(q, q2)
     assert torch.equal(ours.nan_to_num(), theirs.nan_to_num())
     assert torch.equal(ours.isnan(), theirs.isnan())
+
+
+def test_rotary_write_kv_reads_cos_sin_gathered_from_the_table():
+    """On CUDA a step's cos/sin are rows gathered from `RotaryEmbedding.table`: views with a
+    row stride of two head dims. The kernel writes what it writes from contiguous copies."""
+    rope = RotaryEmbedding(16, 10000.0, None)
+    rope.tabulate(64, torch.float32)
+    positions = torch.tensor([0, 63, 5, 17, 17, 40, 2])
+    cos, sin = rope.cos_sin(positions, torch.float32)
+    assert cos.stride(0) == 32, "views of the table's rows"
+    gen = torch.Generator().manual_seed(4)
+    _, q, k, v = _qkv(7, 4, 2, 16, torch.float32, gen)
+    q2 = q.clone()
+    slots = torch.tensor([5, 6, 31, -1, 32, 0, 47])
+    ours = torch.full((2, 3, 16, 2, 16), float("nan"))
+    theirs = ours.clone()
+    rotary_write_kv(q, k, v, cos, sin, ours[0], ours[1], slots)
+    rotary_write_kv(q2, k, v, cos.contiguous(), sin.contiguous(), theirs[0], theirs[1], slots)
+    assert torch.equal(q, q2)
+    assert torch.equal(ours.nan_to_num(), theirs.nan_to_num()) and torch.equal(ours.isnan(), theirs.isnan())
+    computed = RotaryEmbedding(16, 10000.0, None).cos_sin(positions, torch.float32)
+    torch.testing.assert_close((cos, sin), computed, atol=1e-6, rtol=0)  # bit for bit on CUDA: test_gpu.py

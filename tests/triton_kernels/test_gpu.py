@@ -75,6 +75,31 @@ def test_write_norm_rotary_bf16():
     torch.testing.assert_close(k, k_ref, atol=2e-2, rtol=2e-2)
 
 
+def test_rope_table_rows_are_the_computed_cos_sin_bit_for_bit():
+    """A CUDA step gathers cos/sin from the table `ModelRunner` builds; each row must be what
+    computing it for that position gives (the fp32 engine equals transformers token for token)."""
+    from app.models.rope import RotaryEmbedding
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192}
+    positions = torch.randint(0, 16384, (4096,), device="cuda")
+    for dtype in (torch.float32, torch.bfloat16):
+        rope = RotaryEmbedding(128, 500000.0, scaling).to("cuda")
+        computed = rope.cos_sin(positions, dtype)
+        rope.tabulate(16384, dtype)
+        gathered = rope.cos_sin(positions, dtype)
+        assert all(torch.equal(a, b) for a, b in zip(gathered, computed))
+
+
+def test_argmax_kernel_is_torchs_on_bf16_logits():
+    """bf16 logits tie often: the first index of the maximum, as torch.argmax takes it."""
+    from kernels.argmax import argmax_rows
+    logits = (torch.randn(256, 128256, device="cuda") * 4).to(torch.bfloat16)
+    argmax = torch.empty(256, dtype=torch.long, device="cuda")
+    argmax_rows(logits, argmax)
+    assert torch.equal(argmax, torch.argmax(logits, dim=-1))
+    assert (logits == logits.max(-1, keepdim=True).values).sum(-1).max() > 1, "rows with ties"
+
+
 # -- whole model ----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module", params=["qwen2", "llama3"])

@@ -11,7 +11,8 @@ import pytest
 
 HOPPER_COMPILE = Path(__file__).with_name("hopper_compile.py")
 EXPECTED_KERNELS = {"_decode_split_kernel", "_decode_merge_kernel", "_prefill_kernel", "_rms_norm_kernel",
-                    "_rotary_kv_write_kernel", "_silu_and_mul_kernel", "_filtered_sample_kernel"}
+                    "_rotary_kv_write_kernel", "_silu_and_mul_kernel", "_filtered_sample_kernel",
+                    "_chunk_max_kernel", "_fold_chunks_kernel"}
 
 
 def run_harness(*flags: str):
