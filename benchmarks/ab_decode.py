@@ -7,12 +7,13 @@ Llama-3-8B shape from a checkpoint `benchmarks/decode.py` wrote, bf16, prompt 12
     python benchmarks/ab_decode.py --label new --model-dir /tmp/l3
     (cd gpu_run/base && python ../../benchmarks/ab_decode.py --label base --model-dir /tmp/l3)
 
-`scripts/gpu_owed.sh` alternates the two sides over rounds; the ratio goes in the note. Two
-flags run the same tree with one choice turned the other way, for the A/B of that choice alone
-(trees from 2026-11-27 on): `--program-per-split`, decode attention with a program per split at
-every batch size (run it at small batches; see `kernels/decode_attention.py`), and
-`--plain-launch`, the decode step's Triton kernels launched without programmatic dependent
-launch (`kernels/dependent_launch.py`).
+`scripts/gpu_owed.sh` alternates the two sides over rounds; the ratio goes in the note. Flags
+run the same tree with one choice turned the other way, for the A/B of that choice alone:
+`--program-per-split`, decode attention with a program per split at every batch size (run it
+at small batches; see `kernels/decode_attention.py`); `--plain-launch`, the decode step's
+Triton kernels launched without programmatic dependent launch (`kernels/dependent_launch.py`);
+`--skinny-linear`, the projections of up to 16 rows through `kernels/skinny_linear.py` instead
+of cuBLAS (the first two from 2026-11-27 on, the last from the commit that added that kernel).
 """
 
 from __future__ import annotations
@@ -43,7 +44,12 @@ def main() -> None:
                         help="decode attention takes a program per split at every batch size")
     parser.add_argument("--plain-launch", action="store_true",
                         help="launch the decode step's Triton kernels without programmatic dependent launch")
+    parser.add_argument("--skinny-linear", action="store_true",
+                        help="the projections in kernels.skinny_linear.PROJECTIONS take its kernel up to 16 rows")
     args = parser.parse_args()
+    if args.skinny_linear:
+        import kernels.skinny_linear
+        kernels.skinny_linear.ENABLED = True
     if args.plain_launch:
         import kernels.dependent_launch
         kernels.dependent_launch.ENABLED = False

@@ -2,9 +2,9 @@
 # The GPU figures the sessions without a GPU owe, by part. A task lent a GPU has 15 minutes of
 # device time in all, the machine's start (1-2 min) included, so two calls back to back (the
 # machine stays warm 30 s), each well inside its timeout:
-#   run(command="bash scripts/gpu_owed.sh tests kernels decode", carry=[".whl", "gpu_run"], timeout_s=400)
+#   run(command="bash scripts/gpu_owed.sh tests kernels linears decode", carry=[".whl", "gpu_run"], timeout_s=420)
 #   run(command="bash scripts/gpu_owed.sh ab long", carry=[".whl", "gpu_run"], timeout_s=420)
-# (about 340 s and 330 s of wall time: with the start, ~12 of the 15 minutes), and only with 3
+# (about 380 s and 330 s of wall time: with the start, ~13 of the 15 minutes), and only with 3
 # minutes of budget left: run(command="bash scripts/gpu_owed.sh spec", ...).
 # (no argument: every part). Durations on an H100 (2026-11-27): tests ~115 s, kernels ~25 s
 # before they were timed in graphs, decode ~110 s with its checkpoint and traces (the first
@@ -15,33 +15,37 @@
 #
 # Measured on 2026-11-27 (H100, benchmarks/results/gpu_h100_2026-11-27, RESULTS.md) and decided
 # from it: dependent launch on; one program per partition at every batch size; splits of 64 keys
-# at 2 stages for 16-bit caches. Owed now:
-# - "tests": pytest -m gpu with the graph-choice test's new assertion (every one-token replay
-#   chose its tokens; it failed on a count before), dependent launch on by default, and
-#   test_sampled_requests_wait_for_no_compiler_after_start_up (the draws LLMEngine compiles at
-#   start-up are those sampled requests take; if it fails, another variant is being compiled).
-# - "kernels": kernels.py now times its kernel in a CUDA graph with a cold L2 (it timed the
-#   Python launch too: 75-170 us for a batch-1 kernel), so every earlier "% of copy" was low by
-#   the launch. Issue 17's 85% of copy at 64 x 4096 is judged on these figures. Split 32 / 64 /
-#   128 at 2 and 3 stages at 64 x 4096; 64 and 128 at 4 and 8 warps at 256 x 256; the two grids
-#   at batch 1 (contexts 256, 1024, 4096) and batch 16.
-# - "decode": the whole step with the new defaults; kernels per layer at batch 1 should be one
-#   fewer (no merge); the first sampled request's one-time cost (batch-1 sampled e2e was 49 tok/s
-#   against 155 greedy on 2026-11-27).
-# - "ab": this tree against 1f65e0e (the tree measured on 2026-11-27, before its decisions, and
-#   before 36f3886 stopped specialising attention on the block tables' width: the same PTX on
-#   sm_90 by hopper_compile.py, untimed), and this tree with a program per split at batch 1.
-#   For the base:
+# at 2 stages for 16-bit caches. Built since, untimed on a GPU: the graphs' argmax in two Triton
+# kernels that also choose the tokens (kernels/argmax.py; torch's took 37 us of a batch-1 step),
+# cos/sin gathered from a table on CUDA, and the skinny linear kernel (off). Owed now:
+# - "tests": pytest -m gpu, with the new tests (the argmax against torch's on bf16 logits, the
+#   table's rows bit for bit, the skinny linear at Llama shapes and the engine with it), the
+#   graph-choice test's assertion (every one-token replay chose its tokens), dependent launch on
+#   by default, and test_sampled_requests_wait_for_no_compiler_after_start_up.
+# - "kernels": kernels.py times its kernel in a CUDA graph with a cold L2 (it timed the Python
+#   launch too: 75-170 us for a batch-1 kernel), so every earlier "% of copy" was low by the
+#   launch. Issue 17's 85% of copy at 64 x 4096 is judged on these figures. Split 32 / 64 / 128
+#   at 2 and 3 stages at 64 x 4096; 64 and 128 at 4 and 8 warps at 256 x 256; the two grids at
+#   batch 1 (contexts 256, 1024, 4096) and batch 16.
+# - "linears": the four projections at 1, 4 and 16 rows, cuBLAS against the skinny kernel's
+#   configurations (~40 s).
+# - "decode": the whole step with the new defaults; kernels per layer at batch 1 should be
+#   fewer (no merge; selection and cos/sin in 3 kernels, not 12); the first sampled request's
+#   one-time cost (batch-1 sampled e2e was 49 tok/s against 155 greedy on 2026-11-27).
+# - "ab": this tree against 1f65e0e (the tree measured on 2026-11-27, before its decisions),
+#   and this tree with the skinny linear kernel at batch 1. For the base:
 #     echo /gpu_run/ >> .git/info/exclude; rm -rf gpu_run; mkdir -p gpu_run/base
 #     git archive 1f65e0e | tar -x -C gpu_run/base; rm -rf gpu_run/base/checkpoints gpu_run/base/tests
 # - "long": batch 1 with 2,048-token prompts, both grids (the per-split grid lost at ~200 keys;
 #   whether it pays at long contexts is open).
 # What to do with the results: if the per-split grid wins at long contexts, take it by the
 # longest context (never by the batch; the bits are the same); if split 128 beats 64, change
-# TUNED_16BIT_DECODE (kernels/backend.py).
+# TUNED_16BIT_DECODE (kernels/backend.py); where a skinny configuration beats cuBLAS at every
+# row count, set kernels/skinny_linear.py's PROJECTIONS and CONFIG, and turn it on if the
+# "ab" line with it wins.
 set -o pipefail
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
-PARTS=${*:-tests decode ab long spec kernels}
+PARTS=${*:-tests kernels linears decode ab long spec}
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site
@@ -53,8 +57,9 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 for part in $PARTS; do
   case $part in
   tests)
-    timeout 180 python3 -m pytest -m gpu tests/triton_kernels/test_gpu.py tests/triton_kernels/test_gpu_fused_layers.py \
-      tests/triton_kernels/test_filtered_sampling.py tests/test_selection.py -q -p no:cacheprovider 2>&1 \
+    timeout 220 python3 -m pytest -m gpu tests/triton_kernels/test_gpu.py tests/triton_kernels/test_gpu_fused_layers.py \
+      tests/triton_kernels/test_filtered_sampling.py tests/triton_kernels/test_argmax.py \
+      tests/triton_kernels/test_skinny_linear.py tests/test_selection.py -q -p no:cacheprovider 2>&1 \
       | grep -v Warn | tail -30 | tee "$OUT/pytest_gpu.log" ;;
   decode)  # also writes the Llama-3-8B-shaped checkpoint /tmp/l3 that "ab" loads
     timeout 240 python3 benchmarks/decode.py --skip-hf --max-model-len 8192 --batch-sizes 1 64 256 --gen-len 128 \
@@ -69,8 +74,8 @@ from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&
           2>&1 | grep "decode "
         (cd gpu_run/base && timeout 90 python3 ../../benchmarks/ab_decode.py --label "base-$round" --batch-sizes 1 256 \
           --sampled-batch-sizes 256 2>&1 | grep "decode ")
-        timeout 60 python3 benchmarks/ab_decode.py --label "program-per-split-$round" --batch-sizes 1 \
-          --sampled-batch-sizes --program-per-split 2>&1 | grep "decode "
+        timeout 60 python3 benchmarks/ab_decode.py --label "skinny-linear-$round" --batch-sizes 1 \
+          --sampled-batch-sizes --skinny-linear 2>&1 | grep "decode "
       else
         timeout 60 python3 benchmarks/ab_decode.py --label "long-$round" --batch-sizes 1 --sampled-batch-sizes \
           --prompt-len 2048 2>&1 | grep "decode "
@@ -95,6 +100,8 @@ from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&
       timeout 40 python3 benchmarks/kernels.py --full $shape --partition 1024 --split 64 \
         --programs partition split --dots 16 --grid head --num-warps 4 --num-stages 2 2>&1 | grep -v Warn
     done | tee "$OUT/kernels_b1.log" ;;
-  *) echo "unknown part $part (tests decode ab long spec kernels)" ;;
+  linears)
+    timeout 120 python3 benchmarks/linears.py 2>&1 | grep -v Warn | tee "$OUT/linears.log" ;;
+  *) echo "unknown part $part (tests kernels linears decode ab long spec)" ;;
   esac
 done

@@ -67,6 +67,10 @@ class ModelRunner:
         self.model = load_model(config.model, self.dtype, self.device)
         self.backend = select_attention_backend(config.attention_backend, self.device, self.dtype)
         self.model.ops = select_layer_ops(self.device, self.backend)
+        if self.model.ops.name == "triton":
+            from kernels import skinny_linear
+            if skinny_linear.ENABLED:
+                skinny_linear.use_skinny_linears(self.model)
         if self.backend.name == "cpu":
             from kernels.cpu.packed_linear import pack_linears, packing_available
             if packing_available():

@@ -165,6 +165,7 @@ def caught_launches(dependent_launch: bool = False) -> list[Launch]:
     from kernels.rmsnorm import rms_norm
     from kernels.rotary_kv_write import rotary_write_kv
     from kernels.silu_mul import silu_and_mul
+    from kernels.skinny_linear import skinny_linear
 
     bf16 = dict(dtype=torch.bfloat16)
     heads, kv_heads, head_dim, hidden, intermediate, vocab = LLAMA3_8B
@@ -203,6 +204,9 @@ def caught_launches(dependent_launch: bool = False) -> list[Launch]:
         argmax_rows(logits, torch.zeros_like(drawn), temperature, drawn, torch.zeros_like(drawn))
         catcher.label = "argmax in a verifying step's graph"
         argmax_rows(logits, torch.zeros_like(drawn))
+        catcher.label = "skinny linear (qkv, batch 1)"
+        qkv_features = (heads + 2 * kv_heads) * head_dim
+        skinny_linear(torch.zeros(1, hidden, **bf16), torch.zeros(qkv_features, hidden, **bf16))
     return catcher.launches
 
 

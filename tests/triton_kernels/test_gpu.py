@@ -100,6 +100,18 @@ def test_argmax_kernel_is_torchs_on_bf16_logits():
     assert (logits == logits.max(-1, keepdim=True).values).sum(-1).max() > 1, "rows with ties"
 
 
+def test_skinny_linear_bf16_at_llama_shapes():
+    import torch.nn.functional as F
+    from kernels.skinny_linear import MAX_ROWS, skinny_linear
+    for in_features, out_features in ((4096, 6144), (4096, 4096), (14336, 4096)):
+        w = torch.randn(out_features, in_features, device="cuda", dtype=torch.bfloat16) / in_features ** 0.5
+        bias = torch.randn(out_features, device="cuda", dtype=torch.bfloat16)
+        for rows in (1, 5, MAX_ROWS):
+            x = torch.randn(rows, in_features, device="cuda", dtype=torch.bfloat16)
+            want = F.linear(x.float(), w.float(), bias.float())
+            torch.testing.assert_close(skinny_linear(x, w, bias).float(), want, **BF16_TOL)
+
+
 # -- whole model ----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module", params=["qwen2", "llama3"])
@@ -187,6 +199,13 @@ def test_engine_bf16_diverges_from_fp32_no_more_than_transformers_bf16(checkpoin
     """On random weights greedy decoding meets near ties often, and bf16 rounding flips some of
     them: transformers' own bf16 model leaves fp32's tokens on about half the prompts, at fp32
     ranks 1-2 with gaps up to ~0.13."""
+    _assert_bf16_like_transformers_bf16(checkpoint, _prompts())
+
+
+def test_engine_bf16_with_skinny_linears_diverges_no_more_than_transformers_bf16(checkpoint, monkeypatch):
+    """The skinny linear kernel sums in another order than cuBLAS: held to the same rule."""
+    import kernels.skinny_linear
+    monkeypatch.setattr(kernels.skinny_linear, "ENABLED", True)
     _assert_bf16_like_transformers_bf16(checkpoint, _prompts())
 
 

@@ -12,7 +12,7 @@ import pytest
 HOPPER_COMPILE = Path(__file__).with_name("hopper_compile.py")
 EXPECTED_KERNELS = {"_decode_split_kernel", "_decode_merge_kernel", "_prefill_kernel", "_rms_norm_kernel",
                     "_rotary_kv_write_kernel", "_silu_and_mul_kernel", "_filtered_sample_kernel",
-                    "_chunk_max_kernel", "_fold_chunks_kernel"}
+                    "_chunk_max_kernel", "_fold_chunks_kernel", "_skinny_linear_kernel"}
 
 
 def run_harness(*flags: str):
@@ -35,10 +35,12 @@ def test_kernels_compile_for_sm90_without_spills(dependent_launch):
     spilled = [c for c in compiled if c["local_bytes"]]
     assert not spilled, f"local memory (register spills) on sm_90: {spilled}"
     # the loops that walk memory are software-pipelined (their loads asynchronous copies): every
-    # decode launch's K/V tiles, the sampler's passes over the vocabulary, the merge of splits
-    pipelined = [c for c in compiled if c["kernel"] in ("_decode_split_kernel", "_filtered_sample_kernel")
+    # decode launch's K/V tiles, the sampler's passes over the vocabulary, the merge of splits,
+    # the skinny linear's weights
+    pipelined = [c for c in compiled if c["kernel"] in ("_decode_split_kernel", "_filtered_sample_kernel",
+                                                        "_skinny_linear_kernel")
                  or (c["kernel"] == "_decode_merge_kernel" and c["label"] == "decode, a program per split")]
-    assert len(pipelined) == 6 and all(c["async_copies"] for c in pipelined), pipelined
+    assert len(pipelined) == 7 and all(c["async_copies"] for c in pipelined), pipelined
     # launched with PDL, a kernel may start before the one ahead of it ends: it must wait for
     # it before touching memory (every kernel of a decode step but the prefill kernel's)
     waiting = {c["kernel"] for c in compiled if c["waits_first"]}

@@ -1,0 +1,75 @@
+#!/usr/bin/env python
+"""A decoder layer's projections at small batches: cuBLAS (F.linear) against the skinny linear
+kernel (`kernels/skinny_linear.py`) in a few configurations, each timed in a CUDA graph with a
+cold L2 as the engine runs it (`benchmarks/kernels.py`'s `time_in_graph`), as the rate the
+weights are read at and its share of the card's device-to-device copy. Llama-3-8B's shapes in
+bf16; every output is checked against cuBLAS's.
+
+    python benchmarks/linears.py                 # rows 1, 4, 16; the four projections
+    python benchmarks/linears.py --rows 1 --projections qkv_proj o_proj
+
+What to do with it: a projection where a configuration beats cuBLAS at every row count goes in
+`kernels.skinny_linear.PROJECTIONS`, with the best configuration as `CONFIG`; then
+`benchmarks/ab_decode.py --skinny-linear` times the whole step against the same tree without.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.kernels import copy_bandwidth, time_in_graph  # noqa: E402
+
+LLAMA3_8B_PROJECTIONS = {  # name: (in_features, out_features)
+    "qkv_proj": (4096, 6144), "o_proj": (4096, 4096), "gate_up_proj": (4096, 28672), "down_proj": (14336, 4096)}
+CONFIGS = [dict(BLOCK_N=n, BLOCK_K=k, NUM_STAGES=s, num_warps=w)
+           for n, k, s, w in ((16, 256, 4, 4), (16, 512, 3, 4), (16, 128, 6, 4), (32, 256, 4, 4),
+                              (32, 256, 3, 8), (64, 128, 4, 4), (16, 256, 4, 2))]
+
+
+def _name(config: dict) -> str:
+    return f"n{config['BLOCK_N']} k{config['BLOCK_K']} s{config['NUM_STAGES']} w{config['num_warps']}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--projections", nargs="+", default=list(LLAMA3_8B_PROJECTIONS),
+                        choices=list(LLAMA3_8B_PROJECTIONS))
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("no CUDA device: nothing to time")
+        return 0
+    from kernels.skinny_linear import skinny_linear
+    copy = copy_bandwidth()
+    print(f"device-to-device copy: {copy / 1e9:.0f} GB/s; bf16; % of copy = weight bytes / time / copy")
+    for projection in args.projections:
+        in_features, out_features = LLAMA3_8B_PROJECTIONS[projection]
+        weight = torch.randn(out_features, in_features, device="cuda", dtype=torch.bfloat16) / in_features ** 0.5
+        nbytes = weight.numel() * weight.element_size()
+        for rows in args.rows:
+            x = torch.randn(rows, in_features, device="cuda", dtype=torch.bfloat16)
+            want = F.linear(x, weight)
+            timed = [("cuBLAS", time_in_graph(lambda: F.linear(x, weight)))]
+            for config in CONFIGS:
+                got = skinny_linear(x, weight, None, config)
+                if not torch.allclose(got.float(), want.float(), atol=3e-2, rtol=3e-2):
+                    print(f"  {projection} rows {rows} {_name(config)}: WRONG OUTPUT, not timed")
+                    continue
+                timed.append((_name(config), time_in_graph(lambda c=config: skinny_linear(x, weight, None, c))))
+            base = timed[0][1]
+            for name, seconds in timed:
+                print(f"{projection:12s} rows {rows:2d} {name:18s} {seconds * 1e6:7.1f} us  "
+                      f"{nbytes / seconds / 1e9:6.0f} GB/s  {100 * nbytes / seconds / copy:5.1f}% of copy  "
+                      f"{base / seconds:5.3f}x cuBLAS", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""Linear layers for the few rows of a small decode batch (up to MAX_ROWS tokens), on CUDA in
+16-bit: a product that only has to read its weights once, at the memory's rate.
+
+At batch 1 on an H100 (2026-11-27, the decode_b1 trace, Llama-3-8B shape), cuBLAS read the
+gate_up and down weights at 2.86 and 2.70 TB/s, but qkv's at 2.36 (79% of copy: 96 CTAs on 132
+SMs) and o_proj's at 2.16 (72%: split-K, then its reduce kernel). Here each program takes
+BLOCK_N output features of every row and streams their weights through a pipelined loop over K,
+one kernel with the bias added, no split-K: 384 programs for qkv's 6,144 features.
+
+Off (`ENABLED`) until timed on a GPU: `benchmarks/linears.py` against cuBLAS projection by
+projection, then `benchmarks/ab_decode.py --skinny-linear` for the whole step. Only the 16-bit
+products are replaced: in fp32 the engine equals transformers token for token, which a
+different summation order would not promise.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+from torch import nn
+
+from kernels.dependent_launch import dependent_launch_args, wait_for_predecessor
+
+ENABLED = False
+MAX_ROWS = 16  # one tensor-core tile of rows; larger batches keep cuBLAS
+PROJECTIONS = ("qkv_proj", "o_proj")  # where cuBLAS fell short; gate_up and down stay
+CONFIG = dict(BLOCK_N=16, BLOCK_K=256, NUM_STAGES=4, num_warps=4)  # untuned
+
+
+@triton.jit
+def _skinny_linear_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
+                          HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr, DEPENDENT_LAUNCH: tl.constexpr):
+    wait_for_predecessor(DEPENDENT_LAUNCH)
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_k = tl.arange(0, BLOCK_K)
+    n_mask, m_mask = offs_n < N, offs_m < M
+    w_ptrs = w_ptr + offs_n[:, None].to(tl.int64) * stride_wn + offs_k[None, :]
+    x_ptrs = x_ptr + offs_m[:, None].to(tl.int64) * stride_xm + offs_k[None, :]
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k in tl.range(0, K, BLOCK_K, num_stages=NUM_STAGES):
+        k_mask = (k + offs_k) < K
+        w = tl.load(w_ptrs + k, mask=n_mask[:, None] & k_mask[None, :], other=0.0)
+        x = tl.load(x_ptrs + k, mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+        acc = tl.dot(x, tl.trans(w), acc)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    out_ptrs = out_ptr + offs_m[:, None].to(tl.int64) * stride_om + offs_n[None, :]
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
+
+
+def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                  config: dict | None = None) -> torch.Tensor:
+    """x [M, K] (M <= MAX_ROWS, 16-bit, last dim contiguous) @ weight [N, K].T + bias -> [M, N],
+    fp32 sums rounded once. `config`: BLOCK_N, BLOCK_K, NUM_STAGES, num_warps (CONFIG)."""
+    rows, in_features = x.shape
+    out_features = weight.shape[0]
+    assert rows <= MAX_ROWS and weight.shape[1] == in_features and x.stride(-1) == 1 and weight.stride(-1) == 1
+    out = torch.empty(rows, out_features, dtype=x.dtype, device=x.device)
+    if rows:
+        c = CONFIG if config is None else config
+        _skinny_linear_kernel[(triton.cdiv(out_features, c["BLOCK_N"]),)](
+            x, weight, weight if bias is None else bias, out, rows, out_features, in_features,
+            x.stride(0), weight.stride(0), out.stride(0), HAS_BIAS=bias is not None, BLOCK_M=MAX_ROWS,
+            BLOCK_N=c["BLOCK_N"], BLOCK_K=c["BLOCK_K"], NUM_STAGES=c["NUM_STAGES"], num_warps=c["num_warps"],
+            **dependent_launch_args(x.device))
+    return out
+
+
+class SkinnyLinear(nn.Module):
+    """An `nn.Linear` whose products of up to MAX_ROWS rows run `skinny_linear`; larger ones,
+    cuBLAS (F.linear)."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight, self.bias = linear.weight, linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2 and x.shape[0] <= MAX_ROWS and x.stride(-1) == 1:
+            return skinny_linear(x, self.weight, self.bias)
+        return F.linear(x, self.weight, self.bias)
+
+
+def use_skinny_linears(model: nn.Module, projections: tuple[str, ...] = PROJECTIONS) -> int:
+    """Replace the 16-bit `nn.Linear`s named in `projections` with `SkinnyLinear`s; returns how
+    many."""
+    replaced = 0
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if (name in projections and isinstance(child, nn.Linear)
+                    and child.weight.dtype in (torch.float16, torch.bfloat16)):
+                setattr(module, name, SkinnyLinear(child))
+                replaced += 1
+    return replaced

@@ -1,0 +1,58 @@
+"""The few-row linear kernel against F.linear in fp32 on the same 16-bit inputs (fp16: the
+interpreter gets bf16 wrong), at sizes that are not multiples of its tiles, and the module that
+takes it for small batches only."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kernels.skinny_linear import MAX_ROWS, SkinnyLinear, skinny_linear, use_skinny_linears
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+SMALL_TILES = dict(BLOCK_N=16, BLOCK_K=64, NUM_STAGES=2, num_warps=4)
+
+
+def _inputs(rows, in_features, out_features, bias, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    padded = torch.full((rows, in_features + 24), float("nan"))  # rows strided; the pad never read
+    padded[:, :in_features] = torch.randn(rows, in_features, generator=g)
+    x = padded.half().to(DEVICE)[:, :in_features]
+    w = (torch.randn(out_features, in_features, generator=g) / in_features ** 0.5).half().to(DEVICE)
+    b = torch.randn(out_features, generator=g).half().to(DEVICE) if bias else None
+    return x, w, b
+
+
+@pytest.mark.parametrize("rows", [1, 3, MAX_ROWS])
+@pytest.mark.parametrize("in_features,out_features", [(64, 48), (200, 40), (320, 129)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_skinny_linear_is_the_linear(rows, in_features, out_features, bias):
+    x, w, b = _inputs(rows, in_features, out_features, bias, seed=rows + in_features)
+    want = F.linear(x.float(), w.float(), None if b is None else b.float())
+    got = skinny_linear(x, w, b, SMALL_TILES)
+    assert got.dtype == torch.float16 and got.shape == (rows, out_features)
+    torch.testing.assert_close(got.float(), want, atol=2e-3, rtol=2e-3)
+
+
+def test_the_module_takes_the_kernel_for_small_batches_only(monkeypatch):
+    import kernels.skinny_linear as module
+    calls = []
+    monkeypatch.setattr(module, "skinny_linear", lambda x, w, b: calls.append(len(x)) or F.linear(x, w, b))
+    linear = nn.Linear(32, 8).half().to(DEVICE)
+    skinny = SkinnyLinear(linear)
+    for rows in (1, MAX_ROWS, MAX_ROWS + 1, 64):
+        x = torch.randn(rows, 32).half().to(DEVICE)
+        assert torch.equal(skinny(x), linear(x))
+    assert calls == [1, MAX_ROWS]
+
+
+def test_only_the_named_16_bit_projections_are_replaced():
+    class Layer(nn.Module):
+        def __init__(self, dtype):
+            super().__init__()
+            self.qkv_proj, self.o_proj, self.down_proj = (nn.Linear(8, 8).to(dtype) for _ in range(3))
+
+    model = nn.ModuleList([Layer(torch.bfloat16), Layer(torch.float32)])
+    assert use_skinny_linears(model, ("qkv_proj", "o_proj")) == 2
+    assert isinstance(model[0].qkv_proj, SkinnyLinear) and isinstance(model[0].o_proj, SkinnyLinear)
+    assert type(model[0].down_proj) is nn.Linear and type(model[1].qkv_proj) is nn.Linear
