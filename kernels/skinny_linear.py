@@ -29,7 +29,8 @@ PROJECTIONS = ("qkv_proj", "o_proj")  # where cuBLAS fell short; gate_up and dow
 CONFIG = dict(BLOCK_N=16, BLOCK_K=256, NUM_STAGES=4, num_warps=4)  # untuned
 
 
-@triton.jit
+# The row count is not specialised on: 1 and 16 would each be a compile of their own.
+@triton.jit(do_not_specialize=["M"])
 def _skinny_linear_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
                           HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                           BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr, DEPENDENT_LAUNCH: tl.constexpr):

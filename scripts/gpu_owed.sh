@@ -21,7 +21,8 @@
 # - "tests": pytest -m gpu, with the new tests (the argmax against torch's on bf16 logits, the
 #   table's rows bit for bit, the skinny linear at Llama shapes and the engine with it), the
 #   graph-choice test's assertion (every one-token replay chose its tokens), dependent launch on
-#   by default, and test_sampled_requests_wait_for_no_compiler_after_start_up.
+#   by default, and test_first_requests_wait_for_no_compiler_after_start_up (now over every
+#   kernel, with the model runner's start-up padding steps; graphs on and off).
 # - "kernels": kernels.py times its kernel in a CUDA graph with a cold L2 (it timed the Python
 #   launch too: 75-170 us for a batch-1 kernel), so every earlier "% of copy" was low by the
 #   launch. Issue 17's 85% of copy at 64 x 4096 is judged on these figures. Split 32 / 64 / 128

@@ -91,6 +91,29 @@ class ModelRunner:
             self.cuda_graphs = CudaGraphDecodeRunner(
                 self.model, self.kv_caches, self.backend, max_batch_size=config.max_num_seqs,
                 max_blocks_per_seq=max_blocks_per_seq, device=self.device, multi_token=multi_token)
+        if self.device.type == "cuda" and self.backend.name == "triton":
+            self.warm_up()
+
+    @torch.inference_mode()
+    def warm_up(self) -> None:
+        """Run the eager steps' Triton kernels once, so that Triton compiles them at start-up
+        and not on the first request (a second or more each): a prompt's step (the prefill
+        kernel), and decode steps within one partition and across two (the split kernel's two
+        endings, and the merge), which CUDA graphs cover unless they are off. Every row is
+        padding: its slots are -1, so no K/V is written, and what it reads is discarded."""
+        partition = getattr(self.backend, "partition_size", None) or self.block_size
+        for query_len, seq_len in ((5, 5), (1, 1), (1, partition + 1)):
+            step = StepArrays(
+                input_ids=np.zeros(query_len, dtype=np.int64),
+                positions=np.arange(seq_len - query_len, seq_len, dtype=np.int64),
+                slot_mapping=np.full(query_len, -1, dtype=np.int64),
+                query_start_loc=np.array([0, query_len], dtype=np.int32),
+                seq_lens=np.array([seq_len], dtype=np.int32),
+                context_lens=np.array([seq_len - query_len], dtype=np.int32),
+                block_tables=np.zeros((1, -(-seq_len // self.block_size)), dtype=np.int32),
+                query_lens=[query_len], seq_lens_list=[seq_len], sample_rows=[query_len - 1])
+            input_ids, positions, meta = step.to_device(self.device)
+            self.model(input_ids, positions, self.kv_caches, meta, self.backend)
 
     def copy_blocks(self, copies: list[tuple[int, int]]) -> None:
         """Copy whole KV blocks (source, destination) in every layer: copy on write of a block

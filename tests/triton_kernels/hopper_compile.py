@@ -222,6 +222,7 @@ def eager_variants() -> dict[str, int]:
     from kernels.rmsnorm import rms_norm
     from kernels.rotary_kv_write import rotary_write_kv
     from kernels.silu_mul import silu_and_mul
+    from kernels.skinny_linear import MAX_ROWS, skinny_linear
 
     bf16 = dict(dtype=torch.bfloat16)
     heads, kv_heads, head_dim, hidden, intermediate, vocab = LLAMA3_8B
@@ -249,6 +250,8 @@ def eager_variants() -> dict[str, int]:
             filtered_sample(torch.zeros(tokens, vocab, **bf16), **rows)  # in a graph: the model's dtype
             filtered_sample(torch.zeros(tokens, vocab), **rows)  # outside: fp32
             filtered_sample(torch.zeros(tokens, vocab), **rows, floor=torch.zeros(tokens))  # a top-k cut
+            if tokens <= MAX_ROWS:
+                skinny_linear(x, torch.zeros(hidden, hidden, **bf16))
     variants: dict[str, set[str]] = {}
     for launch in catcher.launches:
         signature, constexprs, attrs = _signature(launch)

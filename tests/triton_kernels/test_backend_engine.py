@@ -49,3 +49,16 @@ def test_engine_greedy_tokens_match_torch_backend(tiny_checkpoint):
         outputs[backend] = engine.generate(prompts, params)
         assert engine.stats().prefix_cache_hits > 0
     assert outputs["triton"] == outputs["torch"]
+
+
+def test_the_start_up_warm_up_writes_no_kv(tiny_checkpoint):
+    """On CUDA the model runner runs padding steps at start-up so Triton compiles the eager
+    steps' kernels before the first request: they must leave every cache as it was."""
+    engine = LLMEngine(EngineConfig(model=str(tiny_checkpoint), attention_backend="triton", device="cpu",
+                                    num_kv_blocks=32, max_num_batched_tokens=24, max_model_len=512))
+    gen = torch.Generator().manual_seed(0)
+    for cache in engine.runner.kv_caches:
+        cache.copy_(torch.randn(cache.shape, generator=gen))
+    before = [cache.clone() for cache in engine.runner.kv_caches]
+    engine.runner.warm_up()
+    assert all(torch.equal(cache, was) for cache, was in zip(engine.runner.kv_caches, before))

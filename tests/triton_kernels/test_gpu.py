@@ -262,27 +262,45 @@ def test_tokens_chosen_inside_the_graph_are_those_chosen_after_it(checkpoint, mo
             assert LLMEngine(config).generate(batch, params) == got
 
 
-def test_sampled_requests_wait_for_no_compiler_after_start_up(checkpoint):
-    """The decode graphs compile their own draw (16-bit logits) at capture; a sampled step
-    outside a graph (a prompt's last row) draws from fp32 logits, with or without a top-k cut,
-    and LLMEngine compiles those at start-up: the first sampled requests then compile nothing
-    (on an H100 the first sampled request took ~1.8 s longer than the next, 2026-11-27)."""
+def _compiled_variants(clear: bool = False) -> int:
+    """The Triton variants compiled so far, over every kernel in `kernels`."""
+    import importlib
+    import pkgutil
+
+    import triton
+
+    import kernels
+    total = 0
+    for info in pkgutil.iter_modules(kernels.__path__):
+        for value in vars(importlib.import_module(f"kernels.{info.name}")).values():
+            if isinstance(value, triton.runtime.JITFunction):
+                if clear:
+                    value.device_caches.clear()
+                total += sum(len(caches[0]) for caches in value.device_caches.values())
+    return total
+
+
+@pytest.mark.parametrize("graphs", [True, False], ids=["cuda-graphs", "eager"])
+def test_first_requests_wait_for_no_compiler_after_start_up(checkpoint, graphs):
+    """Start-up compiles every Triton kernel a request's steps take: the decode graphs their own
+    at capture; LLMEngine the draws of sampled steps outside a graph (fp32 logits, with and
+    without a top-k cut: on an H100 the first sampled request took ~1.8 s longer than the next,
+    2026-11-27); the model runner's padding steps the prefill kernel and the eager decode
+    kernels. The first greedy and sampled requests then compile nothing."""
     from app.config import EngineConfig
     from app.engine.engine import LLMEngine
     from app.sampling_params import SamplingParams
-    from kernels.filtered_sampling import _filtered_sample_kernel
 
-    def compiled() -> int:
-        return sum(len(caches[0]) for caches in _filtered_sample_kernel.device_caches.values())
-
-    _filtered_sample_kernel.device_caches.clear()  # what earlier tests compiled
-    engine = LLMEngine(EngineConfig(model=str(checkpoint), dtype="bfloat16", device="cuda", num_kv_blocks=64))
-    at_start = compiled()
-    assert at_start >= 3  # the graphs' draw, then the two eager ones
-    params = [SamplingParams(max_tokens=4, temperature=0.8, top_p=0.9, seed=1),
+    _compiled_variants(clear=True)  # what earlier tests compiled
+    engine = LLMEngine(EngineConfig(model=str(checkpoint), dtype="bfloat16", device="cuda", num_kv_blocks=64,
+                                    enable_cuda_graphs=graphs))
+    at_start = _compiled_variants()
+    assert at_start >= 8
+    params = [SamplingParams(max_tokens=4, temperature=0.0),
+              SamplingParams(max_tokens=4, temperature=0.8, top_p=0.9, seed=1),
               SamplingParams(max_tokens=4, temperature=0.8, top_k=5, seed=2)]
-    engine.generate(_prompts(2), params)
-    assert compiled() == at_start
+    engine.generate(_prompts(3), params)
+    assert _compiled_variants() == at_start
 
 
 def test_dependent_launch_gives_the_same_tokens(checkpoint, monkeypatch):
