@@ -1,16 +1,19 @@
 #!/usr/bin/env python
-"""A decoder layer's projections at small batches: cuBLAS (F.linear) against the skinny linear
-kernel (`kernels/skinny_linear.py`) in a few configurations, each timed in a CUDA graph with a
-cold L2 as the engine runs it (`benchmarks/kernels.py`'s `time_in_graph`), as the rate the
-weights are read at and its share of the card's device-to-device copy. Llama-3-8B's shapes in
-bf16; every output is checked against cuBLAS's.
+"""A decoder layer's projections at decode batch sizes: torch's default BLAS choice (F.linear),
+cuBLASLt preferred (`torch.backends.cuda.preferred_blas_library`), and up to 16 rows the
+skinny linear kernel (`kernels/skinny_linear.py`) in a few configurations. Each is timed in a
+CUDA graph with a cold L2 as the engine runs it (`benchmarks/kernels.py`'s `time_in_graph`),
+as the rate the weights are read at and its share of the card's device-to-device copy, and
+as TFLOP/s (what bounds 256 rows: on an H100 the engine's GEMMs ran at ~500 TFLOP/s at batch
+256, 2026-11-27). Llama-3-8B's shapes in bf16; every output is checked against F.linear's.
 
-    python benchmarks/linears.py                 # rows 1, 4, 16; the four projections
+    python benchmarks/linears.py                 # rows 1, 4, 16, 64, 256; the four projections
     python benchmarks/linears.py --rows 1 --projections qkv_proj o_proj
 
-What to do with it: a projection where a configuration beats cuBLAS at every row count goes in
-`kernels.skinny_linear.PROJECTIONS`, with the best configuration as `CONFIG`; then
-`benchmarks/ab_decode.py --skinny-linear` times the whole step against the same tree without.
+What to do with it: a projection where a skinny configuration beats the default at every row
+count up to 16 goes in `kernels.skinny_linear.PROJECTIONS`, with the best configuration as
+`CONFIG`; then `benchmarks/ab_decode.py --skinny-linear` times the whole step against the same
+tree without. If cuBLASLt wins at 64 and 256 rows, the engine could prefer it at start-up.
 """
 
 from __future__ import annotations
@@ -39,16 +42,25 @@ def _name(config: dict) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--rows", type=int, nargs="+", default=[1, 4, 16, 64, 256])
     parser.add_argument("--projections", nargs="+", default=list(LLAMA3_8B_PROJECTIONS),
                         choices=list(LLAMA3_8B_PROJECTIONS))
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to time")
         return 0
-    from kernels.skinny_linear import skinny_linear
+    from kernels.skinny_linear import MAX_ROWS, skinny_linear
     copy = copy_bandwidth()
     print(f"device-to-device copy: {copy / 1e9:.0f} GB/s; bf16; % of copy = weight bytes / time / copy")
+    default_library = torch.backends.cuda.preferred_blas_library()
+
+    def time_blas(library, x, weight) -> float:
+        torch.backends.cuda.preferred_blas_library(library)  # read when the graph is captured
+        try:
+            return time_in_graph(lambda: F.linear(x, weight))
+        finally:
+            torch.backends.cuda.preferred_blas_library(default_library)
+
     for projection in args.projections:
         in_features, out_features = LLAMA3_8B_PROJECTIONS[projection]
         weight = torch.randn(out_features, in_features, device="cuda", dtype=torch.bfloat16) / in_features ** 0.5
@@ -56,8 +68,9 @@ def main() -> int:
         for rows in args.rows:
             x = torch.randn(rows, in_features, device="cuda", dtype=torch.bfloat16)
             want = F.linear(x, weight)
-            timed = [("cuBLAS", time_in_graph(lambda: F.linear(x, weight)))]
-            for config in CONFIGS:
+            timed = [("torch's choice", time_blas(default_library, x, weight)),
+                     ("cuBLASLt", time_blas("cublaslt", x, weight))]
+            for config in CONFIGS if rows <= MAX_ROWS else []:
                 got = skinny_linear(x, weight, None, config)
                 if not torch.allclose(got.float(), want.float(), atol=3e-2, rtol=3e-2):
                     print(f"  {projection} rows {rows} {_name(config)}: WRONG OUTPUT, not timed")
@@ -65,9 +78,10 @@ def main() -> int:
                 timed.append((_name(config), time_in_graph(lambda c=config: skinny_linear(x, weight, None, c))))
             base = timed[0][1]
             for name, seconds in timed:
-                print(f"{projection:12s} rows {rows:2d} {name:18s} {seconds * 1e6:7.1f} us  "
+                print(f"{projection:12s} rows {rows:3d} {name:18s} {seconds * 1e6:7.1f} us  "
                       f"{nbytes / seconds / 1e9:6.0f} GB/s  {100 * nbytes / seconds / copy:5.1f}% of copy  "
-                      f"{base / seconds:5.3f}x cuBLAS", flush=True)
+                      f"{2 * rows * weight.numel() / seconds / 1e12:6.1f} TFLOP/s  "
+                      f"{base / seconds:5.3f}x torch's choice", flush=True)
     return 0
 
 
