@@ -101,7 +101,7 @@ def decode_case(batch: int, context: int, heads: int, kv_heads: int, head_dim: i
     return query, kv, tables, seq_lens
 
 
-DEVICE = "cuda"  # a smoke test of the sweep under the interpreter sets "cpu"
+DEVICE = "cuda"
 DEFAULTS = dict(partition=[256, 512, 1024], split=[16, 32, 64], programs=["partition"],
                 dots=["fp32", "qk16", "16"],
                 grid=["seq", "head"], num_warps=[2, 4, 8], num_stages=[0, 2, 3, 4])
