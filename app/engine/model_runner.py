@@ -64,6 +64,7 @@ class ModelRunner:
         self.device = config.torch_device
         self.dtype = config.torch_dtype
         self.block_size = config.block_size
+        self.max_model_len = max_model_len
         self.model = load_model(config.model, self.dtype, self.device)
         self.backend = select_attention_backend(config.attention_backend, self.device, self.dtype)
         self.model.ops = select_layer_ops(self.device, self.backend)
@@ -98,11 +99,13 @@ class ModelRunner:
     def warm_up(self) -> None:
         """Run the eager steps' Triton kernels once, so that Triton compiles them at start-up
         and not on the first request (a second or more each): a prompt's step (the prefill
-        kernel), and decode steps within one partition and across two (the split kernel's two
-        endings, and the merge), which CUDA graphs cover unless they are off. Every row is
-        padding: its slots are -1, so no K/V is written, and what it reads is discarded."""
+        kernel), and decode steps within one partition and, where a sequence can be longer,
+        across two (the split kernel's two endings, and the merge), which CUDA graphs cover
+        unless they are off. Every row is padding: its slots are -1, so no K/V is written, and
+        what it reads is discarded."""
         partition = getattr(self.backend, "partition_size", None) or self.block_size
-        for query_len, seq_len in ((5, 5), (1, 1), (1, partition + 1)):
+        shapes = [(5, 5), (1, 1)] + ([(1, partition + 1)] if partition < self.max_model_len else [])
+        for query_len, seq_len in shapes:  # (query tokens, sequence length)
             step = StepArrays(
                 input_ids=np.zeros(query_len, dtype=np.int64),
                 positions=np.arange(seq_len - query_len, seq_len, dtype=np.int64),

@@ -39,7 +39,6 @@ class RotaryEmbedding(torch.nn.Module):
     def __init__(self, head_dim: int, theta: float, scaling: dict | None):
         super().__init__()
         self.register_buffer("inv_freq", rope_inv_freq(head_dim, theta, scaling), persistent=False)
-
         self.table: torch.Tensor | None = None  # [positions, 2, head_dim]: cos, sin (`tabulate`)
 
     def tabulate(self, max_positions: int, dtype: torch.dtype) -> None:
