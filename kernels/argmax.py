@@ -2,8 +2,8 @@
 with it: the greedy rows' argmax, the sampled rows' draw.
 
 A CUDA graph's decode step took `torch.argmax` and then `torch.where(temperature > 0, drawn,
-argmax)`: four kernels, the argmax 37 us of a 6.3 ms batch-1 step on an H100 (2026-11-27,
-`benchmarks/step_gaps.py` on decode_b1.json.gz), one block walking a 128k-token row alone.
+argmax)`: three kernels, the argmax 37 us of a 6.3 ms batch-1 step on an H100 (2026-11-27,
+the decode_b1 trace), one block walking a 128k-token row alone; 55-64 us at batch 256.
 Here the row is cut into chunks, one program each, that write their maximum and its first
 index; then one program per row folds the chunks (the first chunk holding the maximum wins)
 and writes the argmax and, given draws, the chosen token.
