@@ -8,8 +8,9 @@ Here the row is cut into chunks, one program each, that write their maximum and 
 index; then one program per row folds the chunks (the first chunk holding the maximum wins)
 and writes the argmax and, given draws, the chosen token.
 
-The argmax is torch's on finite logits: the first index of the maximum, compared in fp32 (a
-16-bit logit converts exactly, so the order is the logits' own).
+The argmax is torch's: the first index of the maximum, compared in fp32 (a 16-bit logit
+converts exactly, so the order is the logits' own), and the first NaN where a row has one (an
+index out of the vocabulary would take the engine down at the next step's embedding).
 """
 
 from __future__ import annotations
@@ -24,6 +25,17 @@ CHUNK = 2048  # tokens per program: 63 programs a row for a 128k vocabulary
 
 
 @triton.jit
+def _first_maximum(x, index, valid, NONE):
+    """(maximum, the first index holding it) as torch.argmax orders: NaN above every number."""
+    is_nan = x != x
+    first_nan = tl.min(tl.where(valid & is_nan, index, NONE), axis=0)
+    top = tl.max(tl.where(is_nan, float("-inf"), x), axis=0)
+    first_top = tl.min(tl.where(valid & (x == top), index, NONE), axis=0)
+    has_nan = first_nan < NONE
+    return tl.where(has_nan, float("nan"), top), tl.where(has_nan, first_nan, first_top)
+
+
+@triton.jit
 def _chunk_max_kernel(logits_ptr, stride, chunk_max_ptr, chunk_index_ptr, V, num_chunks,
                       CHUNK: tl.constexpr, DEPENDENT_LAUNCH: tl.constexpr):
     wait_for_predecessor(DEPENDENT_LAUNCH)
@@ -31,8 +43,7 @@ def _chunk_max_kernel(logits_ptr, stride, chunk_max_ptr, chunk_index_ptr, V, num
     offs = chunk * CHUNK + tl.arange(0, CHUNK)
     valid = offs < V
     x = tl.load(logits_ptr + row.to(tl.int64) * stride + offs, mask=valid, other=float("-inf")).to(tl.float32)
-    top = tl.max(x, axis=0)
-    first = tl.min(tl.where(valid & (x == top), offs, V), axis=0)
+    top, first = _first_maximum(x, offs, valid, V)
     tl.store(chunk_max_ptr + row * num_chunks + chunk, top)
     tl.store(chunk_index_ptr + row * num_chunks + chunk, first)
 
@@ -46,8 +57,7 @@ def _fold_chunks_kernel(chunk_max_ptr, chunk_index_ptr, num_chunks, argmax_ptr,
     chunks = tl.arange(0, CHUNKS)
     valid = chunks < num_chunks
     chunk_max = tl.load(chunk_max_ptr + row * num_chunks + chunks, mask=valid, other=float("-inf"))
-    top = tl.max(chunk_max, axis=0)
-    first_chunk = tl.min(tl.where(valid & (chunk_max == top), chunks, num_chunks), axis=0)
+    _, first_chunk = _first_maximum(chunk_max, chunks, valid, num_chunks)
     argmax = tl.load(chunk_index_ptr + row * num_chunks + first_chunk).to(tl.int64)
     tl.store(argmax_ptr + row, argmax)
     if HAS_DRAWS:  # a row of temperature 0 is greedy; the others keep their draw

@@ -11,7 +11,8 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 def strided_logits(rows: int, vocab: int, dtype: torch.dtype) -> torch.Tensor:
     """Random rows with ties at the maximum inside a chunk, across chunks and in the last
-    (partial) chunk; the rows' padding past the vocabulary is NaN, never to be read."""
+    (partial) chunk, rows of NaN logits; the rows' padding past the vocabulary is NaN, never to
+    be read."""
     g = torch.Generator().manual_seed(0)
     padded = torch.full((rows, vocab + 37), float("nan"))
     padded[:, :vocab] = torch.randn(rows, vocab, generator=g)
@@ -22,6 +23,8 @@ def strided_logits(rows: int, vocab: int, dtype: torch.dtype) -> torch.Tensor:
     padded[4, :vocab] = float("-inf")  # every token masked (a grammar's dead end)
     padded[5, :vocab - 1] = float("-inf")  # only the last token allowed
     padded[5, vocab - 1] = -3.0
+    padded[6, [CHUNK + 3, CHUNK + 90, 2 * CHUNK + 5]] = float("nan")  # a broken row: torch takes the first NaN
+    padded[7, vocab - 2] = float("nan")
     return padded.to(dtype).to(DEVICE)[:, :vocab]
 
 
@@ -32,7 +35,7 @@ def test_argmax_is_torchs_first_index_of_the_maximum(dtype):
     argmax = torch.full((9,), -1, dtype=torch.long, device=DEVICE)
     argmax_rows(logits, argmax)
     assert argmax.tolist() == torch.argmax(logits.float(), dim=-1).tolist()
-    assert argmax[:6].tolist() == [5, CHUNK + 9, vocab - 3, 0, 0, vocab - 1]
+    assert argmax[:8].tolist() == [5, CHUNK + 9, vocab - 3, 0, 0, vocab - 1, CHUNK + 3, vocab - 2]
 
 
 def test_a_vocabulary_of_one_chunk():
@@ -44,11 +47,11 @@ def test_a_vocabulary_of_one_chunk():
 
 
 def test_greedy_rows_choose_the_argmax_and_sampled_rows_their_draw():
-    logits = strided_logits(6, 2 * CHUNK + 300, torch.float16)
-    temperature = torch.tensor([0.0, 0.7, 0.0, 1.0, 2.0, 0.0], device=DEVICE)
-    drawn = torch.tensor([-5, 11, -5, 12, 13, -5], device=DEVICE)  # greedy rows' draws: unwritten
-    argmax = torch.empty(6, dtype=torch.long, device=DEVICE)
-    chosen = torch.full((6,), -1, dtype=torch.long, device=DEVICE)
+    logits = strided_logits(8, 2 * CHUNK + 300, torch.float16)
+    temperature = torch.tensor([0.0, 0.7, 0.0, 1.0, 2.0, 0.0, 0.0, 0.5], device=DEVICE)
+    drawn = torch.tensor([-5, 11, -5, 12, 13, -5, -5, 14], device=DEVICE)  # greedy rows' draws: unwritten
+    argmax = torch.empty(8, dtype=torch.long, device=DEVICE)
+    chosen = torch.full((8,), -1, dtype=torch.long, device=DEVICE)
     argmax_rows(logits, argmax, temperature, drawn, chosen)
     expected_argmax = torch.argmax(logits.float(), dim=-1)
     assert argmax.tolist() == expected_argmax.tolist()
