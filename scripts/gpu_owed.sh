@@ -4,7 +4,7 @@
 # machine stays warm 30 s), each well inside its timeout:
 #   run(command="bash scripts/gpu_owed.sh tests kernels linears decode", carry=[".whl", "gpu_run"], timeout_s=420)
 #   run(command="bash scripts/gpu_owed.sh ab long", carry=[".whl", "gpu_run"], timeout_s=420)
-# (about 380 s and 330 s of wall time: with the start, ~13 of the 15 minutes), and only with 3
+# (about 380 s and 350 s of wall time: with the start, ~13 of the 15 minutes), and only with 3
 # minutes of budget left: run(command="bash scripts/gpu_owed.sh spec", ...).
 # (no argument: every part). Durations on an H100 (2026-11-27): tests ~115 s, kernels ~25 s
 # before they were timed in graphs, decode ~110 s with its checkpoint and traces (the first
@@ -33,12 +33,15 @@
 # - "decode": the whole step with the new defaults; kernels per layer at batch 1 should be
 #   fewer (no merge; selection and cos/sin in 3 kernels, not 12); the first sampled request's
 #   one-time cost (batch-1 sampled e2e was 49 tok/s against 155 greedy on 2026-11-27).
-# - "ab": this tree against 1f65e0e (the tree measured on 2026-11-27, before its decisions),
-#   and this tree with the skinny linear kernel at batch 1. For the base:
-#     echo /gpu_run/ >> .git/info/exclude; rm -rf gpu_run; mkdir -p gpu_run/base
-#     git archive 1f65e0e | tar -x -C gpu_run/base; rm -rf gpu_run/base/checkpoints gpu_run/base/tests
-# - "long": batch 1 with 2,048-token prompts, both grids (the per-split grid lost at ~200 keys;
-#   whether it pays at long contexts is open).
+# - "ab": this tree against 1f65e0e (the tree measured on 2026-11-27, before its decisions: the
+#   64-key splits were never timed in the engine) and against 5b0fdcb (before the argmax kernels
+#   and the rope table: this tree's own changes), and this tree with the skinny linear kernel
+#   at batch 1 (~300 s). For the bases:
+#     echo /gpu_run/ >> .git/info/exclude; rm -rf gpu_run; mkdir -p gpu_run/base gpu_run/session22
+#     git archive 1f65e0e | tar -x -C gpu_run/base; git archive 5b0fdcb | tar -x -C gpu_run/session22
+#     rm -rf gpu_run/*/checkpoints gpu_run/*/tests gpu_run/*/benchmarks/results
+# - "long": batch 1 with 2,048-token prompts, both grids, one round (~50 s; the per-split grid
+#   lost at ~200 keys; whether it pays at long contexts is open).
 # What to do with the results: if the per-split grid wins at long contexts, take it by the
 # longest context (never by the batch; the bits are the same); if split 128 beats 64, change
 # TUNED_16BIT_DECODE (kernels/backend.py); where a skinny configuration beats cuBLAS at every
@@ -65,16 +68,19 @@ for part in $PARTS; do
   decode)  # also writes the Llama-3-8B-shaped checkpoint /tmp/l3 that "ab" loads
     timeout 240 python3 benchmarks/decode.py --skip-hf --max-model-len 8192 --batch-sizes 1 64 256 --gen-len 128 \
       --model-dir /tmp/l3 --trace-dir "$OUT/traces" 2>&1 | grep -v "Warn\|warn_once\|Loading" | tee "$OUT/decode.log" ;;
-  ab|long)  # two rounds, the sides alternated
+  ab|long)  # the sides alternated in every round: ab two rounds, long one
     [ -d gpu_run/base ] || [ $part = long ] || { echo "no gpu_run/base: skipping the A/B" | tee "$OUT/decode_ab.log"; continue; }
     [ -f /tmp/l3/config.json ] || python3 -c "import sys; sys.path.insert(0, '.'); from pathlib import Path; \
 from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&1 | tail -1
-    for round in 1 2; do
+    rounds="1 2"; [ $part = long ] && rounds=1
+    for round in $rounds; do
       if [ $part = ab ]; then
         timeout 90 python3 benchmarks/ab_decode.py --label "new-$round" --batch-sizes 1 256 --sampled-batch-sizes 256 \
           2>&1 | grep "decode "
-        (cd gpu_run/base && timeout 90 python3 ../../benchmarks/ab_decode.py --label "base-$round" --batch-sizes 1 256 \
+        (cd gpu_run/base && timeout 90 python3 ../../benchmarks/ab_decode.py --label "1f65e0e-$round" --batch-sizes 1 256 \
           --sampled-batch-sizes 256 2>&1 | grep "decode ")
+        [ -d gpu_run/session22 ] && (cd gpu_run/session22 && timeout 70 python3 ../../benchmarks/ab_decode.py \
+          --label "5b0fdcb-$round" --batch-sizes 1 256 --sampled-batch-sizes 2>&1 | grep "decode ")
         timeout 60 python3 benchmarks/ab_decode.py --label "skinny-linear-$round" --batch-sizes 1 \
           --sampled-batch-sizes --skinny-linear 2>&1 | grep "decode "
       else
