@@ -28,8 +28,8 @@
 #   launch. Issue 17's 85% of copy at 64 x 4096 is judged on these figures. Split 32 / 64 / 128
 #   at 2 and 3 stages at 64 x 4096; 64 and 128 at 4 and 8 warps at 256 x 256; the two grids at
 #   batch 1 (contexts 256, 1024, 4096) and batch 16.
-# - "linears": the four projections at 1, 4 and 16 rows, cuBLAS against the skinny kernel's
-#   configurations (~40 s).
+# - "linears": the four projections at 1, 4, 16, 64 and 256 rows: torch's BLAS choice, cuBLASLt
+#   preferred, and up to 16 rows the skinny kernel's configurations (~60 s).
 # - "decode": the whole step with the new defaults; kernels per layer at batch 1 should be
 #   fewer (no merge; selection and cos/sin in 3 kernels, not 12); the first sampled request's
 #   one-time cost (batch-1 sampled e2e was 49 tok/s against 155 greedy on 2026-11-27).
@@ -44,9 +44,10 @@
 #   lost at ~200 keys; whether it pays at long contexts is open).
 # What to do with the results: if the per-split grid wins at long contexts, take it by the
 # longest context (never by the batch; the bits are the same); if split 128 beats 64, change
-# TUNED_16BIT_DECODE (kernels/backend.py); where a skinny configuration beats cuBLAS at every
-# row count, set kernels/skinny_linear.py's PROJECTIONS and CONFIG, and turn it on if the
-# "ab" line with it wins.
+# TUNED_16BIT_DECODE (kernels/backend.py); where a skinny configuration beats torch's choice at
+# every row count up to 16, set kernels/skinny_linear.py's PROJECTIONS and CONFIG, and turn it
+# on if the "ab" line with it wins; if cuBLASLt beats torch's choice at 64 and 256 rows, prefer
+# it at start-up and A/B that.
 set -o pipefail
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
 PARTS=${*:-tests kernels linears decode ab long spec}
