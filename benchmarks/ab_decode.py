@@ -46,10 +46,17 @@ def main() -> None:
                         help="launch the decode step's Triton kernels without programmatic dependent launch")
     parser.add_argument("--skinny-linear", action="store_true",
                         help="the projections in kernels.skinny_linear.PROJECTIONS take its kernel up to 16 rows")
+    parser.add_argument("--skinny-projections", nargs="+", help="with --skinny-linear: these projections instead")
+    parser.add_argument("--skinny-config", type=int, nargs=4, metavar=("BLOCK_N", "BLOCK_K", "NUM_STAGES", "WARPS"),
+                        help="with --skinny-linear: this configuration instead of CONFIG (benchmarks/linears.py's best)")
     args = parser.parse_args()
     if args.skinny_linear:
-        import kernels.skinny_linear
-        kernels.skinny_linear.ENABLED = True
+        import kernels.skinny_linear as skinny
+        skinny.ENABLED = True
+        if args.skinny_projections:
+            skinny.PROJECTIONS = tuple(args.skinny_projections)
+        if args.skinny_config:
+            skinny.CONFIG = dict(zip(("BLOCK_N", "BLOCK_K", "NUM_STAGES", "num_warps"), args.skinny_config))
     if args.plain_launch:
         import kernels.dependent_launch
         kernels.dependent_launch.ENABLED = False

@@ -86,9 +86,10 @@ class SkinnyLinear(nn.Module):
         return F.linear(x, self.weight, self.bias)
 
 
-def use_skinny_linears(model: nn.Module, projections: tuple[str, ...] = PROJECTIONS) -> int:
-    """Replace the 16-bit `nn.Linear`s named in `projections` with `SkinnyLinear`s; returns how
-    many."""
+def use_skinny_linears(model: nn.Module, projections: tuple[str, ...] | None = None) -> int:
+    """Replace the 16-bit `nn.Linear`s named in `projections` (None: PROJECTIONS) with
+    `SkinnyLinear`s; returns how many."""
+    projections = PROJECTIONS if projections is None else projections
     replaced = 0
     for module in list(model.modules()):
         for name, child in list(module.named_children()):

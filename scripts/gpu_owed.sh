@@ -36,7 +36,9 @@
 # - "ab": this tree against 1f65e0e (the tree measured on 2026-11-27, before its decisions: the
 #   64-key splits were never timed in the engine) and against 5b0fdcb (before the argmax kernels
 #   and the rope table: this tree's own changes), and this tree with the skinny linear kernel
-#   at batch 1 (~300 s). For the bases:
+#   at batch 1 (~300 s): with the projections and configuration that "linears" found best, when
+#   the second call passes them, e.g. SKINNY_ARGS="--skinny-projections qkv_proj o_proj
+#   --skinny-config 16 256 4 4" bash scripts/gpu_owed.sh ab long. For the bases:
 #     echo /gpu_run/ >> .git/info/exclude; rm -rf gpu_run; mkdir -p gpu_run/base gpu_run/session22
 #     git archive 1f65e0e | tar -x -C gpu_run/base; git archive 5b0fdcb | tar -x -C gpu_run/session22
 #     rm -rf gpu_run/*/checkpoints gpu_run/*/tests gpu_run/*/benchmarks/results
@@ -83,7 +85,7 @@ from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&
         [ -d gpu_run/session22 ] && (cd gpu_run/session22 && timeout 70 python3 ../../benchmarks/ab_decode.py \
           --label "5b0fdcb-$round" --batch-sizes 1 256 --sampled-batch-sizes 2>&1 | grep "decode ")
         timeout 60 python3 benchmarks/ab_decode.py --label "skinny-linear-$round" --batch-sizes 1 \
-          --sampled-batch-sizes --skinny-linear 2>&1 | grep "decode "
+          --sampled-batch-sizes --skinny-linear $SKINNY_ARGS 2>&1 | grep "decode "
       else
         timeout 60 python3 benchmarks/ab_decode.py --label "long-$round" --batch-sizes 1 --sampled-batch-sizes \
           --prompt-len 2048 2>&1 | grep "decode "

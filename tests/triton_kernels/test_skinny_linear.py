@@ -46,13 +46,22 @@ def test_the_module_takes_the_kernel_for_small_batches_only(monkeypatch):
     assert calls == [1, MAX_ROWS]
 
 
-def test_only_the_named_16_bit_projections_are_replaced():
-    class Layer(nn.Module):
-        def __init__(self, dtype):
-            super().__init__()
-            self.qkv_proj, self.o_proj, self.down_proj = (nn.Linear(8, 8).to(dtype) for _ in range(3))
+class _Layer(nn.Module):
+    def __init__(self, dtype):
+        super().__init__()
+        self.qkv_proj, self.o_proj, self.down_proj = (nn.Linear(8, 8).to(dtype) for _ in range(3))
 
-    model = nn.ModuleList([Layer(torch.bfloat16), Layer(torch.float32)])
+
+def test_only_the_named_16_bit_projections_are_replaced():
+    model = nn.ModuleList([_Layer(torch.bfloat16), _Layer(torch.float32)])
     assert use_skinny_linears(model, ("qkv_proj", "o_proj")) == 2
     assert isinstance(model[0].qkv_proj, SkinnyLinear) and isinstance(model[0].o_proj, SkinnyLinear)
     assert type(model[0].down_proj) is nn.Linear and type(model[1].qkv_proj) is nn.Linear
+
+
+def test_without_names_the_module_setting_at_call_time_is_used(monkeypatch):
+    """benchmarks/ab_decode.py sets PROJECTIONS before the engine is built."""
+    import kernels.skinny_linear as module
+    monkeypatch.setattr(module, "PROJECTIONS", ("down_proj",))
+    model = _Layer(torch.float16)
+    assert use_skinny_linears(model) == 1 and isinstance(model.down_proj, SkinnyLinear)
