@@ -22,6 +22,7 @@ import triton.language as tl
 from torch import nn
 
 from kernels.dependent_launch import dependent_launch_args, wait_for_predecessor
+from kernels.replace_linears import replace_linears
 
 ENABLED = False
 MAX_ROWS = 16  # one tensor-core tile of rows; larger batches keep cuBLAS
@@ -90,11 +91,5 @@ def use_skinny_linears(model: nn.Module, projections: tuple[str, ...] | None = N
     """Replace the 16-bit `nn.Linear`s named in `projections` (None: PROJECTIONS) with
     `SkinnyLinear`s; returns how many."""
     projections = PROJECTIONS if projections is None else projections
-    replaced = 0
-    for module in list(model.modules()):
-        for name, child in list(module.named_children()):
-            if (name in projections and isinstance(child, nn.Linear)
-                    and child.weight.dtype in (torch.float16, torch.bfloat16)):
-                setattr(module, name, SkinnyLinear(child))
-                replaced += 1
-    return replaced
+    return replace_linears(model, SkinnyLinear, lambda name, linear: (
+        name in projections and linear.weight.dtype in (torch.float16, torch.bfloat16)))

@@ -64,7 +64,8 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 for part in $PARTS; do
   case $part in
   tests)
-    timeout 220 python3 -m pytest -m gpu tests/triton_kernels/test_gpu.py tests/triton_kernels/test_gpu_fused_layers.py \
+    timeout 220 python3 -m pytest -m gpu tests/triton_kernels/test_gpu.py tests/triton_kernels/test_gpu_kernels.py \
+      tests/triton_kernels/test_gpu_fused_layers.py \
       tests/triton_kernels/test_filtered_sampling.py tests/triton_kernels/test_argmax.py \
       tests/triton_kernels/test_skinny_linear.py tests/test_selection.py -q -p no:cacheprovider 2>&1 \
       | grep -v Warn | tail -30 | tee "$OUT/pytest_gpu.log" ;;

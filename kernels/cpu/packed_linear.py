@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from kernels.replace_linears import replace_linears
+
 # oneDNN picks the packed layout for a typical row count; any row count works with it.
 ROWS_HINT = 64
 
@@ -34,10 +36,4 @@ class PackedLinear(nn.Module):
 
 def pack_linears(model: nn.Module) -> int:
     """Replace every fp32 `nn.Linear` in `model` with a `PackedLinear`; returns how many."""
-    packed = 0
-    for module in list(model.modules()):
-        for name, child in list(module.named_children()):
-            if isinstance(child, nn.Linear) and child.weight.dtype == torch.float32:
-                setattr(module, name, PackedLinear(child))
-                packed += 1
-    return packed
+    return replace_linears(model, PackedLinear, lambda name, linear: linear.weight.dtype == torch.float32)

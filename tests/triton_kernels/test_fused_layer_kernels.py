@@ -109,4 +109,4 @@ def test_rotary_write_kv_reads_cos_sin_gathered_from_the_table():
     assert torch.equal(q, q2)
     assert torch.equal(ours.nan_to_num(), theirs.nan_to_num()) and torch.equal(ours.isnan(), theirs.isnan())
     computed = RotaryEmbedding(16, 10000.0, None).cos_sin(positions, torch.float32)
-    torch.testing.assert_close((cos, sin), computed, atol=1e-6, rtol=0)  # bit for bit on CUDA: test_gpu.py
+    torch.testing.assert_close((cos, sin), computed, atol=1e-6, rtol=0)  # bit for bit on CUDA: test_gpu_kernels.py

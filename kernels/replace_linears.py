@@ -1,0 +1,22 @@
+"""Swap a model's `nn.Linear` modules for another implementation in place, by a rule: how the
+CPU path packs its weights for oneDNN (`kernels/cpu/packed_linear.py`) and how small CUDA
+batches take the skinny kernel (`kernels/skinny_linear.py`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import nn
+
+
+def replace_linears(model: nn.Module, replacement: Callable[[nn.Linear], nn.Module],
+                    wanted: Callable[[str, nn.Linear], bool]) -> int:
+    """Replace every `nn.Linear` child for which `wanted(its attribute name, it)` holds with
+    `replacement(it)`; returns how many."""
+    replaced = 0
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, nn.Linear) and wanted(name, child):
+                setattr(module, name, replacement(child))
+                replaced += 1
+    return replaced
