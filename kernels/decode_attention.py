@@ -51,9 +51,9 @@ For fp32 caches the three are the same.
 
 Numerics: states are folded in fp32 with explicit FMAs, so the compiler's contraction
 choices cannot differ between the two grids; a split's max is finite (it holds at least one
-key) and the empty state's -inf max gives a weight of exactly 0 when folded; a
-sequence of length 0 (a CUDA-graph padding row) gives zeros wherever the merge runs. Block
-index x stride is computed in int64.
+key) and the empty state's -inf max gives a weight of exactly 0 when folded; a sequence of
+length 0 (a CUDA-graph padding row) gives zeros, written by the merge or, with one partition,
+by its own program. Block index x stride is computed in int64.
 """
 
 from __future__ import annotations
@@ -220,12 +220,12 @@ def _decode_split_kernel(
     else:
         start = unit * PARTITION
         end = tl.minimum(start + PARTITION, seq_len)
+    offs_g = tl.arange(0, BLOCK_G)
+    offs_d = tl.arange(0, BLOCK_D)
+    g_mask = offs_g < group_size
+    d_mask = offs_d < head_dim
+    heads = kv_head * group_size + offs_g
     if start < seq_len:  # units past the end do nothing; the merge never reads them
-        offs_g = tl.arange(0, BLOCK_G)
-        offs_d = tl.arange(0, BLOCK_D)
-        g_mask = offs_g < group_size
-        d_mask = offs_d < head_dim
-        heads = kv_head * group_size + offs_g
         q_raw = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
                         mask=g_mask[:, None] & d_mask[None, :], other=0.0)
         q = q_raw.to(tl.float32)
@@ -242,6 +242,9 @@ def _decode_split_kernel(
         else:  # a split's or a partition's state, for the merge
             _store_state(m, l, acc, part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d, g_mask,
                          d_mask, stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
+    elif DIRECT and seq_len == 0:  # a padding row, whose only program writes what the merge would: zeros
+        m_out, l_out, acc_out = _empty_state(BLOCK_G, BLOCK_D)
+        _store_output(l_out, acc_out, out_ptr, b, heads, offs_d, g_mask, d_mask, stride_ob, stride_oh)
 
 
 @triton.jit(do_not_specialize=["stride_lb", "stride_lh"])
