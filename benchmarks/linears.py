@@ -14,6 +14,9 @@ What to do with it: a projection where a skinny configuration beats the default 
 count up to 16 goes in `kernels.skinny_linear.PROJECTIONS`, with the best configuration as
 `CONFIG`; then `benchmarks/ab_decode.py --skinny-linear` times the whole step against the same
 tree without. If cuBLASLt wins at 64 and 256 rows, the engine could prefer it at start-up.
+The last line, `skinny choice: ...`, is that rule applied (`scripts/gpu_owed.sh` passes it on
+to the A/B): the configuration that saves the most time over the projections it wins at every
+row count, as `ab_decode.py` arguments, or `none`.
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ def main() -> int:
         finally:
             torch.backends.cuda.preferred_blas_library(default_library)
 
+    skinny_seconds: dict[tuple[str, str], dict[int, float]] = {}  # (config, projection): rows -> s
+    blas_seconds: dict[str, dict[int, float]] = {}
     for projection in args.projections:
         in_features, out_features = LLAMA3_8B_PROJECTIONS[projection]
         weight = torch.randn(out_features, in_features, device="cuda", dtype=torch.bfloat16) / in_features ** 0.5
@@ -77,12 +82,34 @@ def main() -> int:
                     continue
                 timed.append((_name(config), time_in_graph(lambda c=config: skinny_linear(x, weight, None, c))))
             base = timed[0][1]
+            blas_seconds.setdefault(projection, {})[rows] = base
+            for name, seconds in timed[2:]:
+                skinny_seconds.setdefault((name, projection), {})[rows] = seconds
             for name, seconds in timed:
                 print(f"{projection:12s} rows {rows:3d} {name:18s} {seconds * 1e6:7.1f} us  "
                       f"{nbytes / seconds / 1e9:6.0f} GB/s  {100 * nbytes / seconds / copy:5.1f}% of copy  "
                       f"{2 * rows * weight.numel() / seconds / 1e12:6.1f} TFLOP/s  "
                       f"{base / seconds:5.3f}x torch's choice", flush=True)
+    print("skinny choice:", choose_skinny(skinny_seconds, blas_seconds, MAX_ROWS))
     return 0
+
+
+def choose_skinny(skinny_seconds: dict, blas_seconds: dict, max_rows: int) -> str:
+    """The configuration saving the most time over the projections where it beats torch's
+    choice at every row count up to `max_rows` (a wrong output counts as a loss)."""
+    best, best_saved = "none", 0.0
+    for config in CONFIGS:
+        name, won, saved = _name(config), [], 0.0
+        for projection, by_rows in blas_seconds.items():
+            mine = skinny_seconds.get((name, projection), {})
+            rows = [r for r in by_rows if r <= max_rows]
+            if rows and all(r in mine and mine[r] < by_rows[r] for r in rows):
+                won.append(projection)
+                saved += sum(by_rows[r] - mine[r] for r in rows)
+        if won and saved > best_saved:
+            values = (config["BLOCK_N"], config["BLOCK_K"], config["NUM_STAGES"], config["num_warps"])
+            best, best_saved = f"--skinny-projections {' '.join(won)} --skinny-config {' '.join(map(str, values))}", saved
+    return best
 
 
 if __name__ == "__main__":

@@ -49,7 +49,8 @@
 # TUNED_16BIT_DECODE (kernels/backend.py); where a skinny configuration beats torch's choice at
 # every row count up to 16, set kernels/skinny_linear.py's PROJECTIONS and CONFIG, and turn it
 # on if the "ab" line with it wins; if cuBLASLt beats torch's choice at 64 and 256 rows, prefer
-# it at start-up and A/B that.
+# it at start-up and A/B that. "linears" leaves its choice in /tmp/skinny_choice, which a later
+# "ab" on the same warm machine takes when SKINNY_ARGS is unset ("none": no skinny side).
 set -o pipefail
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
 PARTS=${*:-tests kernels linears decode ab long spec}
@@ -77,6 +78,8 @@ for part in $PARTS; do
     [ -f /tmp/l3/config.json ] || python3 -c "import sys; sys.path.insert(0, '.'); from pathlib import Path; \
 from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&1 | tail -1
     rounds="1 2"; [ $part = long ] && rounds=1
+    [ -z "${SKINNY_ARGS+set}" ] && [ -s /tmp/skinny_choice ] && SKINNY_ARGS=$(cat /tmp/skinny_choice)
+    echo "skinny arguments: ${SKINNY_ARGS:-(the defaults)}" | tee "$OUT/skinny_args.log"
     for round in $rounds; do
       if [ $part = ab ]; then
         timeout 90 python3 benchmarks/ab_decode.py --label "new-$round" --batch-sizes 1 256 --sampled-batch-sizes 256 \
@@ -85,8 +88,8 @@ from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&
           --sampled-batch-sizes 256 2>&1 | grep "decode ")
         [ -d gpu_run/session22 ] && (cd gpu_run/session22 && timeout 70 python3 ../../benchmarks/ab_decode.py \
           --label "5b0fdcb-$round" --batch-sizes 1 256 --sampled-batch-sizes 2>&1 | grep "decode ")
-        timeout 60 python3 benchmarks/ab_decode.py --label "skinny-linear-$round" --batch-sizes 1 \
-          --sampled-batch-sizes --skinny-linear $SKINNY_ARGS 2>&1 | grep "decode "
+        [ "$SKINNY_ARGS" = none ] || timeout 60 python3 benchmarks/ab_decode.py --label "skinny-linear-$round" \
+          --batch-sizes 1 --sampled-batch-sizes --skinny-linear $SKINNY_ARGS 2>&1 | grep "decode "
       else
         timeout 60 python3 benchmarks/ab_decode.py --label "long-$round" --batch-sizes 1 --sampled-batch-sizes \
           --prompt-len 2048 2>&1 | grep "decode "
@@ -112,7 +115,9 @@ from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&
         --programs partition split --dots 16 --grid head --num-warps 4 --num-stages 2 2>&1 | grep -v Warn
     done | tee "$OUT/kernels_b1.log" ;;
   linears)
-    timeout 120 python3 benchmarks/linears.py 2>&1 | grep -v Warn | tee "$OUT/linears.log" ;;
+    timeout 120 python3 benchmarks/linears.py 2>&1 | grep -v Warn | tee "$OUT/linears.log"
+    # for "ab" on the same warm machine: what linears.py chose, unless SKINNY_ARGS says
+    sed -n 's/^skinny choice: //p' "$OUT/linears.log" > /tmp/skinny_choice ;;
   *) echo "unknown part $part (tests kernels linears decode ab long spec)" ;;
   esac
 done
