@@ -19,7 +19,7 @@ import torch
 from kernels.attention_interface import AttentionMetadata
 from kernels.decode_attention import DEFAULT_PARTITION_SIZE, decode_attention
 from kernels.kv_cache_write import _kv_cache_write_kernel, write_kv_cache
-from kernels.prefill_attention import prefill_attention
+from kernels.prefill_attention import prefill_attention, query_tile_lengths
 
 
 # Kernels were decorated under TRITON_INTERPRET=1 (CPU tests) or for the GPU.
@@ -62,6 +62,10 @@ class TritonAttentionBackend:
         self.prefill_block_n = prefill_block_n
         self.prefill_rows = prefill_rows
         self.static_max_seq_len: int | None = None
+
+    def prefill_warm_up_lengths(self) -> list[int]:
+        """A prompt length for each compile of the prefill kernel (`query_tile_lengths`)."""
+        return query_tile_lengths(self.prefill_rows)
 
     @contextlib.contextmanager
     def static_decode(self, max_seq_len: int) -> Iterator[None]:

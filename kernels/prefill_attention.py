@@ -90,6 +90,13 @@ def query_tile(group: int, max_query_len: int, target_rows: int = 64) -> tuple[i
     return block_q, block_g
 
 
+def query_tile_lengths(target_rows: int = 64) -> list[int]:
+    """One longest-query length (2 tokens or more) for each query tile `query_tile` can choose,
+    whatever the group: each tile is a Triton compile of its own, which a start-up warm-up
+    pays instead of the first request that meets it."""
+    return [2 ** i for i in range(1, target_rows.bit_length())]
+
+
 def prefill_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                       block_tables: torch.Tensor, query_start_loc: torch.Tensor,
                       context_lens: torch.Tensor, scale: float, max_query_len: int,

@@ -102,13 +102,11 @@ class ModelRunner:
         kernel), and decode steps within one partition and, where a sequence can be longer,
         across two (the split kernel's two endings, and the merge), which CUDA graphs cover
         unless they are off. Every row is padding: its slots are -1, so no K/V is written, and
-        what it reads is discarded. The prefill kernel's query tile grows with the step's
-        longest prompt, in powers of two up to `prefill_rows`, and each tile is a compile of its own
-        (on an H100 a 3-prompt request still compiled one, 2026-11-27): a prompt of each."""
+        what it reads is discarded. The prefill kernel compiles once per query tile, which
+        grows with the step's longest prompt: a prompt for each (on an H100 a first request of
+        3 prompts still compiled one when only a 5-token prompt was warmed, 2026-11-27)."""
         partition = getattr(self.backend, "partition_size", None) or self.block_size
-        tile_rows = getattr(self.backend, "prefill_rows", 64)
-        lengths = [2 ** i for i in range(1, tile_rows.bit_length()) if 2 ** i <= self.max_model_len]
-        prompts = [(length, length) for length in lengths]
+        prompts = [(n, n) for n in self.backend.prefill_warm_up_lengths() if n <= self.max_model_len]
         shapes = prompts + [(1, 1)] + ([(1, partition + 1)] if partition < self.max_model_len else [])
         for query_len, seq_len in shapes:  # (query tokens, sequence length)
             step = StepArrays(

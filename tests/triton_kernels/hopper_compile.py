@@ -213,7 +213,7 @@ def caught_launches(dependent_launch: bool = False) -> list[Launch]:
 def eager_variants() -> dict[str, int]:
     """How many variants of each kernel Triton's JIT compiles over the shapes of steps no CUDA
     graph covers (prompts, mixed steps, long contexts): 1 to 37 tokens, block tables 1 to 4,096
-    blocks wide (1 to 64 partitions), 5 query tokens a sequence in prefill. Each variant is a
+    blocks wide (1 to 64 partitions), 2, 5 and 37 query tokens a sequence in prefill. Each variant is a
     compile of a second or more, paid by the first request that meets it; only a kernel's own
     choices (a constexpr, a dtype) should make one."""
     from kernels.decode_attention import decode_attention
@@ -234,8 +234,10 @@ def eager_variants() -> dict[str, int]:
             seq_lens = torch.full((batch,), width * block, dtype=torch.int32)
             decode_attention(torch.zeros(batch, heads, head_dim, **bf16), k_cache, k_cache, tables, seq_lens,
                              0.1, width * block, **_tuned_decode())
-            prefill_attention(torch.zeros(5 * batch, heads, head_dim, **bf16), k_cache, k_cache, tables,
-                              torch.arange(0, 5 * batch + 1, 5, dtype=torch.int32), seq_lens - 5, 0.1, 5)
+            for query_len in (2, 5, 37):  # Llama-3-8B's group of 4: query tiles of 4, 8 and 16 tokens
+                prefill_attention(torch.zeros(query_len * batch, heads, head_dim, **bf16), k_cache, k_cache, tables,
+                                  torch.arange(0, query_len * batch + 1, query_len, dtype=torch.int32),
+                                  seq_lens - query_len, 0.1, query_len)
         for tokens in (1, 5, 16, 37):
             x = torch.zeros(tokens, hidden, **bf16)
             rms_norm(x, torch.ones(hidden, **bf16), 1e-5, residual=torch.zeros_like(x))

@@ -52,8 +52,10 @@ def test_steps_of_any_shape_share_the_compiled_kernels():
     of partitions; none of them may be a new Triton compile (a second or more on the first
     request of that shape). The variants left are the kernels' own choices: the split kernel's
     two endings (the output itself, or a state for the merge), RMSNorm with and without the
-    residual add, and the draw from 16-bit logits (in a graph), fp32 ones, and fp32 ones under
-    a top-k cut. The skinny linear compiles once for 1 to 16 rows."""
-    assert run_harness("--eager-variants") == {"_decode_split_kernel": 2, "_decode_merge_kernel": 1, "_prefill_kernel": 1,
+    residual add, the draw from 16-bit logits (in a graph), fp32 ones, and fp32 ones under a
+    top-k cut, and the prefill kernel's query tiles (three at Llama-3-8B's group of 4, each
+    warmed at start-up: `ModelRunner.warm_up`). The skinny linear compiles once for 1 to 16
+    rows."""
+    assert run_harness("--eager-variants") == {"_decode_split_kernel": 2, "_decode_merge_kernel": 1, "_prefill_kernel": 3,
                         "_rms_norm_kernel": 2, "_rotary_kv_write_kernel": 1, "_silu_and_mul_kernel": 1,
                         "_filtered_sample_kernel": 3, "_skinny_linear_kernel": 1}

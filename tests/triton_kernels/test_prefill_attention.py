@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from kernels.prefill_attention import prefill_attention
+from kernels.prefill_attention import prefill_attention, query_tile, query_tile_lengths
 from kernels.reference import attention_ref, make_paged_case
 
 TOL = {torch.float32: 2e-5, torch.float16: 2e-3}
@@ -45,6 +45,16 @@ def test_prefix_cached_extend(dtype):
     by a few tokens, and a speculative 1 + 4 verify beside them; GQA 5:1, head_dim 24."""
     case = make_paged_case([3, 16, 5, 2], [16, 32, 17, 47], 10, 2, 24, 16, dtype, seed=8)
     check(run_prefill(case, block_n=16, target_rows=16), case)
+
+
+@pytest.mark.parametrize("target_rows", [16, 32, 64])
+def test_the_warm_up_lengths_meet_every_query_tile(target_rows):
+    """Each query tile is a compile of its own: the lengths a start-up warms must reach every
+    tile a prompt of any length (a mixed step's longest query, 2 tokens up) can choose."""
+    for group in (1, 2, 4, 8, 16):
+        tiles = {query_tile(group, length, target_rows) for length in range(2, 4 * target_rows)}
+        warmed = {query_tile(group, length, target_rows) for length in query_tile_lengths(target_rows)}
+        assert warmed == tiles, group
 
 
 def test_rows_agree_across_query_tiles():
