@@ -13,7 +13,9 @@ run the same tree with one choice turned the other way, for the A/B of that choi
 at small batches; see `kernels/decode_attention.py`); `--plain-launch`, the decode step's
 Triton kernels launched without programmatic dependent launch (`kernels/dependent_launch.py`);
 `--skinny-linear`, the projections of up to 16 rows through `kernels/skinny_linear.py` instead
-of cuBLAS (the first two from 2026-11-27 on, the last from the commit that added that kernel).
+of cuBLAS, with `--skinny-projections`/`--skinny-config` to try others than its defaults
+(the first two from 2026-11-27 on, the last from the commit that added that kernel);
+`--cublas-linear`, that kernel off (it is on by default from the commit that turned it on).
 """
 
 from __future__ import annotations
@@ -45,14 +47,18 @@ def main() -> None:
     parser.add_argument("--plain-launch", action="store_true",
                         help="launch the decode step's Triton kernels without programmatic dependent launch")
     parser.add_argument("--skinny-linear", action="store_true",
-                        help="the projections in kernels.skinny_linear.PROJECTIONS take its kernel up to 16 rows")
+                        help="the projections in kernels.skinny_linear.PROJECTIONS take its kernel up to 16 rows "
+                             "(on by default in trees from 2026-11-27 on; for the overrides below, or older trees)")
     parser.add_argument("--skinny-projections", nargs="+", help="with --skinny-linear: these projections instead")
     parser.add_argument("--skinny-config", type=int, nargs=4, metavar=("BLOCK_N", "BLOCK_K", "NUM_STAGES", "WARPS"),
-                        help="with --skinny-linear: this configuration instead of CONFIG (benchmarks/linears.py's best)")
+                        help="with --skinny-linear: this configuration instead of CONFIG "
+                             "(benchmarks/linears.py's best)")
+    parser.add_argument("--cublas-linear", action="store_true",
+                        help="every projection through torch's BLAS: the skinny linear kernel off")
     args = parser.parse_args()
-    if args.skinny_linear:
+    if args.skinny_linear or args.cublas_linear:
         import kernels.skinny_linear as skinny
-        skinny.ENABLED = True
+        skinny.ENABLED = args.skinny_linear
         if args.skinny_projections:
             skinny.PROJECTIONS = tuple(args.skinny_projections)
         if args.skinny_config:

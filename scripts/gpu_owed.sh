@@ -4,53 +4,45 @@
 # machine stays warm 30 s), each well inside its timeout:
 #   run(command="bash scripts/gpu_owed.sh tests kernels linears decode", carry=[".whl", "gpu_run"], timeout_s=420)
 #   run(command="bash scripts/gpu_owed.sh ab long", carry=[".whl", "gpu_run"], timeout_s=420)
-# (about 380 s and 350 s of wall time: with the start, ~13 of the 15 minutes), and only with 3
-# minutes of budget left: run(command="bash scripts/gpu_owed.sh spec", ...).
-# (no argument: every part). Durations on an H100 (2026-11-27): tests ~115 s, kernels ~25 s
-# before they were timed in graphs, decode ~110 s with its checkpoint and traces (the first
-# call took 264 s for the three), ab ~45 s a side, ~25 s a batch-1 side, spec ~55 s. `.whl`
+# (243 s and 272 s of wall time on 2026-11-27, the second from a warm machine: ~10 of the 15
+# minutes with the start), and with 4 minutes of budget left: run(command="bash
+# scripts/gpu_owed.sh spec", ...). (No argument: every part.) Durations on an H100: tests ~115 s
+# (45 s with Triton's cache warm), decode ~110 s with its checkpoint and traces, ab ~45 s a side,
+# ~25 s a batch-1 side, spec ~55 s. A later call on a warm machine keeps /tmp (the checkpoint,
+# the installed wheels) but not the environment: export PYTHONPATH=/tmp/site again. `.whl`
 # holds the cp312 wheels the device lacks (outlines_core 0.2.14, pydantic 2.14.4, pydantic_core
 # 2.50.5, annotated-types, typing-inspection, typing_extensions; see the device tool's README).
 # Logs go to $OUT (or ./gpu_out).
 #
-# Measured on 2026-11-27 (H100, benchmarks/results/gpu_h100_2026-11-27, RESULTS.md) and decided
-# from it: dependent launch on; one program per partition at every batch size; splits of 64 keys
-# at 2 stages for 16-bit caches. Built since, untimed on a GPU: the graphs' argmax in two Triton
-# kernels that also choose the tokens (kernels/argmax.py; torch's took 37 us of a batch-1 step),
-# cos/sin gathered from a table on CUDA, and the skinny linear kernel (off). Owed now:
-# - "tests": pytest -m gpu, with the new tests (the argmax against torch's on bf16 logits, the
-#   table's rows bit for bit, the skinny linear at Llama shapes and the engine with it), the
-#   graph-choice test's assertion (every one-token replay chose its tokens), dependent launch on
-#   by default, and test_first_requests_wait_for_no_compiler_after_start_up (now over every
-#   kernel, with the model runner's start-up padding steps; graphs on and off).
-# - "kernels": kernels.py times its kernel in a CUDA graph with a cold L2 (it timed the Python
-#   launch too: 75-170 us for a batch-1 kernel), so every earlier "% of copy" was low by the
-#   launch. Issue 17's 85% of copy at 64 x 4096 is judged on these figures. Split 32 / 64 / 128
-#   at 2 and 3 stages at 64 x 4096; 64 and 128 at 4 and 8 warps at 256 x 256; the two grids at
-#   batch 1 (contexts 256, 1024, 4096) and batch 16.
-# - "linears": the four projections at 1, 4, 16, 64 and 256 rows: torch's BLAS choice, cuBLASLt
-#   preferred, and up to 16 rows the skinny kernel's configurations (~60 s).
-# - "decode": the whole step with the new defaults; kernels per layer at batch 1 should be
-#   fewer (no merge; selection and cos/sin in 3 kernels, not 12); the first sampled request's
-#   one-time cost (batch-1 sampled e2e was 49 tok/s against 155 greedy on 2026-11-27).
-# - "ab": this tree against 1f65e0e (the tree measured on 2026-11-27, before its decisions: the
-#   64-key splits were never timed in the engine) and against 5b0fdcb (before the argmax kernels
-#   and the rope table: this tree's own changes), and this tree with the skinny linear kernel
-#   at batch 1 (~300 s): with the projections and configuration that "linears" found best, when
-#   the second call passes them, e.g. SKINNY_ARGS="--skinny-projections qkv_proj o_proj
-#   --skinny-config 16 256 4 4" bash scripts/gpu_owed.sh ab long. For the bases:
+# Measured on 2026-11-27 (H100; benchmarks/results/gpu_h100_2026-11-27 and _s24, RESULTS.md) and
+# decided from it: dependent launch on; one program per partition at every batch size; splits of
+# 64 keys at 2 stages for 16-bit caches (32 and 128 were within 2% at 64 x 4096 and 256 x 256);
+# the skinny linear kernel on for o_proj and gate_up_proj up to 16 rows, BLOCK_N 16, BLOCK_K 256,
+# 4 stages, 2 warps (1.017-1.043x at batch 1); cuBLASLt not preferred (it tied torch's choice at
+# 64 and 256 rows but for down_proj at 64). Owed now:
+# - "tests": pytest -m gpu with the skinny kernel on by default. On 2026-11-27 all 49 passed with
+#   it off; the bf16 engine's test with it on ran it for qkv_proj and o_proj at 4 warps.
+# - "ab": this tree against 1f65e0e and 5b0fdcb as before, and with --cublas-linear (the skinny
+#   kernel off); with SKINNY_ARGS (or what "linears" chose on the same warm machine), also that
+#   choice, e.g. SKINNY_ARGS="--skinny-projections o_proj gate_up_proj --skinny-config 32 256 4 4":
+#   o_proj alone read 1.07-1.09x faster with 32 features a program.
+# - "long": batch 1 with 2,048-token prompts, both grids. On 2026-11-27 the per-split grid read
+#   1.025x (one round), and in kernels.py's graph timing it beat the partition grid at batch 1 at
+#   every context (6.1 against 10.0 us at 256 keys, 10.1 against 33.2 at 1,024, 27.5 against 36.0
+#   at 4,096) and tied at batch 16; but the engine's batch-1 A/B at 128-256 keys had it losing
+#   (2026-11-27, before graph timing). Two more rounds of "long", and "ab" with --program-per-split,
+#   decide whether graphs of small batches take it.
+# - "kernels", "linears", "decode", "spec": the figures again, for RESULTS.md.
+# For the bases:
 #     echo /gpu_run/ >> .git/info/exclude; rm -rf gpu_run; mkdir -p gpu_run/base gpu_run/session22
 #     git archive 1f65e0e | tar -x -C gpu_run/base; git archive 5b0fdcb | tar -x -C gpu_run/session22
 #     rm -rf gpu_run/*/checkpoints gpu_run/*/tests gpu_run/*/benchmarks/results
-# - "long": batch 1 with 2,048-token prompts, both grids, one round (~50 s; the per-split grid
-#   lost at ~200 keys; whether it pays at long contexts is open).
 # What to do with the results: if the per-split grid wins at long contexts, take it by the
-# longest context (never by the batch; the bits are the same); if split 128 beats 64, change
-# TUNED_16BIT_DECODE (kernels/backend.py); where a skinny configuration beats torch's choice at
-# every row count up to 16, set kernels/skinny_linear.py's PROJECTIONS and CONFIG, and turn it
-# on if the "ab" line with it wins; if cuBLASLt beats torch's choice at 64 and 256 rows, prefer
-# it at start-up and A/B that. "linears" leaves its choice in /tmp/skinny_choice, which a later
-# "ab" on the same warm machine takes when SKINNY_ARGS is unset ("none": no skinny side).
+# longest context (never by the batch; the bits are the same); where a skinny configuration beats
+# torch's choice at every row count up to 16, set kernels/skinny_linear.py's PROJECTIONS and
+# CONFIG, and keep what the "ab" line shows faster. "linears" leaves its choice in
+# /tmp/skinny_choice, which a later "ab" on the same warm machine takes when SKINNY_ARGS is unset
+# ("none": no such side).
 set -o pipefail
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
 PARTS=${*:-tests kernels linears decode ab long spec}
@@ -88,8 +80,11 @@ from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&
           --sampled-batch-sizes 256 2>&1 | grep "decode ")
         [ -d gpu_run/session22 ] && (cd gpu_run/session22 && timeout 70 python3 ../../benchmarks/ab_decode.py \
           --label "5b0fdcb-$round" --batch-sizes 1 256 --sampled-batch-sizes 2>&1 | grep "decode ")
-        [ "$SKINNY_ARGS" = none ] || timeout 60 python3 benchmarks/ab_decode.py --label "skinny-linear-$round" \
-          --batch-sizes 1 --sampled-batch-sizes --skinny-linear $SKINNY_ARGS 2>&1 | grep "decode "
+        timeout 60 python3 benchmarks/ab_decode.py --label "cublas-linear-$round" --batch-sizes 1 \
+          --sampled-batch-sizes --cublas-linear 2>&1 | grep "decode "
+        [ -z "$SKINNY_ARGS" ] || [ "$SKINNY_ARGS" = none ] || timeout 60 python3 benchmarks/ab_decode.py \
+          --label "skinny-choice-$round" --batch-sizes 1 --sampled-batch-sizes --skinny-linear $SKINNY_ARGS 2>&1 \
+          | grep "decode "
       else
         timeout 60 python3 benchmarks/ab_decode.py --label "long-$round" --batch-sizes 1 --sampled-batch-sizes \
           --prompt-len 2048 2>&1 | grep "decode "

@@ -98,10 +98,11 @@ def test_engine_bf16_diverges_from_fp32_no_more_than_transformers_bf16(checkpoin
     _assert_bf16_like_transformers_bf16(checkpoint, _prompts())
 
 
-def test_engine_bf16_with_skinny_linears_diverges_no_more_than_transformers_bf16(checkpoint, monkeypatch):
-    """The skinny linear kernel sums in another order than cuBLAS: held to the same rule."""
+def test_engine_bf16_with_cublas_linears_diverges_no_more_than_transformers_bf16(checkpoint, monkeypatch):
+    """The skinny linear kernel (on by default; these batches have at most 16 rows) sums in
+    another order than cuBLAS, which takes every projection with it off: held to the same rule."""
     import kernels.skinny_linear
-    monkeypatch.setattr(kernels.skinny_linear, "ENABLED", True)
+    monkeypatch.setattr(kernels.skinny_linear, "ENABLED", False)
     _assert_bf16_like_transformers_bf16(checkpoint, _prompts())
 
 
