@@ -15,7 +15,8 @@ Triton kernels launched without programmatic dependent launch (`kernels/dependen
 `--skinny-linear`, the projections of up to 16 rows through `kernels/skinny_linear.py` instead
 of cuBLAS, with `--skinny-projections`/`--skinny-config` to try others than its defaults
 (the first two from 2026-11-27 on, the last from the commit that added that kernel);
-`--cublas-linear`, that kernel off (it is on by default from the commit that turned it on).
+`--cublas-linear`, that kernel off (it is on by default from the commit that turned it on);
+`--gate-up-silu`, the gate_up projection and SiLU x up in one kernel for up to 16 rows.
 """
 
 from __future__ import annotations
@@ -55,7 +56,12 @@ def main() -> None:
                              "(benchmarks/linears.py's best)")
     parser.add_argument("--cublas-linear", action="store_true",
                         help="every projection through torch's BLAS: the skinny linear kernel off")
+    parser.add_argument("--gate-up-silu", action="store_true",
+                        help="up to 16 rows, gate_up_proj and SiLU x up in one kernel (kernels/gate_up_silu.py)")
     args = parser.parse_args()
+    if args.gate_up_silu:
+        import kernels.gate_up_silu
+        kernels.gate_up_silu.ENABLED = True
     if args.skinny_linear or args.cublas_linear:
         import kernels.skinny_linear as skinny
         skinny.ENABLED = args.skinny_linear

@@ -6,6 +6,8 @@ CUDA graph with a cold L2 as the engine runs it (`benchmarks/kernels.py`'s `time
 as the rate the weights are read at and its share of the card's device-to-device copy, and
 as TFLOP/s (what bounds 256 rows: on an H100 the engine's GEMMs ran at ~500 TFLOP/s at batch
 256, 2026-11-27). Llama-3-8B's shapes in bf16; every output is checked against F.linear's.
+Up to 16 rows it also times gate_up_proj with SiLU x up in one kernel (`kernels/gate_up_silu.py`)
+against the projection then the SiLU kernel.
 
     python benchmarks/linears.py                 # rows 1, 4, 16, 64, 256; the four projections
     python benchmarks/linears.py --rows 1 --projections qkv_proj o_proj
@@ -37,6 +39,8 @@ LLAMA3_8B_PROJECTIONS = {  # name: (in_features, out_features)
 CONFIGS = [dict(BLOCK_N=n, BLOCK_K=k, NUM_STAGES=s, num_warps=w)
            for n, k, s, w in ((16, 256, 4, 4), (16, 512, 3, 4), (16, 128, 6, 4), (32, 256, 4, 4),
                               (32, 256, 3, 8), (64, 128, 4, 4), (16, 256, 4, 2))]
+GATE_UP_SILU_CONFIGS = [dict(BLOCK_N=16, BLOCK_K=k, NUM_STAGES=s, num_warps=w)  # BLOCK_N: of each half
+                        for k, s, w in ((256, 3, 4), (256, 3, 2), (128, 4, 4), (256, 2, 4), (512, 2, 4))]
 
 
 def _name(config: dict) -> str:
@@ -64,6 +68,8 @@ def main() -> int:
         finally:
             torch.backends.cuda.preferred_blas_library(default_library)
 
+    if "gate_up_proj" in args.projections:
+        time_gate_up_silu([r for r in args.rows if r <= MAX_ROWS], copy)
     skinny_seconds: dict[tuple[str, str], dict[int, float]] = {}  # (config, projection): rows -> s
     blas_seconds: dict[str, dict[int, float]] = {}
     for projection in args.projections:
@@ -92,6 +98,32 @@ def main() -> int:
                       f"{base / seconds:5.3f}x torch's choice", flush=True)
     print("skinny choice:", choose_skinny(skinny_seconds, blas_seconds, MAX_ROWS))
     return 0
+
+
+def time_gate_up_silu(rows_list: list[int], copy: float) -> None:
+    """gate_up_proj and SiLU x up: torch's choice then the SiLU kernel, the skinny projection
+    then the SiLU kernel (the engine's way, 2026-11-27), and `kernels/gate_up_silu.py` in one
+    kernel, in a few configurations."""
+    from kernels.gate_up_silu import gate_up_silu
+    from kernels.silu_mul import silu_and_mul
+    from kernels.skinny_linear import skinny_linear
+    in_features, out_features = LLAMA3_8B_PROJECTIONS["gate_up_proj"]
+    weight = torch.randn(out_features, in_features, device="cuda", dtype=torch.bfloat16) / in_features ** 0.5
+    nbytes = weight.numel() * weight.element_size()
+    for rows in rows_list:
+        x = torch.randn(rows, in_features, device="cuda", dtype=torch.bfloat16)
+        want = silu_and_mul(F.linear(x, weight))
+        timed = [("torch's + SiLU", time_in_graph(lambda: silu_and_mul(F.linear(x, weight)))),
+                 ("skinny + SiLU", time_in_graph(lambda: silu_and_mul(skinny_linear(x, weight))))]
+        for config in GATE_UP_SILU_CONFIGS:
+            if not torch.allclose(gate_up_silu(x, weight, None, config).float(), want.float(), atol=3e-2, rtol=3e-2):
+                print(f"  gate_up+SiLU rows {rows} {_name(config)}: WRONG OUTPUT, not timed")
+                continue
+            timed.append((f"fused {_name(config)}", time_in_graph(lambda c=config: gate_up_silu(x, weight, None, c))))
+        for name, seconds in timed:
+            print(f"gate_up+SiLU rows {rows:3d} {name:24s} {seconds * 1e6:7.1f} us  "
+                  f"{100 * nbytes / seconds / copy:5.1f}% of copy  {timed[1][1] / seconds:5.3f}x skinny + SiLU",
+                  flush=True)
 
 
 def choose_skinny(skinny_seconds: dict, blas_seconds: dict, max_rows: int) -> str:

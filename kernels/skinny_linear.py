@@ -68,14 +68,20 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     out_features = weight.shape[0]
     assert rows <= MAX_ROWS and weight.shape[1] == in_features and x.stride(-1) == 1 and weight.stride(-1) == 1
     out = torch.empty(rows, out_features, dtype=x.dtype, device=x.device)
-    if rows:
-        c = CONFIG if config is None else config
-        _skinny_linear_kernel[(triton.cdiv(out_features, c["BLOCK_N"]),)](
-            x, weight, weight if bias is None else bias, out, rows, out_features, in_features,
-            x.stride(0), weight.stride(0), out.stride(0), HAS_BIAS=bias is not None, BLOCK_M=MAX_ROWS,
-            BLOCK_N=c["BLOCK_N"], BLOCK_K=c["BLOCK_K"], NUM_STAGES=c["NUM_STAGES"], num_warps=c["num_warps"],
-            **dependent_launch_args(x.device))
+    launch_skinny(_skinny_linear_kernel, x, weight, bias, out, out_features, CONFIG if config is None else config)
     return out
+
+
+def launch_skinny(kernel, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor,
+                  features: int, config: dict) -> None:
+    """Launch a kernel of this one's signature (also `kernels/gate_up_silu.py`'s): a program for
+    each BLOCK_N of `features`, every row of x in one tile."""
+    if x.shape[0]:
+        kernel[(triton.cdiv(features, config["BLOCK_N"]),)](
+            x, weight, weight if bias is None else bias, out, x.shape[0], features, x.shape[1],
+            x.stride(0), weight.stride(0), out.stride(0), HAS_BIAS=bias is not None, BLOCK_M=MAX_ROWS,
+            BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"], NUM_STAGES=config["NUM_STAGES"],
+            num_warps=config["num_warps"], **dependent_launch_args(x.device))
 
 
 class SkinnyLinear(nn.Module):

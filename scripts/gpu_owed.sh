@@ -2,11 +2,11 @@
 # The GPU figures the sessions without a GPU owe, by part. A task lent a GPU has 15 minutes of
 # device time in all, the machine's start (1-2 min) included, so two calls back to back (the
 # machine stays warm 30 s), each well inside its timeout:
-#   run(command="bash scripts/gpu_owed.sh tests kernels linears decode", carry=[".whl", "gpu_run"], timeout_s=420)
-#   run(command="bash scripts/gpu_owed.sh ab long", carry=[".whl", "gpu_run"], timeout_s=420)
-# (243 s and 272 s of wall time on 2026-11-27, the second from a warm machine: ~10 of the 15
-# minutes with the start), and with 4 minutes of budget left: run(command="bash
-# scripts/gpu_owed.sh spec", ...). (No argument: every part.) Durations on an H100: tests ~115 s
+#   run(command="bash scripts/gpu_owed.sh tests linears decode", carry=[".whl", "gpu_run"], timeout_s=360)
+#   run(command="bash scripts/gpu_owed.sh ab long", carry=[".whl", "gpu_run"], timeout_s=560)
+# (~210 s and ~480 s: with the start, ~13 of the 15 minutes; on 2026-11-27 "tests kernels linears
+# decode" took 243 s, and "ab long" 272 s with fewer sides and one round of "long"), then give
+# the machine back. "kernels" and "spec" only in a later session. (No argument: every part.) Durations on an H100: tests ~115 s
 # (45 s with Triton's cache warm), decode ~110 s with its checkpoint and traces, ab ~45 s a side,
 # ~25 s a batch-1 side, spec ~55 s. A later call on a warm machine keeps /tmp (the checkpoint,
 # the installed wheels) but not the environment: export PYTHONPATH=/tmp/site again. `.whl`
@@ -21,21 +21,27 @@
 # 4 stages, 2 warps (1.017-1.043x at batch 1); cuBLASLt not preferred (it tied torch's choice at
 # 64 and 256 rows but for down_proj at 64). Owed now:
 # - "tests": pytest -m gpu with the skinny kernel on by default. On 2026-11-27 all 49 passed with
-#   it off; the bf16 engine's test with it on ran it for qkv_proj and o_proj at 4 warps.
-# - "ab": this tree against 1f65e0e and 5b0fdcb as before, and with --cublas-linear (the skinny
-#   kernel off); with SKINNY_ARGS (or what "linears" chose on the same warm machine), also that
+#   it off; the bf16 engine's test with it on ran it for qkv_proj and o_proj at 4 warps. New:
+#   the gate_up + SiLU kernel at Llama shapes and the bf16 engine with it.
+# - "ab": this tree against 1f65e0e, and with --cublas-linear (the skinny kernel off); with
+#   SKINNY_ARGS (or what "linears" chose on the same warm machine), also that
 #   choice, e.g. SKINNY_ARGS="--skinny-projections o_proj gate_up_proj --skinny-config 32 256 4 4":
 #   o_proj alone read 1.07-1.09x faster with 32 features a program.
+# - "ab" also times two batch-1 candidates against this tree, each off by default: gate_up_proj
+#   with SiLU x up in one kernel (--gate-up-silu, kernels/gate_up_silu.py; ~60 us of a 6 ms
+#   step by arithmetic: the SiLU kernel, its boundary, the product's write and read), and a
+#   program per split (--program-per-split, below). "linears" times the fused kernel alone.
+#   Batch 1 stood at 168.7 tok/s with the skinny kernel, ~84% of copy; the goal is 85%.
 # - "long": batch 1 with 2,048-token prompts, both grids. On 2026-11-27 the per-split grid read
 #   1.025x (one round), and in kernels.py's graph timing it beat the partition grid at batch 1 at
 #   every context (6.1 against 10.0 us at 256 keys, 10.1 against 33.2 at 1,024, 27.5 against 36.0
 #   at 4,096) and tied at batch 16; but the engine's batch-1 A/B at 128-256 keys had it losing
-#   (2026-11-27, before graph timing). Two more rounds of "long", and "ab" with --program-per-split,
-#   decide whether graphs of small batches take it.
+#   (2026-11-27, before graph timing). Two rounds of "long", and "ab"'s --program-per-split side,
+#   decide whether graphs of small batches take it. Durations: "ab" ~190 s a round, "long" ~50.
 # - "kernels", "linears", "decode", "spec": the figures again, for RESULTS.md.
-# For the bases:
-#     echo /gpu_run/ >> .git/info/exclude; rm -rf gpu_run; mkdir -p gpu_run/base gpu_run/session22
-#     git archive 1f65e0e | tar -x -C gpu_run/base; git archive 5b0fdcb | tar -x -C gpu_run/session22
+# For the base:
+#     echo /gpu_run/ >> .git/info/exclude; rm -rf gpu_run; mkdir -p gpu_run/base
+#     git archive 1f65e0e | tar -x -C gpu_run/base
 #     rm -rf gpu_run/*/checkpoints gpu_run/*/tests gpu_run/*/benchmarks/results
 # What to do with the results: if the per-split grid wins at long contexts, take it by the
 # longest context (never by the batch; the bits are the same); where a skinny configuration beats
@@ -65,11 +71,11 @@ for part in $PARTS; do
   decode)  # also writes the Llama-3-8B-shaped checkpoint /tmp/l3 that "ab" loads
     timeout 240 python3 benchmarks/decode.py --skip-hf --max-model-len 8192 --batch-sizes 1 64 256 --gen-len 128 \
       --model-dir /tmp/l3 --trace-dir "$OUT/traces" 2>&1 | grep -v "Warn\|warn_once\|Loading" | tee "$OUT/decode.log" ;;
-  ab|long)  # the sides alternated in every round: ab two rounds, long one
+  ab|long)  # the sides alternated in every round, two rounds
     [ -d gpu_run/base ] || [ $part = long ] || { echo "no gpu_run/base: skipping the A/B" | tee "$OUT/decode_ab.log"; continue; }
     [ -f /tmp/l3/config.json ] || python3 -c "import sys; sys.path.insert(0, '.'); from pathlib import Path; \
 from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&1 | tail -1
-    rounds="1 2"; [ $part = long ] && rounds=1
+    rounds="1 2"
     [ -z "${SKINNY_ARGS+set}" ] && [ -s /tmp/skinny_choice ] && SKINNY_ARGS=$(cat /tmp/skinny_choice)
     echo "skinny arguments: ${SKINNY_ARGS:-(the defaults)}" | tee "$OUT/skinny_args.log"
     for round in $rounds; do
@@ -78,10 +84,12 @@ from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&
           2>&1 | grep "decode "
         (cd gpu_run/base && timeout 90 python3 ../../benchmarks/ab_decode.py --label "1f65e0e-$round" --batch-sizes 1 256 \
           --sampled-batch-sizes 256 2>&1 | grep "decode ")
-        [ -d gpu_run/session22 ] && (cd gpu_run/session22 && timeout 70 python3 ../../benchmarks/ab_decode.py \
-          --label "5b0fdcb-$round" --batch-sizes 1 256 --sampled-batch-sizes 2>&1 | grep "decode ")
         timeout 60 python3 benchmarks/ab_decode.py --label "cublas-linear-$round" --batch-sizes 1 \
           --sampled-batch-sizes --cublas-linear 2>&1 | grep "decode "
+        timeout 60 python3 benchmarks/ab_decode.py --label "gate-up-silu-$round" --batch-sizes 1 \
+          --sampled-batch-sizes --gate-up-silu 2>&1 | grep "decode "
+        timeout 60 python3 benchmarks/ab_decode.py --label "program-per-split-$round" --batch-sizes 1 \
+          --sampled-batch-sizes --program-per-split 2>&1 | grep "decode "
         [ -z "$SKINNY_ARGS" ] || [ "$SKINNY_ARGS" = none ] || timeout 60 python3 benchmarks/ab_decode.py \
           --label "skinny-choice-$round" --batch-sizes 1 --sampled-batch-sizes --skinny-linear $SKINNY_ARGS 2>&1 \
           | grep "decode "

@@ -5,7 +5,7 @@ ten. Either way a layer reads as the same few calls:
 
     hidden, residual = ops.add_rms_norm(hidden, residual, norm)   # residual None: first layer
     q = ops.rotary_write_kv(q, k, v, cos, sin, kv_cache, meta, backend)
-    act = ops.silu_and_mul(gate_up)
+    act = ops.gate_up_silu(x, gate_up_proj)                        # SiLU(gate) * up
 """
 
 from __future__ import annotations
@@ -44,20 +44,26 @@ class TorchLayerOps:
         gate, up = x.chunk(2, dim=-1)
         return F.silu(gate) * up
 
+    def gate_up_silu(self, x: torch.Tensor, gate_up_proj) -> torch.Tensor:
+        """The MLP's activation: SiLU(gate) * up of `gate_up_proj(x)`."""
+        return self.silu_and_mul(gate_up_proj(x))
 
-class TritonLayerOps:
+
+class TritonLayerOps(TorchLayerOps):
     """One Triton kernel each (kernels/): RMSNorm with the residual add, rotary with the KV
     write (in the Triton backend's cache layout, which is the PyTorch backend's too), and
-    SiLU with the multiply."""
+    SiLU with the multiply (or, for few rows, with the gate_up projection too: off for now)."""
 
     name = "triton"
 
     def __init__(self):
+        from kernels import gate_up_silu
         from kernels.rmsnorm import rms_norm
         from kernels.rotary_kv_write import rotary_write_kv
         from kernels.silu_mul import silu_and_mul
         self._rms_norm, self._rotary_write_kv = rms_norm, rotary_write_kv
         self.silu_and_mul = silu_and_mul
+        self._gate_up_silu = gate_up_silu  # the module: its ENABLED is read at each call
 
     def add_rms_norm(self, x, residual, norm):
         if residual is None:
@@ -67,8 +73,14 @@ class TritonLayerOps:
     def rotary_write_kv(self, q, k, v, cos, sin, kv_cache, meta, backend):
         return self._rotary_write_kv(q, k, v, cos, sin, kv_cache[0], kv_cache[1], meta.slot_mapping)
 
+    def gate_up_silu(self, x, gate_up_proj):
+        """Few rows in 16-bit: the projection and the activation in one kernel, where it is on."""
+        if self._gate_up_silu.takes(x, gate_up_proj.weight):
+            return self._gate_up_silu.gate_up_silu(x, gate_up_proj.weight, gate_up_proj.bias)
+        return self.silu_and_mul(gate_up_proj(x))
 
-class CpuLayerOps:
+
+class CpuLayerOps(TorchLayerOps):
     """One C++ pass each (kernels/cpu/layer_ops.cpp), fp32, chosen with the CPU attention
     backend: at small batches a CPU step is mostly per-op dispatch, and these cut a layer's
     elementwise ops from about twenty to three."""

@@ -161,6 +161,7 @@ def caught_launches(dependent_launch: bool = False) -> list[Launch]:
     from kernels.argmax import argmax_rows
     from kernels.decode_attention import decode_attention
     from kernels.filtered_sampling import filtered_sample
+    from kernels.gate_up_silu import gate_up_silu
     from kernels.prefill_attention import prefill_attention
     from kernels.rmsnorm import rms_norm
     from kernels.rotary_kv_write import rotary_write_kv
@@ -207,6 +208,8 @@ def caught_launches(dependent_launch: bool = False) -> list[Launch]:
         catcher.label = "skinny linear (qkv, batch 1)"
         qkv_features = (heads + 2 * kv_heads) * head_dim
         skinny_linear(torch.zeros(1, hidden, **bf16), torch.zeros(qkv_features, hidden, **bf16))
+        catcher.label = "gate_up with SiLU x up (batch 1)"
+        gate_up_silu(torch.zeros(1, hidden, **bf16), torch.zeros(2 * intermediate, hidden, **bf16))
     return catcher.launches
 
 
@@ -218,6 +221,7 @@ def eager_variants() -> dict[str, int]:
     choices (a constexpr, a dtype) should make one."""
     from kernels.decode_attention import decode_attention
     from kernels.filtered_sampling import filtered_sample
+    from kernels.gate_up_silu import gate_up_silu
     from kernels.prefill_attention import prefill_attention
     from kernels.rmsnorm import rms_norm
     from kernels.rotary_kv_write import rotary_write_kv
@@ -254,6 +258,7 @@ def eager_variants() -> dict[str, int]:
             filtered_sample(torch.zeros(tokens, vocab), **rows, floor=torch.zeros(tokens))  # a top-k cut
             if tokens <= MAX_ROWS:
                 skinny_linear(x, torch.zeros(hidden, hidden, **bf16))
+                gate_up_silu(x, torch.zeros(2 * intermediate, hidden, **bf16))
     variants: dict[str, set[str]] = {}
     for launch in catcher.launches:
         signature, constexprs, attrs = _signature(launch)

@@ -106,6 +106,13 @@ def test_engine_bf16_with_cublas_linears_diverges_no_more_than_transformers_bf16
     _assert_bf16_like_transformers_bf16(checkpoint, _prompts())
 
 
+def test_engine_bf16_with_gate_up_silu_diverges_no_more_than_transformers_bf16(checkpoint, monkeypatch):
+    """The gate_up projection with SiLU x up in one kernel (off by default): the same rule."""
+    import kernels.gate_up_silu
+    monkeypatch.setattr(kernels.gate_up_silu, "ENABLED", True)
+    _assert_bf16_like_transformers_bf16(checkpoint, _prompts())
+
+
 def test_engine_bf16_on_the_trained_checkpoint():
     """The trained default target has fewer near ties, but its greedy loops still meet some:
     with the fused layers one of 8 prompts left fp32 at token 21 on the H100 (2026-11-23), so

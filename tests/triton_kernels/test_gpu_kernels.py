@@ -1,6 +1,6 @@
 """GPU checks of the CUDA path's kernels (`pytest -m gpu`; skipped without CUDA): in bf16 at
 Llama-3-8B shapes against their fp32 references (attention, the KV write, RMSNorm, rotary, the
-skinny linear), the rope table's rows against the computed cos/sin, and the argmax kernel
+skinny linear, gate_up with SiLU x up), the rope table's rows against the computed cos/sin, and the argmax kernel
 against torch's. The engine's checks are in test_gpu.py."""
 
 import pytest
@@ -110,3 +110,21 @@ def test_skinny_linear_bf16_at_llama_shapes():
             x = torch.randn(rows, in_features, device="cuda", dtype=torch.bfloat16)
             want = F.linear(x.float(), w.float(), bias.float())
             torch.testing.assert_close(skinny_linear(x, w, bias).float(), want, **BF16_TOL)
+
+
+def test_gate_up_silu_bf16_at_llama_shapes():
+    """Within bf16 rounding of the fp32 reference, and the skinny projection then the SiLU
+    kernel's numbers on most elements (each half is summed the same way, but two kernels
+    compiled apart need not order their sums alike)."""
+    import torch.nn.functional as F
+    from kernels.gate_up_silu import gate_up_silu
+    from kernels.silu_mul import silu_and_mul
+    from kernels.skinny_linear import MAX_ROWS, skinny_linear
+    hidden, intermediate = 4096, 14336
+    w = torch.randn(2 * intermediate, hidden, device="cuda", dtype=torch.bfloat16) / hidden ** 0.5
+    for rows in (1, 5, MAX_ROWS):
+        x = torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16)
+        got = gate_up_silu(x, w)
+        gate, up = F.linear(x.float(), w.float()).chunk(2, dim=-1)
+        torch.testing.assert_close(got.float(), F.silu(gate) * up, **BF16_TOL)
+        assert (got == silu_and_mul(skinny_linear(x, w))).float().mean() > 0.99

@@ -12,7 +12,8 @@ import pytest
 HOPPER_COMPILE = Path(__file__).with_name("hopper_compile.py")
 EXPECTED_KERNELS = {"_decode_split_kernel", "_decode_merge_kernel", "_prefill_kernel", "_rms_norm_kernel",
                     "_rotary_kv_write_kernel", "_silu_and_mul_kernel", "_filtered_sample_kernel",
-                    "_chunk_max_kernel", "_fold_chunks_kernel", "_skinny_linear_kernel"}
+                    "_chunk_max_kernel", "_fold_chunks_kernel", "_skinny_linear_kernel",
+                    "_gate_up_silu_kernel"}
 
 
 def run_harness(*flags: str):
@@ -36,11 +37,11 @@ def test_kernels_compile_for_sm90_without_spills(dependent_launch):
     assert not spilled, f"local memory (register spills) on sm_90: {spilled}"
     # the loops that walk memory are software-pipelined (their loads asynchronous copies): every
     # decode launch's K/V tiles, the sampler's passes over the vocabulary, the merge of splits,
-    # the skinny linear's weights
+    # the skinny products' weights
     pipelined = [c for c in compiled if c["kernel"] in ("_decode_split_kernel", "_filtered_sample_kernel",
-                                                        "_skinny_linear_kernel")
+                                                        "_skinny_linear_kernel", "_gate_up_silu_kernel")
                  or (c["kernel"] == "_decode_merge_kernel" and c["label"] == "decode, a program per split")]
-    assert len(pipelined) == 7 and all(c["async_copies"] for c in pipelined), pipelined
+    assert len(pipelined) == 8 and all(c["async_copies"] for c in pipelined), pipelined
     # launched with PDL, a kernel may start before the one ahead of it ends: it must wait for
     # it before touching memory (every kernel of a decode step but the prefill kernel's)
     waiting = {c["kernel"] for c in compiled if c["waits_first"]}
@@ -54,8 +55,8 @@ def test_steps_of_any_shape_share_the_compiled_kernels():
     two endings (the output itself, or a state for the merge), RMSNorm with and without the
     residual add, the draw from 16-bit logits (in a graph), fp32 ones, and fp32 ones under a
     top-k cut, and the prefill kernel's query tiles (three at Llama-3-8B's group of 4, each
-    warmed at start-up: `ModelRunner.warm_up`). The skinny linear compiles once for 1 to 16
-    rows."""
+    warmed at start-up: `ModelRunner.warm_up`). The skinny linear and the gate_up projection
+    with SiLU x up compile once each for 1 to 16 rows."""
     assert run_harness("--eager-variants") == {"_decode_split_kernel": 2, "_decode_merge_kernel": 1, "_prefill_kernel": 3,
                         "_rms_norm_kernel": 2, "_rotary_kv_write_kernel": 1, "_silu_and_mul_kernel": 1,
-                        "_filtered_sample_kernel": 3, "_skinny_linear_kernel": 1}
+                        "_filtered_sample_kernel": 3, "_skinny_linear_kernel": 1, "_gate_up_silu_kernel": 1}

@@ -1,0 +1,82 @@
+"""The MLP's gate_up projection and SiLU(gate) * up in one kernel, for the few rows of a small
+decode batch (up to `skinny_linear.MAX_ROWS`), on CUDA in 16-bit.
+
+At batch 1 on an H100 (2026-11-27, the decode_b1 trace) the SiLU x up kernel took 1.5 us a
+layer after the projection, plus the idle at a kernel boundary (~0.4 us) and the write and
+read of the [rows, 2 x intermediate] product between them: ~60 us of a 6 ms step. Here each
+program takes BLOCK_N features of the gate half and the same features of the up half, streams
+both weight blocks through one pipelined loop over K, and writes SiLU(gate) * up.
+
+The numbers are those of `skinny_linear` followed by `silu_and_mul`: each half is summed as
+the skinny kernel sums it (the same tiles, in the same order) and rounded to the activation
+dtype, as the projection's output is, before SiLU and the product, rounded as that kernel
+rounds them.
+
+Off (`ENABLED`) until timed on a GPU: `benchmarks/linears.py` times it against the skinny
+projection and the SiLU kernel, `benchmarks/ab_decode.py --gate-up-silu` the whole step.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.dependent_launch import wait_for_predecessor
+from kernels.skinny_linear import MAX_ROWS, launch_skinny
+
+ENABLED = False
+CONFIG = dict(BLOCK_N=16, BLOCK_K=256, NUM_STAGES=3, num_warps=4)  # untuned
+
+
+@triton.jit(do_not_specialize=["M"])  # as the skinny kernel: one compile for 1 to MAX_ROWS rows
+def _gate_up_silu_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, M, I, K, stride_xm, stride_wn, stride_om,
+                         HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                         BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr, DEPENDENT_LAUNCH: tl.constexpr):
+    wait_for_predecessor(DEPENDENT_LAUNCH)
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # features of each half
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_k = tl.arange(0, BLOCK_K)
+    n_mask, m_mask = offs_n < I, offs_m < M
+    gate_ptrs = w_ptr + offs_n[:, None].to(tl.int64) * stride_wn + offs_k[None, :]
+    up_ptrs = gate_ptrs + I.to(tl.int64) * stride_wn
+    x_ptrs = x_ptr + offs_m[:, None].to(tl.int64) * stride_xm + offs_k[None, :]
+    gate = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k in tl.range(0, K, BLOCK_K, num_stages=NUM_STAGES):
+        k_mask = (k + offs_k) < K
+        w_mask = n_mask[:, None] & k_mask[None, :]
+        w_gate = tl.load(gate_ptrs + k, mask=w_mask, other=0.0)
+        w_up = tl.load(up_ptrs + k, mask=w_mask, other=0.0)
+        x = tl.load(x_ptrs + k, mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+        gate = tl.dot(x, tl.trans(w_gate), gate)
+        up = tl.dot(x, tl.trans(w_up), up)
+    if HAS_BIAS:
+        gate += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+        up += tl.load(bias_ptr + I + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    dtype = out_ptr.dtype.element_ty
+    gate = gate.to(dtype).to(tl.float32)  # the projection's output, as it would be stored
+    up = up.to(dtype).to(tl.float32)
+    silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
+    out_ptrs = out_ptr + offs_m[:, None].to(tl.int64) * stride_om + offs_n[None, :]
+    tl.store(out_ptrs, (silu * up).to(dtype), mask=m_mask[:, None] & n_mask[None, :])
+
+
+def gate_up_silu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                 config: dict | None = None) -> torch.Tensor:
+    """x [M, K] (M <= MAX_ROWS, 16-bit, last dim contiguous), weight [2 * I, K] (gate rows, then
+    up rows, as `gate_up_proj` holds them) -> SiLU(gate) * up [M, I]. `config`: BLOCK_N (features
+    of each half a program takes), BLOCK_K, NUM_STAGES, num_warps (CONFIG)."""
+    rows, in_features = x.shape
+    assert weight.shape[0] % 2 == 0 and weight.shape[1] == in_features
+    assert rows <= MAX_ROWS and x.stride(-1) == 1 and weight.stride(-1) == 1
+    features = weight.shape[0] // 2
+    out = torch.empty(rows, features, dtype=x.dtype, device=x.device)
+    launch_skinny(_gate_up_silu_kernel, x, weight, bias, out, features, CONFIG if config is None else config)
+    return out
+
+
+def takes(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether `gate_up_silu` takes this product: on, few enough rows, 16-bit weights."""
+    return (ENABLED and x.dim() == 2 and x.shape[0] <= MAX_ROWS and x.stride(-1) == 1
+            and weight.dtype in (torch.float16, torch.bfloat16))
