@@ -38,7 +38,11 @@
 #   at 4,096) and tied at batch 16; but the engine's batch-1 A/B at 128-256 keys had it losing
 #   (2026-11-27, before graph timing). Two rounds of "long", and "ab"'s --program-per-split side,
 #   decide whether graphs of small batches take it. Durations: "ab" ~190 s a round, "long" ~50.
-# - "kernels", "linears", "decode", "spec": the figures again, for RESULTS.md.
+# - "decode": the figures with the skinny kernel on; its sampled rows now run twice and print
+#   the first run: batch 256 sampled read 19,038 tok/s (0.81 of greedy) in decode.py's one run
+#   on 2026-11-27 and 23,194-23,208 (0.97) as ab_decode's best of two. A first run at 256 much
+#   slower than the second is a one-time cost on the serving path to find.
+# - "kernels", "linears", "spec": the figures again, for RESULTS.md.
 # For the base:
 #     echo /gpu_run/ >> .git/info/exclude; rm -rf gpu_run; mkdir -p gpu_run/base
 #     git archive 1f65e0e | tar -x -C gpu_run/base
