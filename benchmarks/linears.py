@@ -82,11 +82,8 @@ def main() -> int:
             timed = [("torch's choice", time_blas(default_library, x, weight)),
                      ("cuBLASLt", time_blas("cublaslt", x, weight))]
             for config in CONFIGS if rows <= MAX_ROWS else []:
-                got = skinny_linear(x, weight, None, config)
-                if not torch.allclose(got.float(), want.float(), atol=3e-2, rtol=3e-2):
-                    print(f"  {projection} rows {rows} {_name(config)}: WRONG OUTPUT, not timed")
-                    continue
-                timed.append((_name(config), time_in_graph(lambda c=config: skinny_linear(x, weight, None, c))))
+                timed += _timed_if_right(f"{projection} rows {rows}", _name(config),
+                                         lambda c=config: skinny_linear(x, weight, None, c), want)
             base = timed[0][1]
             blas_seconds.setdefault(projection, {})[rows] = base
             for name, seconds in timed[2:]:
@@ -98,6 +95,14 @@ def main() -> int:
                       f"{base / seconds:5.3f}x torch's choice", flush=True)
     print("skinny choice:", choose_skinny(skinny_seconds, blas_seconds, MAX_ROWS))
     return 0
+
+
+def _timed_if_right(case: str, name: str, run, want: torch.Tensor) -> list[tuple[str, float]]:
+    """[(name, seconds in a graph)] where `run()` gives `want` to bf16 rounding; else none."""
+    if not torch.allclose(run().float(), want.float(), atol=3e-2, rtol=3e-2):
+        print(f"  {case} {name}: WRONG OUTPUT, not timed")
+        return []
+    return [(name, time_in_graph(run))]
 
 
 def time_gate_up_silu(rows_list: list[int], copy: float) -> None:
@@ -116,10 +121,8 @@ def time_gate_up_silu(rows_list: list[int], copy: float) -> None:
         timed = [("torch's + SiLU", time_in_graph(lambda: silu_and_mul(F.linear(x, weight)))),
                  ("skinny + SiLU", time_in_graph(lambda: silu_and_mul(skinny_linear(x, weight))))]
         for config in GATE_UP_SILU_CONFIGS:
-            if not torch.allclose(gate_up_silu(x, weight, None, config).float(), want.float(), atol=3e-2, rtol=3e-2):
-                print(f"  gate_up+SiLU rows {rows} {_name(config)}: WRONG OUTPUT, not timed")
-                continue
-            timed.append((f"fused {_name(config)}", time_in_graph(lambda c=config: gate_up_silu(x, weight, None, c))))
+            timed += _timed_if_right(f"gate_up+SiLU rows {rows}", f"fused {_name(config)}",
+                                     lambda c=config: gate_up_silu(x, weight, None, c), want)
         for name, seconds in timed:
             print(f"gate_up+SiLU rows {rows:3d} {name:24s} {seconds * 1e6:7.1f} us  "
                   f"{100 * nbytes / seconds / copy:5.1f}% of copy  {timed[1][1] / seconds:5.3f}x skinny + SiLU",

@@ -63,9 +63,15 @@ class TritonAttentionBackend:
         self.prefill_rows = prefill_rows
         self.static_max_seq_len: int | None = None
 
-    def prefill_warm_up_lengths(self) -> list[int]:
-        """A prompt length for each compile of the prefill kernel (`query_tile_lengths`)."""
-        return query_tile_lengths(self.prefill_rows)
+    def warm_up_shapes(self, max_model_len: int) -> list[tuple[int, int]]:
+        """(query tokens, sequence length) of one sequence's steps that, run once, compile
+        every variant of this backend's kernels an eager step can take: a prompt for each query
+        tile of the prefill kernel (`query_tile_lengths`), a decode within one partition, and
+        where a sequence can be longer, one across two (the split kernel's other ending, and
+        the merge)."""
+        prompts = [(n, n) for n in query_tile_lengths(self.prefill_rows) if n <= max_model_len]
+        decodes = [(1, 1)] + ([(1, self.partition_size + 1)] if self.partition_size < max_model_len else [])
+        return prompts + decodes
 
     @contextlib.contextmanager
     def static_decode(self, max_seq_len: int) -> Iterator[None]:

@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 from kernels.dependent_launch import wait_for_predecessor
-from kernels.skinny_linear import MAX_ROWS, launch_skinny
+from kernels.skinny_linear import MAX_ROWS, SIXTEEN_BIT, few_rows, launch_skinny
 
 ENABLED = False
 CONFIG = dict(BLOCK_N=16, BLOCK_K=256, NUM_STAGES=3, num_warps=4)  # untuned
@@ -78,5 +78,4 @@ def gate_up_silu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
 
 def takes(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether `gate_up_silu` takes this product: on, few enough rows, 16-bit weights."""
-    return (ENABLED and x.dim() == 2 and x.shape[0] <= MAX_ROWS and x.stride(-1) == 1
-            and weight.dtype in (torch.float16, torch.bfloat16))
+    return ENABLED and few_rows(x) and weight.dtype in SIXTEEN_BIT

@@ -34,6 +34,12 @@ ENABLED = True
 MAX_ROWS = 16  # one tensor-core tile of rows; larger batches keep cuBLAS
 PROJECTIONS = ("o_proj", "gate_up_proj")  # where it beat cuBLAS at every row count
 CONFIG = dict(BLOCK_N=16, BLOCK_K=256, NUM_STAGES=4, num_warps=2)
+SIXTEEN_BIT = (torch.float16, torch.bfloat16)
+
+
+def few_rows(x: torch.Tensor) -> bool:
+    """Whether a product of x can take a skinny kernel (this one, `kernels/gate_up_silu.py`)."""
+    return x.dim() == 2 and x.shape[0] <= MAX_ROWS and x.stride(-1) == 1
 
 
 # The row count is not specialised on: 1 and 16 would each be a compile of their own.
@@ -94,7 +100,7 @@ class SkinnyLinear(nn.Module):
         self.weight, self.bias = linear.weight, linear.bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() == 2 and x.shape[0] <= MAX_ROWS and x.stride(-1) == 1:
+        if few_rows(x):
             return skinny_linear(x, self.weight, self.bias)
         return F.linear(x, self.weight, self.bias)
 
@@ -104,4 +110,4 @@ def use_skinny_linears(model: nn.Module, projections: tuple[str, ...] | None = N
     `SkinnyLinear`s; returns how many."""
     projections = PROJECTIONS if projections is None else projections
     return replace_linears(model, SkinnyLinear, lambda name, linear: (
-        name in projections and linear.weight.dtype in (torch.float16, torch.bfloat16)))
+        name in projections and linear.weight.dtype in SIXTEEN_BIT))

@@ -68,7 +68,8 @@ class ModelRunner:
         self.model = load_model(config.model, self.dtype, self.device)
         self.backend = select_attention_backend(config.attention_backend, self.device, self.dtype)
         self.model.ops = select_layer_ops(self.device, self.backend)
-        if self.model.ops.name == "triton":
+        triton_on_cuda = self.model.ops.name == "triton"  # CUDA with the Triton attention backend
+        if triton_on_cuda:
             from kernels import skinny_linear
             if skinny_linear.ENABLED:
                 skinny_linear.use_skinny_linears(self.model)
@@ -87,28 +88,22 @@ class ModelRunner:
         if self.device.type == "cuda":  # every position a sequence's blocks can hold
             self.model.model.rotary_emb.tabulate(max_blocks_per_seq * self.block_size, self.dtype)
         self.cuda_graphs = None
-        if self.device.type == "cuda" and config.enable_cuda_graphs and self.backend.name == "triton":
+        if triton_on_cuda and config.enable_cuda_graphs:
             from app.engine.cuda_graphs import CudaGraphDecodeRunner
             self.cuda_graphs = CudaGraphDecodeRunner(
                 self.model, self.kv_caches, self.backend, max_batch_size=config.max_num_seqs,
                 max_blocks_per_seq=max_blocks_per_seq, device=self.device, multi_token=multi_token)
-        if self.device.type == "cuda" and self.backend.name == "triton":
+        if triton_on_cuda:
             self.warm_up()
 
     @torch.inference_mode()
     def warm_up(self) -> None:
         """Run the eager steps' Triton kernels once, so that Triton compiles them at start-up
-        and not on the first request (a second or more each): prompts' steps (the prefill
-        kernel), and decode steps within one partition and, where a sequence can be longer,
-        across two (the split kernel's two endings, and the merge), which CUDA graphs cover
-        unless they are off. Every row is padding: its slots are -1, so no K/V is written, and
-        what it reads is discarded. The prefill kernel compiles once per query tile, which
-        grows with the step's longest prompt: a prompt for each (on an H100 a first request of
-        3 prompts still compiled one when only a 5-token prompt was warmed, 2026-11-27)."""
-        partition = getattr(self.backend, "partition_size", None) or self.block_size
-        prompts = [(n, n) for n in self.backend.prefill_warm_up_lengths() if n <= self.max_model_len]
-        shapes = prompts + [(1, 1)] + ([(1, partition + 1)] if partition < self.max_model_len else [])
-        for query_len, seq_len in shapes:  # (query tokens, sequence length)
+        and not on the first request (a second or more each): the backend's warm-up shapes
+        (on an H100 a first request of 3 prompts still compiled a prefill variant when only a
+        5-token prompt was warmed, 2026-11-27). Every row is padding: its slots are -1, so no
+        K/V is written, and what it reads is discarded."""
+        for query_len, seq_len in self.backend.warm_up_shapes(self.max_model_len):
             step = StepArrays(
                 input_ids=np.zeros(query_len, dtype=np.int64),
                 positions=np.arange(seq_len - query_len, seq_len, dtype=np.int64),
