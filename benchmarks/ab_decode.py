@@ -16,7 +16,8 @@ Triton kernels launched without programmatic dependent launch (`kernels/dependen
 of cuBLAS, with `--skinny-projections`/`--skinny-config` to try others than its defaults
 (the first two from 2026-11-27 on, the last from the commit that added that kernel);
 `--cublas-linear`, that kernel off (it is on by default from the commit that turned it on);
-`--gate-up-silu`, the gate_up projection and SiLU x up in one kernel for up to 16 rows.
+`--gate-up-silu`, the gate_up projection and SiLU x up in one kernel for up to 256 rows
+(`--gate-up-silu-max-rows` fewer; `--gate-up-silu-config` other tiles).
 """
 
 from __future__ import annotations
@@ -57,11 +58,21 @@ def main() -> None:
     parser.add_argument("--cublas-linear", action="store_true",
                         help="every projection through torch's BLAS: the skinny linear kernel off")
     parser.add_argument("--gate-up-silu", action="store_true",
-                        help="up to 16 rows, gate_up_proj and SiLU x up in one kernel (kernels/gate_up_silu.py)")
+                        help="gate_up_proj and SiLU x up in one kernel (kernels/gate_up_silu.py), up to 256 rows")
+    parser.add_argument("--gate-up-silu-max-rows", type=int,
+                        help="with --gate-up-silu: only the row configurations up to this many rows")
+    parser.add_argument("--gate-up-silu-config", type=int, nargs=6, action="append", default=[],
+                        metavar=("ROWS", "BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_STAGES", "WARPS"),
+                        help="with --gate-up-silu: these tiles for the row configuration of up to ROWS rows "
+                             "(benchmarks/linears.py's choice); repeatable")
     args = parser.parse_args()
     if args.gate_up_silu:
-        import kernels.gate_up_silu
-        kernels.gate_up_silu.ENABLED = True
+        import kernels.gate_up_silu as fused
+        fused.ENABLED = True
+        chosen = {rows: dict(zip(("BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_STAGES", "num_warps"), tiles))
+                  for rows, *tiles in args.gate_up_silu_config}
+        fused.ROW_CONFIGS = tuple((rows, chosen.get(rows, config)) for rows, config in fused.ROW_CONFIGS
+                                  if rows <= (args.gate_up_silu_max_rows or rows))
     if args.skinny_linear or args.cublas_linear:
         import kernels.skinny_linear as skinny
         skinny.ENABLED = args.skinny_linear

@@ -6,8 +6,10 @@ CUDA graph with a cold L2 as the engine runs it (`benchmarks/kernels.py`'s `time
 as the rate the weights are read at and its share of the card's device-to-device copy, and
 as TFLOP/s (what bounds 256 rows: on an H100 the engine's GEMMs ran at ~500 TFLOP/s at batch
 256, 2026-11-27). Llama-3-8B's shapes in bf16; every output is checked against F.linear's.
-Up to 16 rows it also times gate_up_proj with SiLU x up in one kernel (`kernels/gate_up_silu.py`)
-against the projection then the SiLU kernel.
+At 64 and 256 rows the same kernel in tiles of rows (`WIDE_CONFIGS`) is timed against cuBLAS:
+the engine does not take it there, so this says whether it could. At every row count it times
+gate_up_proj with SiLU x up in one kernel (`kernels/gate_up_silu.py`) against the engine's way
+(the projection, then the SiLU kernel).
 
     python benchmarks/linears.py                 # rows 1, 4, 16, 64, 256; the four projections
     python benchmarks/linears.py --rows 1 --projections qkv_proj o_proj
@@ -16,9 +18,11 @@ What to do with it: a projection where a skinny configuration beats the default 
 count up to 16 goes in `kernels.skinny_linear.PROJECTIONS`, with the best configuration as
 `CONFIG`; then `benchmarks/ab_decode.py --skinny-linear` times the whole step against the same
 tree without. If cuBLASLt wins at 64 and 256 rows, the engine could prefer it at start-up.
-The last line, `skinny choice: ...`, is that rule applied (`scripts/gpu_owed.sh` passes it on
-to the A/B): the configuration that saves the most time over the projections it wins at every
-row count, as `ab_decode.py` arguments, or `none`.
+The line `skinny choice: ...` is that rule applied (`scripts/gpu_owed.sh` passes it on to the
+A/B): the configuration that saves the most time over the projections it wins at every row
+count, as `ab_decode.py` arguments, or `none`. The line `gate_up_silu choice: ...` gives the
+fastest fused configuration of each of its row configurations (`ROW_CONFIGS`), timed at that
+configuration's largest batch, as `ab_decode.py --gate-up-silu` arguments.
 """
 
 from __future__ import annotations
@@ -39,12 +43,30 @@ LLAMA3_8B_PROJECTIONS = {  # name: (in_features, out_features)
 CONFIGS = [dict(BLOCK_N=n, BLOCK_K=k, NUM_STAGES=s, num_warps=w)
            for n, k, s, w in ((16, 256, 4, 4), (16, 512, 3, 4), (16, 128, 6, 4), (32, 256, 4, 4),
                               (32, 256, 3, 8), (64, 128, 4, 4), (16, 256, 4, 2))]
-GATE_UP_SILU_CONFIGS = [dict(BLOCK_N=16, BLOCK_K=k, NUM_STAGES=s, num_warps=w)  # BLOCK_N: of each half
-                        for k, s, w in ((256, 3, 4), (256, 3, 2), (128, 4, 4), (256, 2, 4), (512, 2, 4))]
+CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_STAGES", "num_warps")
+
+
+def _configs(*values: tuple[int, int, int, int, int]) -> list[dict]:
+    return [dict(zip(CONFIG_KEYS, v)) for v in values]
+
+
+# Tiles of rows for 64 and 256 rows; each compiles for sm_90 with wgmma and no spills
+# (tests/triton_kernels/hopper_compile.py's harness, 2026-11-27).
+WIDE_CONFIGS = {64: _configs((64, 128, 64, 4, 4), (64, 64, 128, 4, 4), (64, 256, 64, 3, 8)),
+                256: _configs((128, 256, 64, 3, 8), (128, 128, 64, 4, 8), (256, 128, 64, 3, 8), (64, 256, 64, 3, 8))}
+# gate_up with SiLU x up, by the largest batch of each of its row configurations; BLOCK_N is
+# of each half, so a program computes twice as many products as its BLOCK_N says
+GATE_UP_SILU_CONFIGS = {
+    16: _configs(*((16, 16, k, s, w) for k, s, w in ((256, 3, 4), (256, 3, 2), (128, 4, 4), (256, 2, 4), (512, 2, 4)))),
+    64: _configs((64, 64, 64, 4, 4), (64, 32, 128, 4, 4), (64, 64, 128, 3, 4), (64, 128, 64, 3, 8)),
+    256: _configs((128, 128, 64, 3, 8), (128, 64, 64, 4, 4), (128, 64, 64, 4, 8), (256, 64, 64, 3, 8),
+                  (64, 128, 64, 4, 4)),
+}
 
 
 def _name(config: dict) -> str:
-    return f"n{config['BLOCK_N']} k{config['BLOCK_K']} s{config['NUM_STAGES']} w{config['num_warps']}"
+    rows = f"m{config['BLOCK_M']} " if "BLOCK_M" in config else ""
+    return f"{rows}n{config['BLOCK_N']} k{config['BLOCK_K']} s{config['NUM_STAGES']} w{config['num_warps']}"
 
 
 def main() -> int:
@@ -68,8 +90,7 @@ def main() -> int:
         finally:
             torch.backends.cuda.preferred_blas_library(default_library)
 
-    if "gate_up_proj" in args.projections:
-        time_gate_up_silu([r for r in args.rows if r <= MAX_ROWS], copy)
+    gate_up_silu_choice = time_gate_up_silu(args.rows, copy) if "gate_up_proj" in args.projections else {}
     skinny_seconds: dict[tuple[str, str], dict[int, float]] = {}  # (config, projection): rows -> s
     blas_seconds: dict[str, dict[int, float]] = {}
     for projection in args.projections:
@@ -81,7 +102,7 @@ def main() -> int:
             want = F.linear(x, weight)
             timed = [("torch's choice", time_blas(default_library, x, weight)),
                      ("cuBLASLt", time_blas("cublaslt", x, weight))]
-            for config in CONFIGS if rows <= MAX_ROWS else []:
+            for config in CONFIGS if rows <= MAX_ROWS else WIDE_CONFIGS.get(rows, []):
                 timed += _timed_if_right(f"{projection} rows {rows}", _name(config),
                                          lambda c=config: skinny_linear(x, weight, None, c), want)
             base = timed[0][1]
@@ -94,6 +115,8 @@ def main() -> int:
                       f"{2 * rows * weight.numel() / seconds / 1e12:6.1f} TFLOP/s  "
                       f"{base / seconds:5.3f}x torch's choice", flush=True)
     print("skinny choice:", choose_skinny(skinny_seconds, blas_seconds, MAX_ROWS))
+    print("gate_up_silu choice:", " ".join(f"--gate-up-silu-config {rows} {' '.join(str(c[k]) for k in CONFIG_KEYS)}"
+                                           for rows, c in sorted(gate_up_silu_choice.items())) or "none")
     return 0
 
 
@@ -105,28 +128,41 @@ def _timed_if_right(case: str, name: str, run, want: torch.Tensor) -> list[tuple
     return [(name, time_in_graph(run))]
 
 
-def time_gate_up_silu(rows_list: list[int], copy: float) -> None:
-    """gate_up_proj and SiLU x up: torch's choice then the SiLU kernel, the skinny projection
-    then the SiLU kernel (the engine's way, 2026-11-27), and `kernels/gate_up_silu.py` in one
-    kernel, in a few configurations."""
-    from kernels.gate_up_silu import gate_up_silu
+def time_gate_up_silu(rows_list: list[int], copy: float) -> dict[int, dict]:
+    """gate_up_proj and SiLU x up: the engine's way (the skinny projection up to 16 rows, else
+    torch's choice, then the SiLU kernel; 2026-11-27), torch's choice then the SiLU kernel, and
+    `kernels/gate_up_silu.py` in one kernel in the configurations of the row configuration
+    that takes the batch. Returns the fastest fused configuration by row configuration, timed
+    at its largest batch."""
+    from kernels.gate_up_silu import ROW_CONFIGS, gate_up_silu
     from kernels.silu_mul import silu_and_mul
-    from kernels.skinny_linear import skinny_linear
+    from kernels.skinny_linear import MAX_ROWS, skinny_linear
     in_features, out_features = LLAMA3_8B_PROJECTIONS["gate_up_proj"]
     weight = torch.randn(out_features, in_features, device="cuda", dtype=torch.bfloat16) / in_features ** 0.5
     nbytes = weight.numel() * weight.element_size()
+    fastest: dict[int, dict] = {}
     for rows in rows_list:
+        bucket = next((max_rows for max_rows, _ in ROW_CONFIGS if rows <= max_rows), None)
+        if bucket is None:
+            continue
         x = torch.randn(rows, in_features, device="cuda", dtype=torch.bfloat16)
         want = silu_and_mul(F.linear(x, weight))
-        timed = [("torch's + SiLU", time_in_graph(lambda: silu_and_mul(F.linear(x, weight)))),
-                 ("skinny + SiLU", time_in_graph(lambda: silu_and_mul(skinny_linear(x, weight))))]
-        for config in GATE_UP_SILU_CONFIGS:
-            timed += _timed_if_right(f"gate_up+SiLU rows {rows}", f"fused {_name(config)}",
+        project = (lambda: skinny_linear(x, weight)) if rows <= MAX_ROWS else (lambda: F.linear(x, weight))
+        timed = [("the engine's (+ SiLU)", time_in_graph(lambda: silu_and_mul(project())))]
+        if rows <= MAX_ROWS:
+            timed.append(("torch's + SiLU", time_in_graph(lambda: silu_and_mul(F.linear(x, weight)))))
+        configs = {_name(c): c for c in GATE_UP_SILU_CONFIGS.get(bucket, [])}
+        for name, config in configs.items():
+            timed += _timed_if_right(f"gate_up+SiLU rows {rows}", f"fused {name}",
                                      lambda c=config: gate_up_silu(x, weight, None, c), want)
+        fused = [(seconds, name[len("fused "):]) for name, seconds in timed if name.startswith("fused ")]
+        if rows == bucket and fused:
+            fastest[bucket] = configs[min(fused)[1]]
         for name, seconds in timed:
-            print(f"gate_up+SiLU rows {rows:3d} {name:24s} {seconds * 1e6:7.1f} us  "
-                  f"{100 * nbytes / seconds / copy:5.1f}% of copy  {timed[1][1] / seconds:5.3f}x skinny + SiLU",
+            print(f"gate_up+SiLU rows {rows:3d} {name:28s} {seconds * 1e6:7.1f} us  "
+                  f"{100 * nbytes / seconds / copy:5.1f}% of copy  {timed[0][1] / seconds:5.3f}x the engine's",
                   flush=True)
+    return fastest
 
 
 def choose_skinny(skinny_seconds: dict, blas_seconds: dict, max_rows: int) -> str:

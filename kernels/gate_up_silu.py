@@ -1,19 +1,22 @@
-"""The MLP's gate_up projection and SiLU(gate) * up in one kernel, for the few rows of a small
-decode batch (up to `skinny_linear.MAX_ROWS`), on CUDA in 16-bit.
+"""The MLP's gate_up projection and SiLU(gate) * up in one kernel, for decode batches of up to
+256 rows (ROW_CONFIGS), on CUDA in 16-bit.
 
 At batch 1 on an H100 (2026-11-27, the decode_b1 trace) the SiLU x up kernel took 1.5 us a
 layer after the projection, plus the idle at a kernel boundary (~0.4 us) and the write and
-read of the [rows, 2 x intermediate] product between them: ~60 us of a 6 ms step. Here each
-program takes BLOCK_N features of the gate half and the same features of the up half, streams
-both weight blocks through one pipelined loop over K, and writes SiLU(gate) * up.
+read of the [rows, 2 x intermediate] product between them: ~60 us of a 6 ms step. At batch 256
+(the decode_b256 trace) it took 7.1 us a layer, 0.23 ms of a 10.5 ms step; 25,000 tok/s needs
+~0.5 ms less. Here each program takes BLOCK_M rows and BLOCK_N features of the gate half and
+the same features of the up half, streams both weight blocks through one pipelined loop over
+K, and writes SiLU(gate) * up.
 
-The numbers are those of `skinny_linear` followed by `silu_and_mul`: each half is summed as
-the skinny kernel sums it (the same tiles, in the same order) and rounded to the activation
-dtype, as the projection's output is, before SiLU and the product, rounded as that kernel
-rounds them.
+The numbers are those of `skinny_linear` at the same tiles followed by `silu_and_mul`: each
+half is summed as the skinny kernel sums it (the same tiles, in the same order) and rounded to
+the activation dtype, as the projection's output is, before SiLU and the product, rounded as
+that kernel rounds them. Past 16 rows the unfused path is cuBLAS, whose order is its own.
 
-Off (`ENABLED`) until timed on a GPU: `benchmarks/linears.py` times it against the skinny
-projection and the SiLU kernel, `benchmarks/ab_decode.py --gate-up-silu` the whole step.
+Off (`ENABLED`) until timed on a GPU: `benchmarks/linears.py` times it against the projection
+then the SiLU kernel at 1-256 rows, `benchmarks/ab_decode.py --gate-up-silu` the whole step
+(`--gate-up-silu-max-rows 16` for the small batches alone).
 """
 
 from __future__ import annotations
@@ -23,19 +26,26 @@ import triton
 import triton.language as tl
 
 from kernels.dependent_launch import wait_for_predecessor
-from kernels.skinny_linear import MAX_ROWS, SIXTEEN_BIT, few_rows, launch_skinny
+from kernels.skinny_linear import SIXTEEN_BIT, launch_skinny, row_and_feature_offsets
 
 ENABLED = False
-CONFIG = dict(BLOCK_N=16, BLOCK_K=256, NUM_STAGES=3, num_warps=4)  # untuned
+# (up to this many rows, the tiles): untuned. A batch of up to 16 rows is one tile, and its
+# weights are read at the memory's rate; 256 rows are two tiles of 128, a product as much
+# bound by the tensor cores as by the memory, where the kernel must match cuBLAS's GEMM for
+# the SiLU kernel it saves (7.1 us a layer at batch 256, 2026-11-27) to pay.
+ROW_CONFIGS = (
+    (16, dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=256, NUM_STAGES=3, num_warps=4)),
+    (64, dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, NUM_STAGES=4, num_warps=4)),
+    (256, dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, NUM_STAGES=3, num_warps=8)),
+)
 
 
-@triton.jit(do_not_specialize=["M"])  # as the skinny kernel: one compile for 1 to MAX_ROWS rows
+@triton.jit(do_not_specialize=["M"])  # as the skinny kernel: one compile a row configuration
 def _gate_up_silu_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, M, I, K, stride_xm, stride_wn, stride_om,
                          HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr, DEPENDENT_LAUNCH: tl.constexpr):
     wait_for_predecessor(DEPENDENT_LAUNCH)
-    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # features of each half
-    offs_m = tl.arange(0, BLOCK_M)
+    offs_m, offs_n = row_and_feature_offsets(M, BLOCK_M, BLOCK_N)  # features of each half
     offs_k = tl.arange(0, BLOCK_K)
     n_mask, m_mask = offs_n < I, offs_m < M
     gate_ptrs = w_ptr + offs_n[:, None].to(tl.int64) * stride_wn + offs_k[None, :]
@@ -62,20 +72,28 @@ def _gate_up_silu_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, M, I, K, stride_xm, st
     tl.store(out_ptrs, (silu * up).to(dtype), mask=m_mask[:, None] & n_mask[None, :])
 
 
+def config_for(rows: int) -> dict | None:
+    """The tiles for a product of `rows` rows (ROW_CONFIGS), None past the last."""
+    return next((config for max_rows, config in ROW_CONFIGS if rows <= max_rows), None)
+
+
 def gate_up_silu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                  config: dict | None = None) -> torch.Tensor:
-    """x [M, K] (M <= MAX_ROWS, 16-bit, last dim contiguous), weight [2 * I, K] (gate rows, then
-    up rows, as `gate_up_proj` holds them) -> SiLU(gate) * up [M, I]. `config`: BLOCK_N (features
-    of each half a program takes), BLOCK_K, NUM_STAGES, num_warps (CONFIG)."""
+    """x [M, K] (16-bit, last dim contiguous), weight [2 * I, K] (gate rows, then up rows, as
+    `gate_up_proj` holds them) -> SiLU(gate) * up [M, I]. `config`: BLOCK_M (rows a program
+    takes), BLOCK_N (features of each half), BLOCK_K, NUM_STAGES, num_warps (`config_for(M)`;
+    past ROW_CONFIGS, the last)."""
     rows, in_features = x.shape
     assert weight.shape[0] % 2 == 0 and weight.shape[1] == in_features
-    assert rows <= MAX_ROWS and x.stride(-1) == 1 and weight.stride(-1) == 1
+    assert x.stride(-1) == 1 and weight.stride(-1) == 1
     features = weight.shape[0] // 2
     out = torch.empty(rows, features, dtype=x.dtype, device=x.device)
-    launch_skinny(_gate_up_silu_kernel, x, weight, bias, out, features, CONFIG if config is None else config)
+    config = config or config_for(rows) or ROW_CONFIGS[-1][1]
+    launch_skinny(_gate_up_silu_kernel, x, weight, bias, out, features, config)
     return out
 
 
 def takes(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether `gate_up_silu` takes this product: on, few enough rows, 16-bit weights."""
-    return ENABLED and few_rows(x) and weight.dtype in SIXTEEN_BIT
+    """Whether `gate_up_silu` takes this product: on, rows within ROW_CONFIGS, 16-bit weights."""
+    return (ENABLED and x.dim() == 2 and x.stride(-1) == 1 and config_for(x.shape[0]) is not None
+            and weight.dtype in SIXTEEN_BIT)

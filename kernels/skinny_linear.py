@@ -42,14 +42,24 @@ def few_rows(x: torch.Tensor) -> bool:
     return x.dim() == 2 and x.shape[0] <= MAX_ROWS and x.stride(-1) == 1
 
 
+@triton.jit
+def row_and_feature_offsets(M, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """This program's rows and output features. The row tiles of one block of features are
+    neighbours in launch order, so that they find its weights in L2; with one row tile (up to
+    BLOCK_M rows) a program is a block of features."""
+    row_tiles = tl.cdiv(M, BLOCK_M)
+    pid = tl.program_id(0)
+    return ((pid % row_tiles) * BLOCK_M + tl.arange(0, BLOCK_M),
+            (pid // row_tiles) * BLOCK_N + tl.arange(0, BLOCK_N))
+
+
 # The row count is not specialised on: 1 and 16 would each be a compile of their own.
 @triton.jit(do_not_specialize=["M"])
 def _skinny_linear_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
                           HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                           BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr, DEPENDENT_LAUNCH: tl.constexpr):
     wait_for_predecessor(DEPENDENT_LAUNCH)
-    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_m = tl.arange(0, BLOCK_M)
+    offs_m, offs_n = row_and_feature_offsets(M, BLOCK_M, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     n_mask, m_mask = offs_n < N, offs_m < M
     w_ptrs = w_ptr + offs_n[:, None].to(tl.int64) * stride_wn + offs_k[None, :]
@@ -68,11 +78,13 @@ def _skinny_linear_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, s
 
 def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                   config: dict | None = None) -> torch.Tensor:
-    """x [M, K] (M <= MAX_ROWS, 16-bit, last dim contiguous) @ weight [N, K].T + bias -> [M, N],
-    fp32 sums rounded once. `config`: BLOCK_N, BLOCK_K, NUM_STAGES, num_warps (CONFIG)."""
+    """x [M, K] (16-bit, last dim contiguous) @ weight [N, K].T + bias -> [M, N], fp32 sums
+    rounded once. `config`: BLOCK_N, BLOCK_K, NUM_STAGES, num_warps (CONFIG), and BLOCK_M, rows
+    a program takes (MAX_ROWS unless given: larger batches, in tiles of BLOCK_M rows, are for
+    `benchmarks/linears.py` to time against cuBLAS; the engine takes this kernel up to MAX_ROWS)."""
     rows, in_features = x.shape
     out_features = weight.shape[0]
-    assert rows <= MAX_ROWS and weight.shape[1] == in_features and x.stride(-1) == 1 and weight.stride(-1) == 1
+    assert weight.shape[1] == in_features and x.stride(-1) == 1 and weight.stride(-1) == 1
     out = torch.empty(rows, out_features, dtype=x.dtype, device=x.device)
     launch_skinny(_skinny_linear_kernel, x, weight, bias, out, out_features, CONFIG if config is None else config)
     return out
@@ -81,11 +93,12 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 def launch_skinny(kernel, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor,
                   features: int, config: dict) -> None:
     """Launch a kernel of this one's signature (also `kernels/gate_up_silu.py`'s): a program for
-    each BLOCK_N of `features`, every row of x in one tile."""
-    if x.shape[0]:
-        kernel[(triton.cdiv(features, config["BLOCK_N"]),)](
-            x, weight, weight if bias is None else bias, out, x.shape[0], features, x.shape[1],
-            x.stride(0), weight.stride(0), out.stride(0), HAS_BIAS=bias is not None, BLOCK_M=MAX_ROWS,
+    each BLOCK_M rows (config's, or MAX_ROWS) of each BLOCK_N of `features`."""
+    rows, block_m = x.shape[0], config.get("BLOCK_M", MAX_ROWS)
+    if rows:
+        kernel[(triton.cdiv(features, config["BLOCK_N"]) * triton.cdiv(rows, block_m),)](
+            x, weight, weight if bias is None else bias, out, rows, features, x.shape[1],
+            x.stride(0), weight.stride(0), out.stride(0), HAS_BIAS=bias is not None, BLOCK_M=block_m,
             BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"], NUM_STAGES=config["NUM_STAGES"],
             num_warps=config["num_warps"], **dependent_launch_args(x.device))
 

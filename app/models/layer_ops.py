@@ -52,7 +52,7 @@ class TorchLayerOps:
 class TritonLayerOps(TorchLayerOps):
     """One Triton kernel each (kernels/): RMSNorm with the residual add, rotary with the KV
     write (in the Triton backend's cache layout, which is the PyTorch backend's too), and
-    SiLU with the multiply (or, for few rows, with the gate_up projection too: off for now)."""
+    SiLU with the multiply (or, up to 256 rows, with the gate_up projection too: off for now)."""
 
     name = "triton"
 
@@ -74,7 +74,7 @@ class TritonLayerOps(TorchLayerOps):
         return self._rotary_write_kv(q, k, v, cos, sin, kv_cache[0], kv_cache[1], meta.slot_mapping)
 
     def gate_up_silu(self, x, gate_up_proj):
-        """Few rows in 16-bit: the projection and the activation in one kernel, where it is on."""
+        """Up to 256 rows in 16-bit: the projection and the activation in one kernel, where it is on."""
         if self._gate_up_silu.takes(x, gate_up_proj.weight):
             return self._gate_up_silu.gate_up_silu(x, gate_up_proj.weight, gate_up_proj.bias)
         return self.silu_and_mul(gate_up_proj(x))

@@ -62,6 +62,7 @@ class Compiled:
     shared_bytes: int
     async_copies: int  # cp.async instructions in the PTX: loads the pipeliner made asynchronous
     waits_first: bool  # griddepcontrol.wait (programmatic dependent launch) before any memory access
+    tensor_cores: str  # the dots' instructions: "wgmma" (Hopper's warpgroup MMA), "mma" (sm_80's), or ""
 
 
 def _signature(launch: Launch) -> tuple[dict, dict, dict]:
@@ -104,7 +105,11 @@ def compile_for_hopper(launch: Launch, source: ASTSource) -> Compiled:
     used = _resources(compiled.asm["cubin"])
     ptx = compiled.asm["ptx"]
     return Compiled(launch.label, launch.kernel.__name__, used["REG"], used["LOCAL"], compiled.metadata.shared,
-                    ptx.count("cp.async."), _waits_first(ptx))
+                    ptx.count("cp.async."), _waits_first(ptx), _tensor_cores(ptx))
+
+
+def _tensor_cores(ptx: str) -> str:
+    return "wgmma" if "wgmma.mma_async" in ptx else "mma" if "mma.sync" in ptx else ""
 
 
 def _waits_first(ptx: str) -> bool:
@@ -161,7 +166,7 @@ def caught_launches(dependent_launch: bool = False) -> list[Launch]:
     from kernels.argmax import argmax_rows
     from kernels.decode_attention import decode_attention
     from kernels.filtered_sampling import filtered_sample
-    from kernels.gate_up_silu import gate_up_silu
+    from kernels.gate_up_silu import ROW_CONFIGS, gate_up_silu
     from kernels.prefill_attention import prefill_attention
     from kernels.rmsnorm import rms_norm
     from kernels.rotary_kv_write import rotary_write_kv
@@ -208,8 +213,9 @@ def caught_launches(dependent_launch: bool = False) -> list[Launch]:
         catcher.label = "skinny linear (qkv, batch 1)"
         qkv_features = (heads + 2 * kv_heads) * head_dim
         skinny_linear(torch.zeros(1, hidden, **bf16), torch.zeros(qkv_features, hidden, **bf16))
-        catcher.label = "gate_up with SiLU x up (batch 1)"
-        gate_up_silu(torch.zeros(1, hidden, **bf16), torch.zeros(2 * intermediate, hidden, **bf16))
+        for rows, _ in ROW_CONFIGS:  # each configuration at the largest batch it takes
+            catcher.label = f"gate_up with SiLU x up (batch {rows})"
+            gate_up_silu(torch.zeros(rows, hidden, **bf16), torch.zeros(2 * intermediate, hidden, **bf16))
     return catcher.launches
 
 
@@ -258,7 +264,7 @@ def eager_variants() -> dict[str, int]:
             filtered_sample(torch.zeros(tokens, vocab), **rows, floor=torch.zeros(tokens))  # a top-k cut
             if tokens <= MAX_ROWS:
                 skinny_linear(x, torch.zeros(hidden, hidden, **bf16))
-                gate_up_silu(x, torch.zeros(2 * intermediate, hidden, **bf16))
+            gate_up_silu(x, torch.zeros(2 * intermediate, hidden, **bf16))  # 37 tokens: the second row configuration
     variants: dict[str, set[str]] = {}
     for launch in catcher.launches:
         signature, constexprs, attrs = _signature(launch)
@@ -285,10 +291,10 @@ def main() -> None:
         print(json.dumps([asdict(r) for r in results]))
         return
     print(f"Triton {triton.__version__}, target {HOPPER}")
-    print(f"{'launch':<44} {'kernel':<26} {'regs':>5} {'local':>6} {'shared':>7} {'cp.async':>8} {'PDL wait':>8}")
+    print(f"{'launch':<44} {'kernel':<26} {'regs':>5} {'local':>6} {'shared':>7} {'cp.async':>8} {'PDL wait':>8} {'dots':>6}")
     for r in results:
         print(f"{r.label:<44} {r.kernel:<26} {r.registers:>5} {r.local_bytes:>6} {r.shared_bytes:>7} "
-              f"{r.async_copies:>8} {'first' if r.waits_first else '':>8}")
+              f"{r.async_copies:>8} {'first' if r.waits_first else '':>8} {r.tensor_cores:>6}")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,16 @@ def test_skinny_linear_is_the_linear(rows, in_features, out_features, bias):
     torch.testing.assert_close(got.float(), want, atol=2e-3, rtol=2e-3)
 
 
+@pytest.mark.parametrize("rows,block_m", [(40, 16), (33, 32)])
+def test_larger_batches_in_row_tiles_are_the_linear(rows, block_m):
+    """More rows than a tile (what benchmarks/linears.py times at 64 and 256 rows): tiles of
+    block_m rows, the last one partial, across several blocks of features."""
+    x, w, b = _inputs(rows, 200, 40, True, seed=rows)
+    want = F.linear(x.float(), w.float(), b.float())
+    got = skinny_linear(x, w, b, dict(SMALL_TILES, BLOCK_M=block_m))
+    torch.testing.assert_close(got.float(), want, atol=2e-3, rtol=2e-3)
+
+
 def test_the_module_takes_the_kernel_for_small_batches_only(monkeypatch):
     import kernels.skinny_linear as module
     calls = []
