@@ -14,7 +14,8 @@ at small batches; see `kernels/decode_attention.py`); `--plain-launch`, the deco
 Triton kernels launched without programmatic dependent launch (`kernels/dependent_launch.py`);
 `--skinny-linear`, the projections of up to 16 rows through `kernels/skinny_linear.py` instead
 of cuBLAS, with `--skinny-projections`/`--skinny-config` to try others than its defaults
-(the first two from 2026-11-27 on, the last from the commit that added that kernel);
+(the first two from 2026-11-27 on, the last from the commit that added that kernel), and
+`--skinny-rows-config` for its tiles of rows at larger batches;
 `--cublas-linear`, that kernel off (it is on by default from the commit that turned it on);
 `--gate-up-silu`, the gate_up projection and SiLU x up in one kernel for up to 256 rows
 (`--gate-up-silu-max-rows` fewer; `--gate-up-silu-config` other tiles).
@@ -33,6 +34,7 @@ from app.engine.engine import LLMEngine  # noqa: E402
 from benchmarks.decode import run_engine  # noqa: E402
 
 KV_BYTES_PER_TOKEN = 32 * 2 * 8 * 128 * 2  # Llama-3-8B in bf16
+TILE_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_STAGES", "num_warps")
 
 
 def main() -> None:
@@ -49,7 +51,7 @@ def main() -> None:
     parser.add_argument("--plain-launch", action="store_true",
                         help="launch the decode step's Triton kernels without programmatic dependent launch")
     parser.add_argument("--skinny-linear", action="store_true",
-                        help="the projections in kernels.skinny_linear.PROJECTIONS take its kernel up to 16 rows "
+                        help="the projections in kernels.skinny_linear.ROW_CONFIGS take its kernel up to 16 rows "
                              "(on by default in trees from 2026-11-27 on; for the overrides below, or older trees)")
     parser.add_argument("--skinny-projections", nargs="+", help="with --skinny-linear: these projections instead")
     parser.add_argument("--skinny-config", type=int, nargs=4, metavar=("BLOCK_N", "BLOCK_K", "NUM_STAGES", "WARPS"),
@@ -65,27 +67,12 @@ def main() -> None:
                         metavar=("ROWS", "BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_STAGES", "WARPS"),
                         help="with --gate-up-silu: these tiles for the row configuration of up to ROWS rows "
                              "(benchmarks/linears.py's choice); repeatable")
+    parser.add_argument("--skinny-rows-config", nargs="+", action="append", default=[],
+                        metavar="PROJECTION ROWS BLOCK_M BLOCK_N BLOCK_K NUM_STAGES WARPS | PROJECTION ROWS cublas",
+                        help="the skinny kernel for PROJECTION at batches up to ROWS (past the row configuration "
+                             "before) in these tiles, or cuBLAS there (benchmarks/linears.py's choice); repeatable")
     args = parser.parse_args()
-    if args.gate_up_silu:
-        import kernels.gate_up_silu as fused
-        fused.ENABLED = True
-        chosen = {rows: dict(zip(("BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_STAGES", "num_warps"), tiles))
-                  for rows, *tiles in args.gate_up_silu_config}
-        fused.ROW_CONFIGS = tuple((rows, chosen.get(rows, config)) for rows, config in fused.ROW_CONFIGS
-                                  if rows <= (args.gate_up_silu_max_rows or rows))
-    if args.skinny_linear or args.cublas_linear:
-        import kernels.skinny_linear as skinny
-        skinny.ENABLED = args.skinny_linear
-        if args.skinny_projections:
-            skinny.PROJECTIONS = tuple(args.skinny_projections)
-        if args.skinny_config:
-            skinny.CONFIG = dict(zip(("BLOCK_N", "BLOCK_K", "NUM_STAGES", "num_warps"), args.skinny_config))
-    if args.plain_launch:
-        import kernels.dependent_launch
-        kernels.dependent_launch.ENABLED = False
-    if args.program_per_split:
-        from kernels.backend import TUNED_16BIT_DECODE
-        TUNED_16BIT_DECODE["decode_options"]["program_per_split"] = True
+    turn_choices(args)
     most = max(args.batch_sizes + args.sampled_batch_sizes)
     kv_gib = most * (args.prompt_len + 144) * KV_BYTES_PER_TOKEN / 2**30 * 1.2 + 1
     engine = LLMEngine(EngineConfig(model=args.model_dir, dtype="bfloat16", device="cuda", kv_cache_memory_gib=kv_gib,
@@ -97,6 +84,34 @@ def main() -> None:
                               sampled)["decode_tok_s"] for r in range(args.repeats))
         print(f"{args.label} max_model_len {args.max_model_len} prompt {args.prompt_len} batch {batch:3d} "
               f"{'sampled' if sampled else 'greedy '}: decode {best:9.1f} tok/s", flush=True)
+
+
+def turn_choices(args: argparse.Namespace) -> None:
+    """Set the kernels' module settings as the flags say, before the engine is built."""
+    if args.gate_up_silu:
+        import kernels.gate_up_silu as fused
+        fused.ENABLED = True
+        chosen = {rows: dict(zip(TILE_KEYS, tiles)) for rows, *tiles in args.gate_up_silu_config}
+        fused.ROW_CONFIGS = tuple((rows, chosen.get(rows, config)) for rows, config in fused.ROW_CONFIGS
+                                  if rows <= (args.gate_up_silu_max_rows or rows))
+    if args.skinny_linear or args.cublas_linear or args.skinny_rows_config:
+        import kernels.skinny_linear as skinny
+        skinny.ENABLED = not args.cublas_linear
+        if args.skinny_projections or args.skinny_config:
+            small = dict(zip(TILE_KEYS[1:], args.skinny_config)) if args.skinny_config else skinny.CONFIG
+            skinny.ROW_CONFIGS = {projection: ((skinny.MAX_ROWS, small),)
+                                  for projection in args.skinny_projections or skinny.ROW_CONFIGS}
+        for projection, rows, *tiles in args.skinny_rows_config:
+            assert tiles == ["cublas"] or len(tiles) == len(TILE_KEYS), f"--skinny-rows-config {projection} {rows} {tiles}"
+            configs = dict(skinny.ROW_CONFIGS.get(projection, ((skinny.MAX_ROWS, None),)))  # new: cuBLAS up to 16
+            configs[int(rows)] = None if tiles == ["cublas"] else dict(zip(TILE_KEYS, map(int, tiles)))
+            skinny.ROW_CONFIGS = {**skinny.ROW_CONFIGS, projection: tuple(sorted(configs.items()))}
+    if args.plain_launch:
+        import kernels.dependent_launch
+        kernels.dependent_launch.ENABLED = False
+    if args.program_per_split:
+        from kernels.backend import TUNED_16BIT_DECODE
+        TUNED_16BIT_DECODE["decode_options"]["program_per_split"] = True
 
 
 if __name__ == "__main__":

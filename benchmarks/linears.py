@@ -15,12 +15,13 @@ gate_up_proj with SiLU x up in one kernel (`kernels/gate_up_silu.py`) against th
     python benchmarks/linears.py --rows 1 --projections qkv_proj o_proj
 
 What to do with it: a projection where a skinny configuration beats the default at every row
-count up to 16 goes in `kernels.skinny_linear.PROJECTIONS`, with the best configuration as
+count up to 16 goes in `kernels.skinny_linear.ROW_CONFIGS`, with the best configuration as
 `CONFIG`; then `benchmarks/ab_decode.py --skinny-linear` times the whole step against the same
-tree without. If cuBLASLt wins at 64 and 256 rows, the engine could prefer it at start-up.
+tree without. Tiles of rows that beat it at 64 or 256 rows go there too, once the step says so. If cuBLASLt wins at 64 and 256 rows, the engine could prefer it at start-up.
 The line `skinny choice: ...` is that rule applied (`scripts/gpu_owed.sh` passes it on to the
 A/B): the configuration that saves the most time over the projections it wins at every row
-count, as `ab_decode.py` arguments, or `none`. The line `gate_up_silu choice: ...` gives the
+count, as `ab_decode.py` arguments, or `none`; `skinny rows choice: ...` the tiles of rows
+that beat cuBLAS at 64 or 256 rows, by projection. The line `gate_up_silu choice: ...` gives the
 fastest fused configuration of each of its row configurations (`ROW_CONFIGS`), timed at that
 configuration's largest batch, as `ab_decode.py --gate-up-silu` arguments.
 """
@@ -115,6 +116,7 @@ def main() -> int:
                       f"{2 * rows * weight.numel() / seconds / 1e12:6.1f} TFLOP/s  "
                       f"{base / seconds:5.3f}x torch's choice", flush=True)
     print("skinny choice:", choose_skinny(skinny_seconds, blas_seconds, MAX_ROWS))
+    print("skinny rows choice:", choose_row_tiles(skinny_seconds, blas_seconds))
     print("gate_up_silu choice:", " ".join(f"--gate-up-silu-config {rows} {' '.join(str(c[k]) for k in CONFIG_KEYS)}"
                                            for rows, c in sorted(gate_up_silu_choice.items())) or "none")
     return 0
@@ -163,6 +165,27 @@ def time_gate_up_silu(rows_list: list[int], copy: float) -> dict[int, dict]:
                   f"{100 * nbytes / seconds / copy:5.1f}% of copy  {timed[0][1] / seconds:5.3f}x the engine's",
                   flush=True)
     return fastest
+
+
+def choose_row_tiles(skinny_seconds: dict, blas_seconds: dict) -> str:
+    """For each projection that some tiles of rows beat torch's choice at, at 64 or 256 rows:
+    the fastest tiles at each of those row counts, or cuBLAS where none won, as
+    `ab_decode.py --skinny-rows-config` arguments (a batch takes the first row count that
+    holds it); `none` if no projection."""
+    by_name = {_name(c): c for configs in WIDE_CONFIGS.values() for c in configs}
+    chosen = []
+    for projection, by_rows in blas_seconds.items():
+        choice = []
+        for rows in sorted(r for r in WIDE_CONFIGS if r in by_rows):
+            mine = [(by_config[rows], name) for (name, p), by_config in skinny_seconds.items()
+                    if p == projection and name in by_name and rows in by_config]
+            best = min(mine, default=None)
+            won = best is not None and best[0] < by_rows[rows]
+            tiles = " ".join(str(by_name[best[1]][k]) for k in CONFIG_KEYS) if won else "cublas"
+            choice.append((won, f"--skinny-rows-config {projection} {rows} {tiles}"))
+        if any(won for won, _ in choice):
+            chosen += [arguments for _, arguments in choice]
+    return " ".join(chosen) or "none"
 
 
 def choose_skinny(skinny_seconds: dict, blas_seconds: dict, max_rows: int) -> str:

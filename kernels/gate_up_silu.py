@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from kernels.dependent_launch import wait_for_predecessor
-from kernels.skinny_linear import SIXTEEN_BIT, launch_skinny, row_and_feature_offsets
+from kernels.skinny_linear import SIXTEEN_BIT, launch_skinny, row_and_feature_offsets, tiles_for
 
 ENABLED = False
 # (up to this many rows, the tiles): untuned. A batch of up to 16 rows is one tile, and its
@@ -74,7 +74,7 @@ def _gate_up_silu_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, M, I, K, stride_xm, st
 
 def config_for(rows: int) -> dict | None:
     """The tiles for a product of `rows` rows (ROW_CONFIGS), None past the last."""
-    return next((config for max_rows, config in ROW_CONFIGS if rows <= max_rows), None)
+    return tiles_for(ROW_CONFIGS, rows)
 
 
 def gate_up_silu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,

@@ -9,14 +9,14 @@ from collections.abc import Callable
 from torch import nn
 
 
-def replace_linears(model: nn.Module, replacement: Callable[[nn.Linear], nn.Module],
+def replace_linears(model: nn.Module, replacement: Callable[[str, nn.Linear], nn.Module],
                     wanted: Callable[[str, nn.Linear], bool]) -> int:
     """Replace every `nn.Linear` child for which `wanted(its attribute name, it)` holds with
-    `replacement(it)`; returns how many."""
+    `replacement(its attribute name, it)`; returns how many."""
     replaced = 0
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if isinstance(child, nn.Linear) and wanted(name, child):
-                setattr(module, name, replacement(child))
+                setattr(module, name, replacement(name, child))
                 replaced += 1
     return replaced

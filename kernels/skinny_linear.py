@@ -1,5 +1,6 @@
 """Linear layers for the few rows of a small decode batch (up to MAX_ROWS tokens), on CUDA in
-16-bit: a product that only has to read its weights once, at the memory's rate.
+16-bit: a product that only has to read its weights once, at the memory's rate; and, to be
+timed against cuBLAS, the same kernel in tiles of rows for larger batches.
 
 At batch 1 on an H100 (2026-11-27, the decode_b1 trace, Llama-3-8B shape), cuBLAS read the
 gate_up and down weights at 2.86 and 2.70 TB/s, but qkv's at 2.36 (79% of copy: 96 CTAs on 132
@@ -14,6 +15,13 @@ only with 2 warps (1.01-1.03x), down_proj by at most 1.5%. So the kernel takes o
 gate_up_proj with the configuration best over both, and the whole batch-1 step ran 1.040, 1.043
 and 1.017x faster than without it, alternated over three rounds (`benchmarks/ab_decode.py
 --skinny-linear`; 168.6-168.8 against 161.7-165.9 tok/s greedy).
+
+Larger batches go in tiles of BLOCK_M rows (a program each per block of features, the row
+tiles of one block neighbours in launch order, so that they share its weights in L2): at 256
+rows on an H100 cuBLAS read o_proj's weights at only 47% of copy, qkv's at 58% (2026-11-27).
+Which projections take which tiles at which batch is `ROW_CONFIGS`; past 16 rows it names
+none until `benchmarks/linears.py` times the tiles and `benchmarks/ab_decode.py
+--skinny-rows-config` the step.
 
 Only the 16-bit products are replaced: in fp32 the engine equals transformers token for token,
 which a different summation order would not promise.
@@ -31,15 +39,20 @@ from kernels.dependent_launch import dependent_launch_args, wait_for_predecessor
 from kernels.replace_linears import replace_linears
 
 ENABLED = True
-MAX_ROWS = 16  # one tensor-core tile of rows; larger batches keep cuBLAS
-PROJECTIONS = ("o_proj", "gate_up_proj")  # where it beat cuBLAS at every row count
+MAX_ROWS = 16  # one tensor-core tile of rows: a program's rows unless its tiles say (BLOCK_M)
 CONFIG = dict(BLOCK_N=16, BLOCK_K=256, NUM_STAGES=4, num_warps=2)
+# The projections that take the kernel, each with its row configurations: (up to this many
+# rows, the tiles, or None for cuBLAS), the first that holds a batch; past the last, cuBLAS.
+# o_proj and gate_up_proj beat cuBLAS at every row count up to 16 (2026-11-27); larger batches
+# keep cuBLAS until benchmarks/linears.py times the tiles of rows (WIDE_CONFIGS) against it.
+ROW_CONFIGS = {"o_proj": ((MAX_ROWS, CONFIG),), "gate_up_proj": ((MAX_ROWS, CONFIG),)}
 SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 
 
-def few_rows(x: torch.Tensor) -> bool:
-    """Whether a product of x can take a skinny kernel (this one, `kernels/gate_up_silu.py`)."""
-    return x.dim() == 2 and x.shape[0] <= MAX_ROWS and x.stride(-1) == 1
+def tiles_for(row_configs, rows: int) -> dict | None:
+    """The tiles of the first (max rows, tiles) in `row_configs` that holds `rows` rows; None
+    (cuBLAS) past the last or where it says so."""
+    return next((tiles for max_rows, tiles in row_configs if rows <= max_rows), None)
 
 
 @triton.jit
@@ -104,23 +117,25 @@ def launch_skinny(kernel, x: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
 
 
 class SkinnyLinear(nn.Module):
-    """An `nn.Linear` whose products of up to MAX_ROWS rows run `skinny_linear`; larger ones,
-    cuBLAS (F.linear)."""
+    """An `nn.Linear` whose products run `skinny_linear` at the tiles its row configurations
+    give for their number of rows, and cuBLAS (F.linear) where they give none."""
 
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, linear: nn.Linear, row_configs=((MAX_ROWS, CONFIG),)):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias
+        self.row_configs = row_configs
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if few_rows(x):
-            return skinny_linear(x, self.weight, self.bias)
+        tiles = tiles_for(self.row_configs, x.shape[0]) if x.dim() == 2 and x.stride(-1) == 1 else None
+        if tiles is not None:
+            return skinny_linear(x, self.weight, self.bias, tiles)
         return F.linear(x, self.weight, self.bias)
 
 
-def use_skinny_linears(model: nn.Module, projections: tuple[str, ...] | None = None) -> int:
-    """Replace the 16-bit `nn.Linear`s named in `projections` (None: PROJECTIONS) with
-    `SkinnyLinear`s; returns how many."""
-    projections = PROJECTIONS if projections is None else projections
-    return replace_linears(model, SkinnyLinear, lambda name, linear: (
-        name in projections and linear.weight.dtype in SIXTEEN_BIT))
+def use_skinny_linears(model: nn.Module, row_configs: dict | None = None) -> int:
+    """Replace the 16-bit `nn.Linear`s named in `row_configs` (projection: its row
+    configurations; None: ROW_CONFIGS as it is now) with `SkinnyLinear`s; returns how many."""
+    row_configs = ROW_CONFIGS if row_configs is None else row_configs
+    return replace_linears(model, lambda name, linear: SkinnyLinear(linear, row_configs[name]),
+                           lambda name, linear: name in row_configs and linear.weight.dtype in SIXTEEN_BIT)

@@ -35,7 +35,8 @@
 #   GATE_UP_SILU_ARGS); a program per split at batch 1 (--program-per-split, below); and the
 #   skinny choice (SKINNY_ARGS, or what "linears" chose), e.g. SKINNY_ARGS="--skinny-projections
 #   o_proj gate_up_proj --skinny-config 32 256 4 4": o_proj alone read 1.07-1.09x faster with 32
-#   features a program. By arithmetic the fused kernel saves ~60 us of a 6 ms batch-1 step
+#   features a program; with tiles of rows where "linears" found them faster than cuBLAS at 64
+#   or 256 rows (SKINNY_ROWS_ARGS), that side runs batch 256 too. By arithmetic the fused kernel saves ~60 us of a 6 ms batch-1 step
 #   (the SiLU kernel, its boundary, the product's write and read) and at batch 256 the SiLU
 #   kernel's 7.1 us a layer (0.23 ms of 10.5), if its GEMM keeps up with cuBLAS's there.
 # - "long": batch 1 with 2,048-token prompts, both grids. On 2026-11-27 the per-split grid read
@@ -55,12 +56,14 @@
 #     rm -rf gpu_run/*/checkpoints gpu_run/*/tests gpu_run/*/benchmarks/results
 # What to do with the results: if the per-split grid wins at long contexts, take it by the
 # longest context (never by the batch; the bits are the same); where a skinny configuration beats
-# torch's choice at every row count up to 16, set kernels/skinny_linear.py's PROJECTIONS and
+# torch's choice at every row count up to 16, set kernels/skinny_linear.py's ROW_CONFIGS and
 # CONFIG; where gate_up + SiLU wins the step, turn it on (kernels/gate_up_silu.py's ENABLED) with
 # the tiles "ab" ran, dropping from ROW_CONFIGS the batches where it lost; keep what the "ab"
-# lines show faster. "linears" leaves its choices in /tmp/skinny_choice and
-# /tmp/gate_up_silu_choice, which a later "ab" on the same warm machine takes when SKINNY_ARGS /
-# GATE_UP_SILU_ARGS are unset ("none": no skinny side; the fused kernel's own ROW_CONFIGS).
+# lines show faster; where tiles of rows won the step at 256 ("skinny rows choice"), put them in
+# kernels/skinny_linear.py's ROW_CONFIGS. "linears" leaves its choices in /tmp/skinny_choice,
+# /tmp/skinny_rows_choice and /tmp/gate_up_silu_choice, which a later "ab" on the same warm
+# machine takes when SKINNY_ARGS / SKINNY_ROWS_ARGS / GATE_UP_SILU_ARGS are unset ("none": no
+# skinny side, or none at 256; the fused kernel's own ROW_CONFIGS).
 set -o pipefail
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
 PARTS=${*:-tests kernels linears decode ab long spec}
@@ -89,9 +92,13 @@ for part in $PARTS; do
 from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&1 | tail -1
     rounds="1 2"
     [ -z "${SKINNY_ARGS+set}" ] && [ -s /tmp/skinny_choice ] && SKINNY_ARGS=$(cat /tmp/skinny_choice)
+    [ "$SKINNY_ARGS" = none ] && SKINNY_ARGS=
+    [ -z "${SKINNY_ROWS_ARGS+set}" ] && [ -s /tmp/skinny_rows_choice ] && SKINNY_ROWS_ARGS=$(cat /tmp/skinny_rows_choice)
+    [ "$SKINNY_ROWS_ARGS" = none ] && SKINNY_ROWS_ARGS=
+    skinny_batches=1; [ -z "$SKINNY_ROWS_ARGS" ] || skinny_batches="1 256"
     [ -z "${GATE_UP_SILU_ARGS+set}" ] && [ -s /tmp/gate_up_silu_choice ] && GATE_UP_SILU_ARGS=$(cat /tmp/gate_up_silu_choice)
     [ "$GATE_UP_SILU_ARGS" = none ] && GATE_UP_SILU_ARGS=
-    echo "skinny arguments: ${SKINNY_ARGS:-(the defaults)}; gate_up_silu: ${GATE_UP_SILU_ARGS:-(its ROW_CONFIGS)}" \
+    echo "skinny: ${SKINNY_ARGS:-(the defaults)} ${SKINNY_ROWS_ARGS}; gate_up_silu: ${GATE_UP_SILU_ARGS:-(its ROW_CONFIGS)}" \
       | tee "$OUT/skinny_args.log"
     for round in $rounds; do
       if [ $part = ab ]; then
@@ -103,8 +110,9 @@ from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&
           --sampled-batch-sizes --gate-up-silu $GATE_UP_SILU_ARGS 2>&1 | grep "decode "
         timeout 60 python3 benchmarks/ab_decode.py --label "program-per-split-$round" --batch-sizes 1 \
           --sampled-batch-sizes --program-per-split 2>&1 | grep "decode "
-        [ -z "$SKINNY_ARGS" ] || [ "$SKINNY_ARGS" = none ] || timeout 60 python3 benchmarks/ab_decode.py \
-          --label "skinny-choice-$round" --batch-sizes 1 --sampled-batch-sizes --skinny-linear $SKINNY_ARGS 2>&1 \
+        [ -z "$SKINNY_ARGS$SKINNY_ROWS_ARGS" ] || timeout 90 python3 benchmarks/ab_decode.py \
+          --label "skinny-choice-$round" --batch-sizes $skinny_batches --sampled-batch-sizes --skinny-linear \
+          $SKINNY_ARGS $SKINNY_ROWS_ARGS 2>&1 \
           | grep "decode "
       else
         timeout 60 python3 benchmarks/ab_decode.py --label "long-$round" --batch-sizes 1 --sampled-batch-sizes \
@@ -135,6 +143,7 @@ from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&
     # for "ab" on the same warm machine: what linears.py chose, unless SKINNY_ARGS /
     # GATE_UP_SILU_ARGS say
     sed -n 's/^skinny choice: //p' "$OUT/linears.log" > /tmp/skinny_choice
+    sed -n 's/^skinny rows choice: //p' "$OUT/linears.log" > /tmp/skinny_rows_choice
     sed -n 's/^gate_up_silu choice: //p' "$OUT/linears.log" > /tmp/gate_up_silu_choice ;;
   *) echo "unknown part $part (tests kernels linears decode ab long spec)" ;;
   esac

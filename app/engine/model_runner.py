@@ -55,6 +55,15 @@ def kv_block_bytes(cfg: ModelConfig, block_size: int, dtype: torch.dtype) -> int
     return 2 * cfg.num_hidden_layers * block_size * cfg.num_key_value_heads * cfg.head_dim * itemsize
 
 
+def linear_kernel_batches() -> list[int]:
+    """The largest batch of each row configuration of the Triton linear kernels that are on
+    (`kernels/skinny_linear.py`, `kernels/gate_up_silu.py`): the rows that compile each."""
+    from kernels import gate_up_silu, skinny_linear
+    configs = [c for row_configs in skinny_linear.ROW_CONFIGS.values() for c in row_configs] if skinny_linear.ENABLED else []
+    configs += list(gate_up_silu.ROW_CONFIGS) if gate_up_silu.ENABLED else []
+    return sorted({rows for rows, tiles in configs if tiles is not None})
+
+
 class ModelRunner:
     def __init__(self, config: EngineConfig, model_config: ModelConfig, max_model_len: int,
                  multi_token: MultiTokenSteps | None = None):
@@ -102,8 +111,12 @@ class ModelRunner:
         and not on the first request (a second or more each): the backend's warm-up shapes
         (on an H100 a first request of 3 prompts still compiled a prefill variant when only a
         5-token prompt was warmed, 2026-11-27). Every row is padding: its slots are -1, so no
-        K/V is written, and what it reads is discarded."""
-        for query_len, seq_len in self.backend.warm_up_shapes(self.max_model_len):
+        K/V is written, and what it reads is discarded. Then a prompt as long as the largest
+        batch of each row configuration the linear kernels take (one compile holds all of a
+        configuration's batches; CUDA graphs compile decode's at capture, not prefill's)."""
+        shapes = self.backend.warm_up_shapes(self.max_model_len)
+        shapes += [(n, n) for n in linear_kernel_batches() if n <= self.max_model_len and (n, n) not in shapes]
+        for query_len, seq_len in shapes:
             step = StepArrays(
                 input_ids=np.zeros(query_len, dtype=np.int64),
                 positions=np.arange(seq_len - query_len, seq_len, dtype=np.int64),

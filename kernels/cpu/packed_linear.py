@@ -36,4 +36,5 @@ class PackedLinear(nn.Module):
 
 def pack_linears(model: nn.Module) -> int:
     """Replace every fp32 `nn.Linear` in `model` with a `PackedLinear`; returns how many."""
-    return replace_linears(model, PackedLinear, lambda name, linear: linear.weight.dtype == torch.float32)
+    return replace_linears(model, lambda name, linear: PackedLinear(linear),
+                           lambda name, linear: linear.weight.dtype == torch.float32)

@@ -62,3 +62,32 @@ def test_the_start_up_warm_up_writes_no_kv(tiny_checkpoint):
     before = [cache.clone() for cache in engine.runner.kv_caches]
     engine.runner.warm_up()
     assert all(torch.equal(cache, was) for cache, was in zip(engine.runner.kv_caches, before))
+
+
+def test_the_warm_up_runs_a_prompt_for_each_row_configuration_of_the_linear_kernels_on(monkeypatch,
+                                                                                      tiny_checkpoint):
+    """Outside CUDA graphs (prompts) a row configuration of the skinny or fused gate_up kernels
+    would compile on the first request that reaches it: the warm-up runs a prompt of its
+    largest batch, for the configurations that take the kernel and only while it is on."""
+    import kernels.gate_up_silu as fused
+    import kernels.skinny_linear as skinny
+    from app.engine.model_runner import linear_kernel_batches
+    engine = LLMEngine(EngineConfig(model=str(tiny_checkpoint), attention_backend="triton", device="cpu",
+                                    num_kv_blocks=32, max_num_batched_tokens=24, max_model_len=200))
+    lengths = []
+    monkeypatch.setattr(engine.runner, "model", lambda input_ids, *rest: lengths.append(len(input_ids)))
+    tiles = dict(BLOCK_M=64, BLOCK_N=32, BLOCK_K=64, NUM_STAGES=2, num_warps=4)
+    monkeypatch.setattr(skinny, "ROW_CONFIGS", {"o_proj": ((16, skinny.CONFIG), (64, None), (128, tiles))})
+    monkeypatch.setattr(fused, "ENABLED", False)
+    assert linear_kernel_batches() == [16, 128]
+    engine.runner.warm_up()
+    backend_lengths = [n for n, _ in engine.runner.backend.warm_up_shapes(200)]
+    assert 128 in lengths and 64 in backend_lengths and lengths.count(64) == 1 and 256 not in lengths
+    monkeypatch.setattr(fused, "ENABLED", True)
+    assert linear_kernel_batches() == sorted({16, 128} | {rows for rows, _ in fused.ROW_CONFIGS})
+    monkeypatch.setattr(skinny, "ENABLED", False)
+    monkeypatch.setattr(fused, "ENABLED", False)
+    assert linear_kernel_batches() == []
+    lengths.clear()
+    engine.runner.warm_up()
+    assert 128 not in lengths

@@ -44,16 +44,22 @@ def test_larger_batches_in_row_tiles_are_the_linear(rows, block_m):
     torch.testing.assert_close(got.float(), want, atol=2e-3, rtol=2e-3)
 
 
-def test_the_module_takes_the_kernel_for_small_batches_only(monkeypatch):
+def test_the_module_takes_the_kernel_at_the_batches_its_row_configurations_give(monkeypatch):
+    """Up to 16 rows in the small tiles (the default), 17-64 cuBLAS, 65-128 tiles of 64 rows,
+    past the last configuration cuBLAS."""
     import kernels.skinny_linear as module
     calls = []
-    monkeypatch.setattr(module, "skinny_linear", lambda x, w, b: calls.append(len(x)) or F.linear(x, w, b))
+    monkeypatch.setattr(module, "skinny_linear", lambda x, w, b, tiles: calls.append((len(x), tiles)) or F.linear(x, w, b))
     linear = nn.Linear(32, 8).half().to(DEVICE)
-    skinny = SkinnyLinear(linear)
-    for rows in (1, MAX_ROWS, MAX_ROWS + 1, 64):
+    wide = dict(SMALL_TILES, BLOCK_M=64)
+    skinny = SkinnyLinear(linear, ((MAX_ROWS, SMALL_TILES), (64, None), (128, wide)))
+    for rows in (1, MAX_ROWS, MAX_ROWS + 1, 64, 65, 128, 129):
         x = torch.randn(rows, 32).half().to(DEVICE)
         assert torch.equal(skinny(x), linear(x))
-    assert calls == [1, MAX_ROWS]
+    assert calls == [(1, SMALL_TILES), (MAX_ROWS, SMALL_TILES), (65, wide), (128, wide)]
+    calls.clear()
+    SkinnyLinear(linear)(torch.randn(MAX_ROWS + 1, 32).half().to(DEVICE))  # by default: up to 16 rows
+    assert calls == []
 
 
 class _Layer(nn.Module):
@@ -62,16 +68,18 @@ class _Layer(nn.Module):
         self.qkv_proj, self.o_proj, self.down_proj = (nn.Linear(8, 8).to(dtype) for _ in range(3))
 
 
-def test_only_the_named_16_bit_projections_are_replaced():
+def test_only_the_named_16_bit_projections_are_replaced_each_with_its_row_configurations():
     model = nn.ModuleList([_Layer(torch.bfloat16), _Layer(torch.float32)])
-    assert use_skinny_linears(model, ("qkv_proj", "o_proj")) == 2
+    small, wide = ((MAX_ROWS, SMALL_TILES),), ((MAX_ROWS, None), (256, dict(SMALL_TILES, BLOCK_M=64)))
+    assert use_skinny_linears(model, {"qkv_proj": small, "o_proj": wide}) == 2
     assert isinstance(model[0].qkv_proj, SkinnyLinear) and isinstance(model[0].o_proj, SkinnyLinear)
+    assert model[0].qkv_proj.row_configs == small and model[0].o_proj.row_configs == wide
     assert type(model[0].down_proj) is nn.Linear and type(model[1].qkv_proj) is nn.Linear
 
 
-def test_without_names_the_module_setting_at_call_time_is_used(monkeypatch):
-    """benchmarks/ab_decode.py sets PROJECTIONS before the engine is built."""
+def test_without_row_configurations_the_module_setting_at_replacement_is_used(monkeypatch):
+    """benchmarks/ab_decode.py sets ROW_CONFIGS before the engine is built."""
     import kernels.skinny_linear as module
-    monkeypatch.setattr(module, "PROJECTIONS", ("down_proj",))
+    monkeypatch.setattr(module, "ROW_CONFIGS", {"down_proj": ((MAX_ROWS, SMALL_TILES),)})
     model = _Layer(torch.float16)
     assert use_skinny_linears(model) == 1 and isinstance(model.down_proj, SkinnyLinear)
