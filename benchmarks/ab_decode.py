@@ -35,6 +35,7 @@ from benchmarks.decode import run_engine  # noqa: E402
 
 KV_BYTES_PER_TOKEN = 32 * 2 * 8 * 128 * 2  # Llama-3-8B in bf16
 TILE_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_STAGES", "num_warps")
+SKINNY_TILE_KEYS = TILE_KEYS + ("SPLIT_K",)
 
 
 def main() -> None:
@@ -68,7 +69,7 @@ def main() -> None:
                         help="with --gate-up-silu: these tiles for the row configuration of up to ROWS rows "
                              "(benchmarks/linears.py's choice); repeatable")
     parser.add_argument("--skinny-rows-config", nargs="+", action="append", default=[],
-                        metavar="PROJECTION ROWS BLOCK_M BLOCK_N BLOCK_K NUM_STAGES WARPS | PROJECTION ROWS cublas",
+                        metavar="PROJECTION ROWS BLOCK_M BLOCK_N BLOCK_K NUM_STAGES WARPS SPLIT_K | PROJECTION ROWS cublas",
                         help="the skinny kernel for PROJECTION at batches up to ROWS (past the row configuration "
                              "before) in these tiles, or cuBLAS there (benchmarks/linears.py's choice); repeatable")
     args = parser.parse_args()
@@ -102,9 +103,9 @@ def turn_choices(args: argparse.Namespace) -> None:
             skinny.ROW_CONFIGS = {projection: ((skinny.MAX_ROWS, small),)
                                   for projection in args.skinny_projections or skinny.ROW_CONFIGS}
         for projection, rows, *tiles in args.skinny_rows_config:
-            assert tiles == ["cublas"] or len(tiles) == len(TILE_KEYS), f"--skinny-rows-config {projection} {rows} {tiles}"
+            assert tiles == ["cublas"] or len(tiles) == len(SKINNY_TILE_KEYS), f"--skinny-rows-config {projection} {rows} {tiles}"
             configs = dict(skinny.ROW_CONFIGS.get(projection, ((skinny.MAX_ROWS, None),)))  # new: cuBLAS up to 16
-            configs[int(rows)] = None if tiles == ["cublas"] else dict(zip(TILE_KEYS, map(int, tiles)))
+            configs[int(rows)] = None if tiles == ["cublas"] else dict(zip(SKINNY_TILE_KEYS, map(int, tiles)))
             skinny.ROW_CONFIGS = {**skinny.ROW_CONFIGS, projection: tuple(sorted(configs.items()))}
     if args.plain_launch:
         import kernels.dependent_launch

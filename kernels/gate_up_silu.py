@@ -43,9 +43,10 @@ ROW_CONFIGS = (
 @triton.jit(do_not_specialize=["M"])  # as the skinny kernel: one compile a row configuration
 def _gate_up_silu_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, M, I, K, stride_xm, stride_wn, stride_om,
                          HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr, DEPENDENT_LAUNCH: tl.constexpr):
+                         BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr, ONE_ROW_TILE: tl.constexpr,
+                         DEPENDENT_LAUNCH: tl.constexpr):
     wait_for_predecessor(DEPENDENT_LAUNCH)
-    offs_m, offs_n = row_and_feature_offsets(M, BLOCK_M, BLOCK_N)  # features of each half
+    offs_m, offs_n = row_and_feature_offsets(tl.program_id(0), M, BLOCK_M, BLOCK_N, ONE_ROW_TILE)  # features of each half
     offs_k = tl.arange(0, BLOCK_K)
     n_mask, m_mask = offs_n < I, offs_m < M
     gate_ptrs = w_ptr + offs_n[:, None].to(tl.int64) * stride_wn + offs_k[None, :]

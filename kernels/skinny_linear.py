@@ -19,8 +19,13 @@ and 1.017x faster than without it, alternated over three rounds (`benchmarks/ab_
 Larger batches go in tiles of BLOCK_M rows (a program each per block of features, the row
 tiles of one block neighbours in launch order, so that they share its weights in L2): at 256
 rows on an H100 cuBLAS read o_proj's weights at only 47% of copy, qkv's at 58% (2026-11-27).
-Which projections take which tiles at which batch is `ROW_CONFIGS`; past 16 rows it names
-none until `benchmarks/linears.py` times the tiles and `benchmarks/ab_decode.py
+o_proj and down_proj have 4,096 features, 32 tiles of 128 x 256 rows for 132 SMs, so a tile's
+K can be cut into SPLIT_K parts, each a program that writes its fp32 sums; the tile's last
+part to arrive (a count per tile) adds them up in the parts' order, so the bits do not depend
+on the arrival, and puts the count back to zero. The counts live as long as the process, for
+CUDA graphs to replay; launches on one stream only, as the engine's are (two at once would
+share them). Which projections take which tiles at which batch is `ROW_CONFIGS`; past 16 rows
+it names none until `benchmarks/linears.py` times the tiles and `benchmarks/ab_decode.py
 --skinny-rows-config` the step.
 
 Only the 16-bit products are replaced: in fp32 the engine equals transformers token for token,
@@ -56,64 +61,118 @@ def tiles_for(row_configs, rows: int) -> dict | None:
 
 
 @triton.jit
-def row_and_feature_offsets(M, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """This program's rows and output features. The row tiles of one block of features are
+def row_and_feature_offsets(tile, M, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ONE_ROW_TILE: tl.constexpr):
+    """A tile's rows and output features. The row tiles of one block of features are
     neighbours in launch order, so that they find its weights in L2; with one row tile (up to
-    BLOCK_M rows) a program is a block of features."""
+    BLOCK_M rows, a small decode batch: no division) a tile is a block of features."""
+    if ONE_ROW_TILE:
+        return tl.arange(0, BLOCK_M), tile * BLOCK_N + tl.arange(0, BLOCK_N)
     row_tiles = tl.cdiv(M, BLOCK_M)
-    pid = tl.program_id(0)
-    return ((pid % row_tiles) * BLOCK_M + tl.arange(0, BLOCK_M),
-            (pid // row_tiles) * BLOCK_N + tl.arange(0, BLOCK_N))
+    return ((tile % row_tiles) * BLOCK_M + tl.arange(0, BLOCK_M),
+            (tile // row_tiles) * BLOCK_N + tl.arange(0, BLOCK_N))
 
 
-# The row count is not specialised on: 1 and 16 would each be a compile of their own.
-@triton.jit(do_not_specialize=["M"])
-def _skinny_linear_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
-                          HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                          BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr, DEPENDENT_LAUNCH: tl.constexpr):
-    wait_for_predecessor(DEPENDENT_LAUNCH)
-    offs_m, offs_n = row_and_feature_offsets(M, BLOCK_M, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    n_mask, m_mask = offs_n < N, offs_m < M
-    w_ptrs = w_ptr + offs_n[:, None].to(tl.int64) * stride_wn + offs_k[None, :]
-    x_ptrs = x_ptr + offs_m[:, None].to(tl.int64) * stride_xm + offs_k[None, :]
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k in tl.range(0, K, BLOCK_K, num_stages=NUM_STAGES):
-        k_mask = (k + offs_k) < K
-        w = tl.load(w_ptrs + k, mask=n_mask[:, None] & k_mask[None, :], other=0.0)
-        x = tl.load(x_ptrs + k, mask=m_mask[:, None] & k_mask[None, :], other=0.0)
-        acc = tl.dot(x, tl.trans(w), acc)
+@triton.jit
+def _bias_rounded_store(acc, bias_ptr, out_ptr, offs_m, offs_n, m_mask, n_mask, stride_om, HAS_BIAS: tl.constexpr):
     if HAS_BIAS:
         acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     out_ptrs = out_ptr + offs_m[:, None].to(tl.int64) * stride_om + offs_n[None, :]
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
 
 
+# The row count is not specialised on: 1 and 16 would each be a compile of their own.
+@triton.jit(do_not_specialize=["M"])
+def _skinny_linear_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, partial_ptr, arrivals_ptr, M, N, K,
+                          stride_xm, stride_wn, stride_om,
+                          HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr, ONE_ROW_TILE: tl.constexpr,
+                          SPLIT_K: tl.constexpr, DEPENDENT_LAUNCH: tl.constexpr):
+    wait_for_predecessor(DEPENDENT_LAUNCH)
+    tile, part = tl.program_id(0) // SPLIT_K, tl.program_id(0) % SPLIT_K  # a tile's parts are neighbours
+    offs_m, offs_n = row_and_feature_offsets(tile, M, BLOCK_M, BLOCK_N, ONE_ROW_TILE)
+    offs_k = tl.arange(0, BLOCK_K)
+    n_mask, m_mask = offs_n < N, offs_m < M
+    k_start, k_end = 0, K
+    if SPLIT_K > 1:
+        part_len = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K  # whole BLOCK_Ks of K in each part
+        k_start = part * part_len
+        k_end = tl.minimum(k_start + part_len, K)
+    w_ptrs = w_ptr + offs_n[:, None].to(tl.int64) * stride_wn + offs_k[None, :]
+    x_ptrs = x_ptr + offs_m[:, None].to(tl.int64) * stride_xm + offs_k[None, :]
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k in tl.range(k_start, k_end, BLOCK_K, num_stages=NUM_STAGES):
+        k_mask = (k + offs_k) < k_end
+        w = tl.load(w_ptrs + k, mask=n_mask[:, None] & k_mask[None, :], other=0.0)
+        x = tl.load(x_ptrs + k, mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+        acc = tl.dot(x, tl.trans(w), acc)
+    if SPLIT_K == 1:
+        _bias_rounded_store(acc, bias_ptr, out_ptr, offs_m, offs_n, m_mask, n_mask, stride_om, HAS_BIAS)
+    else:
+        # Each part writes its fp32 sums; the tile's last part to arrive adds them up in the
+        # parts' order (so the bits do not depend on which came last), then the bias, rounds
+        # and stores, and resets the tile's count for the next launch (graph replays).
+        mn_mask = m_mask[:, None] & n_mask[None, :]
+        partial = partial_ptr + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
+        tl.store(partial + part * M * N, acc, mask=mn_mask)
+        tl.debug_barrier()  # every thread's sums written before the count says so
+        if tl.atomic_add(arrivals_ptr + tile, 1, sem="acq_rel") == SPLIT_K - 1:
+            total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            for p in tl.static_range(SPLIT_K):  # from L2 (.cg): another SM's writes, not this one's L1
+                total += tl.load(partial + p * M * N, mask=mn_mask, other=0.0, cache_modifier=".cg")
+            tl.atomic_xchg(arrivals_ptr + tile, 0)
+            _bias_rounded_store(total, bias_ptr, out_ptr, offs_m, offs_n, m_mask, n_mask, stride_om, HAS_BIAS)
+
+
 def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                   config: dict | None = None) -> torch.Tensor:
     """x [M, K] (16-bit, last dim contiguous) @ weight [N, K].T + bias -> [M, N], fp32 sums
-    rounded once. `config`: BLOCK_N, BLOCK_K, NUM_STAGES, num_warps (CONFIG), and BLOCK_M, rows
-    a program takes (MAX_ROWS unless given: larger batches, in tiles of BLOCK_M rows, are for
-    `benchmarks/linears.py` to time against cuBLAS; the engine takes this kernel up to MAX_ROWS)."""
+    rounded once. `config`: BLOCK_N, BLOCK_K, NUM_STAGES, num_warps (CONFIG); BLOCK_M, rows a
+    tile takes (MAX_ROWS unless given: larger batches go in tiles of BLOCK_M rows); SPLIT_K,
+    parts of K summed by programs of their own (1 unless given: for products with too few
+    tiles to fill the GPU, whose sums then go through an fp32 buffer)."""
     rows, in_features = x.shape
     out_features = weight.shape[0]
     assert weight.shape[1] == in_features and x.stride(-1) == 1 and weight.stride(-1) == 1
     out = torch.empty(rows, out_features, dtype=x.dtype, device=x.device)
-    launch_skinny(_skinny_linear_kernel, x, weight, bias, out, out_features, CONFIG if config is None else config)
+    config = CONFIG if config is None else config
+    split_k = config.get("SPLIT_K", 1)
+    tiles = triton.cdiv(out_features, config["BLOCK_N"]) * triton.cdiv(rows, config.get("BLOCK_M", MAX_ROWS))
+    partial = torch.empty(split_k if split_k > 1 else 0, rows, out_features, dtype=torch.float32, device=x.device)
+    launch_skinny(_skinny_linear_kernel, x, weight, bias, out, out_features, config,
+                  (partial, _arrival_counts(x.device, tiles if split_k > 1 else 0)), SPLIT_K=split_k)
     return out
 
 
+_ARRIVALS: dict[torch.device, torch.Tensor] = {}
+
+
+def _arrival_counts(device: torch.device, tiles: int) -> torch.Tensor:
+    """Zeroed int32 counts, one a tile, that the split-K kernel leaves zeroed: kept for the
+    device's life, so that a CUDA graph replays with the same buffer. Grown outside capture
+    only (the first launch of a shape runs before its capture, as Triton's compile needs)."""
+    counts = _ARRIVALS.get(device)
+    if counts is None or counts.numel() < max(tiles, 1):
+        assert device.type != "cuda" or not torch.cuda.is_current_stream_capturing(), \
+            "the split-K counts must exist before a CUDA graph captures them"
+        counts = _ARRIVALS[device] = torch.zeros(max(tiles, 1024), dtype=torch.int32, device=device)
+    return counts
+
+
 def launch_skinny(kernel, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor,
-                  features: int, config: dict) -> None:
-    """Launch a kernel of this one's signature (also `kernels/gate_up_silu.py`'s): a program for
-    each BLOCK_M rows (config's, or MAX_ROWS) of each BLOCK_N of `features`."""
+                  features: int, config: dict, workspace: tuple = (), **constexprs) -> None:
+    """Launch a kernel of this one's signature (also `kernels/gate_up_silu.py`'s, which has no
+    split-K): SPLIT_K programs (a constexpr, 1 unless given) for each BLOCK_M rows (config's, or
+    MAX_ROWS) of each BLOCK_N of `features`. `workspace`: the kernel's arguments between `out`
+    and the row count."""
     rows, block_m = x.shape[0], config.get("BLOCK_M", MAX_ROWS)
     if rows:
-        kernel[(triton.cdiv(features, config["BLOCK_N"]) * triton.cdiv(rows, block_m),)](
-            x, weight, weight if bias is None else bias, out, rows, features, x.shape[1],
+        tiles = triton.cdiv(features, config["BLOCK_N"]) * triton.cdiv(rows, block_m)
+        kernel[(tiles * constexprs.get("SPLIT_K", 1),)](
+            x, weight, weight if bias is None else bias, out, *workspace, rows, features, x.shape[1],
             x.stride(0), weight.stride(0), out.stride(0), HAS_BIAS=bias is not None, BLOCK_M=block_m,
             BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"], NUM_STAGES=config["NUM_STAGES"],
-            num_warps=config["num_warps"], **dependent_launch_args(x.device))
+            ONE_ROW_TILE=rows <= block_m, num_warps=config["num_warps"], **constexprs,
+            **dependent_launch_args(x.device))
 
 
 class SkinnyLinear(nn.Module):

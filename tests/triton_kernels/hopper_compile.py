@@ -213,6 +213,9 @@ def caught_launches(dependent_launch: bool = False) -> list[Launch]:
         catcher.label = "skinny linear (qkv, batch 1)"
         qkv_features = (heads + 2 * kv_heads) * head_dim
         skinny_linear(torch.zeros(1, hidden, **bf16), torch.zeros(qkv_features, hidden, **bf16))
+        catcher.label = "skinny linear, split-K (o_proj, batch 256)"
+        skinny_linear(torch.zeros(256, hidden, **bf16), torch.zeros(hidden, hidden, **bf16), None,
+                      dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=64, NUM_STAGES=3, num_warps=8, SPLIT_K=4))
         for rows, _ in ROW_CONFIGS:  # each configuration at the largest batch it takes
             catcher.label = f"gate_up with SiLU x up (batch {rows})"
             gate_up_silu(torch.zeros(rows, hidden, **bf16), torch.zeros(2 * intermediate, hidden, **bf16))

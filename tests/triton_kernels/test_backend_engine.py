@@ -84,7 +84,8 @@ def test_the_warm_up_runs_a_prompt_for_each_row_configuration_of_the_linear_kern
     backend_lengths = [n for n, _ in engine.runner.backend.warm_up_shapes(200)]
     assert 128 in lengths and 64 in backend_lengths and lengths.count(64) == 1 and 256 not in lengths
     monkeypatch.setattr(fused, "ENABLED", True)
-    assert linear_kernel_batches() == sorted({16, 128} | {rows for rows, _ in fused.ROW_CONFIGS})
+    monkeypatch.setattr(fused, "ROW_CONFIGS", ((16, dict(tiles, BLOCK_M=16)), (256, dict(tiles, BLOCK_M=64))))
+    assert linear_kernel_batches() == [16, 64, 128, 256]  # 64: the fused kernel's one-tile variant past 16 rows
     monkeypatch.setattr(skinny, "ENABLED", False)
     monkeypatch.setattr(fused, "ENABLED", False)
     assert linear_kernel_batches() == []

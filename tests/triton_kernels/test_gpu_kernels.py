@@ -112,6 +112,32 @@ def test_skinny_linear_bf16_at_llama_shapes():
             torch.testing.assert_close(skinny_linear(x, w, bias).float(), want, **BF16_TOL)
 
 
+@pytest.mark.parametrize("tiles", [dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, NUM_STAGES=4, num_warps=8),
+                                   dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=64, NUM_STAGES=3, num_warps=8, SPLIT_K=4),
+                                   dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, NUM_STAGES=4, num_warps=4, SPLIT_K=2)],
+                         ids=["row-tiles", "split-k-4", "split-k-2"])
+def test_skinny_linear_in_tiles_of_rows_bf16_at_llama_shapes(tiles):
+    """What benchmarks/linears.py times at 64 and 256 rows: within bf16 rounding of the fp32
+    reference at o_proj's and down_proj's shapes, the same bits launch after launch and in a
+    CUDA graph's replays (split-K's last part to arrive sums the parts in their order: were a
+    part's sums read before they were written, or a count left set, they would differ)."""
+    import torch.nn.functional as F
+    from kernels.skinny_linear import skinny_linear
+    for in_features, out_features in ((4096, 4096), (14336, 4096)):
+        w = torch.randn(out_features, in_features, device="cuda", dtype=torch.bfloat16) / in_features ** 0.5
+        for rows in (64, 200, 256):
+            x = torch.randn(rows, in_features, device="cuda", dtype=torch.bfloat16)
+            got = skinny_linear(x, w, None, tiles)
+            torch.testing.assert_close(got.float(), F.linear(x.float(), w.float()), **BF16_TOL)
+            assert all(torch.equal(skinny_linear(x, w, None, tiles), got) for _ in range(20))
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                replayed = skinny_linear(x, w, None, tiles)
+            for _ in range(5):
+                graph.replay()
+                assert torch.equal(replayed, got)
+
+
 def test_gate_up_silu_bf16_at_llama_shapes():
     """At every row configuration (one tile of 16 rows, then tiles of 64 and 128): within bf16
     rounding of the fp32 reference, and the skinny projection at the same tiles then the SiLU

@@ -44,6 +44,20 @@ def test_larger_batches_in_row_tiles_are_the_linear(rows, block_m):
     torch.testing.assert_close(got.float(), want, atol=2e-3, rtol=2e-3)
 
 
+@pytest.mark.parametrize("rows,block_m,split_k", [(40, 16, 2), (40, 16, 3), (5, 16, 4)])
+def test_split_k_sums_the_parts_of_k_once_and_leaves_its_counts_at_zero(rows, block_m, split_k):
+    """K = 200 in tiles of 64: two parts of two tiles; three parts, the last one empty; four
+    parts, one tile each, the last one partial. The counts must be back at zero for the next
+    launch (a CUDA graph replays with the same buffer)."""
+    from kernels.skinny_linear import _ARRIVALS
+    x, w, b = _inputs(rows, 200, 40, True, seed=split_k)
+    tiles = dict(SMALL_TILES, BLOCK_M=block_m, SPLIT_K=split_k)
+    got = skinny_linear(x, w, b, tiles)
+    torch.testing.assert_close(got.float(), F.linear(x.float(), w.float(), b.float()), atol=2e-3, rtol=2e-3)
+    assert not _ARRIVALS[got.device].any()
+    assert torch.equal(skinny_linear(x, w, b, tiles), got)
+
+
 def test_the_module_takes_the_kernel_at_the_batches_its_row_configurations_give(monkeypatch):
     """Up to 16 rows in the small tiles (the default), 17-64 cuBLAS, 65-128 tiles of 64 rows,
     past the last configuration cuBLAS."""
