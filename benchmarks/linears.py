@@ -11,7 +11,7 @@ the engine does not take it there, so this says whether it could. At every row c
 gate_up_proj with SiLU x up in one kernel (`kernels/gate_up_silu.py`) against the engine's way
 (the projection, then the SiLU kernel).
 
-    python benchmarks/linears.py                 # rows 1, 4, 16, 64, 256; the four projections
+    python benchmarks/linears.py                 # rows 1, 4, 16, 64, 256; the four projections and lm_head
     python benchmarks/linears.py --rows 1 --projections qkv_proj o_proj
 
 What to do with it: a projection where a skinny configuration beats the default at every row
@@ -40,7 +40,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.kernels import copy_bandwidth, time_in_graph  # noqa: E402
 
 LLAMA3_8B_PROJECTIONS = {  # name: (in_features, out_features)
-    "qkv_proj": (4096, 6144), "o_proj": (4096, 4096), "gate_up_proj": (4096, 28672), "down_proj": (14336, 4096)}
+    "qkv_proj": (4096, 6144), "o_proj": (4096, 4096), "gate_up_proj": (4096, 28672), "down_proj": (14336, 4096),
+    "lm_head": (4096, 128256)}
+# What the choices below may name: the decoder layer's. The lm_head (7% of a batch-1 step's
+# weight bytes) is timed for what it could gain, but the decode graphs compute the logits with
+# torch.matmul into their own buffer (`compute_logits`), which no module replacement reaches.
+LAYER_PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 CONFIGS = [dict(BLOCK_N=n, BLOCK_K=k, NUM_STAGES=s, num_warps=w)
            for n, k, s, w in ((16, 256, 4, 4), (16, 512, 3, 4), (16, 128, 6, 4), (32, 256, 4, 4),
                               (32, 256, 3, 8), (64, 128, 4, 4), (16, 256, 4, 2))]
@@ -187,6 +192,8 @@ def choose_row_tiles(skinny_seconds: dict, blas_seconds: dict) -> str:
     by_name = {_name(c): c for configs in WIDE_CONFIGS.values() for c in configs}
     chosen = []
     for projection, by_rows in blas_seconds.items():
+        if projection not in LAYER_PROJECTIONS:
+            continue
         choice = []
         for rows in sorted(r for r in WIDE_CONFIGS if r in by_rows):
             mine = [(by_config[rows], name) for (name, p), by_config in skinny_seconds.items()
@@ -207,6 +214,8 @@ def choose_skinny(skinny_seconds: dict, blas_seconds: dict, max_rows: int) -> st
     for config in CONFIGS:
         name, won, saved = _name(config), [], 0.0
         for projection, by_rows in blas_seconds.items():
+            if projection not in LAYER_PROJECTIONS:
+                continue
             mine = skinny_seconds.get((name, projection), {})
             rows = [r for r in by_rows if r <= max_rows]
             if rows and all(r in mine and mine[r] < by_rows[r] for r in rows):

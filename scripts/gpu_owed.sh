@@ -2,19 +2,21 @@
 # The GPU figures the sessions without a GPU owe, by part. A task lent a GPU has 15 minutes of
 # device time in all, the machine's start (1-2 min) included, so two calls back to back (the
 # machine stays warm 30 s), each well inside its timeout, and a third if time is left:
-#   run(command="bash scripts/gpu_owed.sh tests linears decode", carry=[".whl", "gpu_run"], timeout_s=420)
-#   run(command="bash scripts/gpu_owed.sh ab", carry=[".whl", "gpu_run"], timeout_s=450)
+#   run(command="bash scripts/gpu_owed.sh tests linears", carry=[".whl", "gpu_run"], timeout_s=420)
+#   run(command="bash scripts/gpu_owed.sh ab", carry=[".whl", "gpu_run"], timeout_s=480)
 #   run(command="bash scripts/gpu_owed.sh long", carry=[".whl", "gpu_run"], timeout_s=150)
-# (~270 s, ~370 s and ~100 s by the durations below), then give the machine back. "kernels" and
-# "spec" only in a later session. (No argument: every part.) Durations on an H100 (2026-11-27:
-# "tests kernels linears decode" 243 s): tests ~115 s (45 s with Triton's cache warm), linears
-# ~120 s with its row tiles (a guess: ~40 more timings than the 2026-11-27 run), decode ~110 s
-# with its checkpoint and traces, ab ~45 s a side of batches 1 and 256, ~25 s a batch-1 side,
-# long ~25 s a side, spec ~55 s. A later call on a warm machine keeps /tmp (the checkpoint, the
-# installed wheels, linears' choices) but not the environment: export PYTHONPATH=/tmp/site
-# again. `.whl` holds the cp312 wheels the device lacks (outlines_core 0.2.14, pydantic 2.14.4,
-# pydantic_core 2.50.5, annotated-types, typing-inspection, typing_extensions; see the device
-# tool's README). Logs go to $OUT (or ./gpu_out); tar the traces so that few files come back.
+# (~270 s, ~400 s and ~100 s by the durations below; "decode" instead of "long" if the A/B
+# turns something on), then give the machine back. "kernels" and "spec" only in a later
+# session. (No argument: every part.) Durations on an H100 (2026-11-27: "tests kernels linears
+# decode" 243 s): tests ~115 s (45 s with Triton's cache warm), linears ~150 s with its tiles
+# of rows and the lm_head (a guess: ~90 more timings than the 2026-11-27 run, some of them new
+# compiles), decode ~110 s with its checkpoint and traces, ab ~45 s a side of batches 1 and 256
+# (the first builds the checkpoint: ~30 s more), ~25 s a batch-1 side, long ~25 s a side, spec
+# ~55 s. A later call on a warm machine keeps /tmp (the checkpoint, the installed wheels,
+# linears' choices) but not the environment: export PYTHONPATH=/tmp/site again. `.whl` holds
+# the cp312 wheels the device lacks (outlines_core 0.2.14, pydantic 2.14.4, pydantic_core
+# 2.50.5, annotated-types, typing-inspection, typing_extensions; see the device tool's README).
+# Logs go to $OUT (or ./gpu_out); tar the traces so that few files come back.
 #
 # Measured on 2026-11-27 (H100; benchmarks/results/gpu_h100_2026-11-27 and _s24, RESULTS.md) and
 # decided from it: dependent launch on; one program per partition at every batch size; splits of
@@ -26,10 +28,12 @@
 # - "tests": pytest -m gpu with the skinny kernel on by default. On 2026-11-27 all 49 passed with
 #   it off; the bf16 engine's test with it on ran it for qkv_proj and o_proj at 4 warps. New:
 #   the gate_up + SiLU kernel at Llama shapes (1-256 rows) and the bf16 engine with it.
-# - "linears": the projections as before, and now at 64 and 256 rows the skinny kernel in tiles
-#   of rows against cuBLAS (the engine does not take it there: whether it could; o_proj at 256
-#   rows read only 47% of copy in cuBLAS), and gate_up + SiLU in one kernel at every row count
-#   against the engine's way. Its last lines are the choices "ab" takes on the same machine.
+# - "linears": the projections as before and the lm_head, and now at 64 and 256 rows the skinny
+#   kernel in tiles of rows, some with K cut in parts (split-K), against cuBLAS (at 256 rows
+#   cuBLAS read o_proj's weights at 47% of copy, down_proj's at 61%: 32 tiles of 128 x 256 rows
+#   for 132 SMs), and gate_up + SiLU in one kernel at every row count against the engine's way.
+#   Its last lines are the choices "ab" takes on the same machine. By arithmetic, o_proj and
+#   down_proj at 256 rows near their bounds would take ~0.6 ms off the 10.5 ms step.
 # - "ab": this tree against 1f65e0e; gate_up + SiLU in one kernel (--gate-up-silu, off by
 #   default: kernels/gate_up_silu.py) at batches 1 and 256, with linears' fastest tiles (or
 #   GATE_UP_SILU_ARGS); a program per split at batch 1 (--program-per-split, below); and the
