@@ -19,9 +19,9 @@ count up to 16 goes in `kernels.skinny_linear.ROW_CONFIGS`, with the best config
 `CONFIG`; then `benchmarks/ab_decode.py --skinny-linear` times the whole step against the same
 tree without. Tiles of rows that beat it at 64 or 256 rows go there too, once the step says so. If cuBLASLt wins at 64 and 256 rows, the engine could prefer it at start-up.
 The line `skinny choice: ...` is that rule applied (`scripts/gpu_owed.sh` passes it on to the
-A/B): the configuration that saves the most time over the projections it wins at every row
-count, as `ab_decode.py` arguments, or `none`; `skinny rows choice: ...` the tiles of rows
-that beat cuBLAS at 64 or 256 rows, by projection. The line `gate_up_silu choice: ...` gives the
+A/B): for each projection the configuration that wins at every row count up to 16 and saves
+the most time, or cuBLAS, as `ab_decode.py` arguments; `skinny rows choice: ...` the tiles of
+rows that beat cuBLAS at 64 or 256 rows, by projection. The line `gate_up_silu choice: ...` gives the
 fastest fused configuration of each of its row configurations (`ROW_CONFIGS`), timed at that
 configuration's largest batch, as `ab_decode.py --gate-up-silu` arguments.
 """
@@ -208,24 +208,26 @@ def choose_row_tiles(skinny_seconds: dict, blas_seconds: dict) -> str:
 
 
 def choose_skinny(skinny_seconds: dict, blas_seconds: dict, max_rows: int) -> str:
-    """The configuration saving the most time over the projections where it beats torch's
-    choice at every row count up to `max_rows` (a wrong output counts as a loss)."""
-    best, best_saved = "none", 0.0
-    for config in CONFIGS:
-        name, won, saved = _name(config), [], 0.0
-        for projection, by_rows in blas_seconds.items():
-            if projection not in LAYER_PROJECTIONS:
-                continue
-            mine = skinny_seconds.get((name, projection), {})
-            rows = [r for r in by_rows if r <= max_rows]
-            if rows and all(r in mine and mine[r] < by_rows[r] for r in rows):
-                won.append(projection)
-                saved += sum(by_rows[r] - mine[r] for r in rows)
-        if won and saved > best_saved:
-            values = (config["BLOCK_N"], config["BLOCK_K"], config["NUM_STAGES"], config["num_warps"])
-            best, best_saved = f"--skinny-projections {' '.join(won)} --skinny-config {' '.join(map(str, values))}", saved
-    return best
-
+    """For each of the layer's projections, the configuration that beats torch's choice at
+    every row count up to `max_rows` and saves the most time over them (a wrong output counts
+    as a loss), or cuBLAS where none does, as `ab_decode.py --skinny-rows-config` arguments
+    for batches of up to `max_rows`: each projection its own (o_proj read 1.07-1.09x with 32
+    features a program, gate_up_proj won with 16 and 2 warps only, 2026-11-27)."""
+    chosen = []
+    for projection, by_rows in blas_seconds.items():
+        rows = [r for r in by_rows if r <= max_rows]
+        if projection not in LAYER_PROJECTIONS or not rows:
+            continue
+        best, best_saved = "cublas", 0.0
+        for config in CONFIGS:
+            mine = skinny_seconds.get((_name(config), projection), {})
+            if all(r in mine and mine[r] < by_rows[r] for r in rows):
+                saved = sum(by_rows[r] - mine[r] for r in rows)
+                if saved > best_saved:
+                    tiles = dict(config, BLOCK_M=max_rows, SPLIT_K=1)
+                    best, best_saved = " ".join(str(tiles[k]) for k in WIDE_KEYS), saved
+        chosen.append(f"--skinny-rows-config {projection} {max_rows} {best}")
+    return " ".join(chosen) or "none"
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -39,12 +39,13 @@
 # - "ab": this tree against 1f65e0e; gate_up + SiLU in one kernel (--gate-up-silu, off by
 #   default: kernels/gate_up_silu.py) at batches 1 and 256, with linears' fastest tiles (or
 #   GATE_UP_SILU_ARGS); a program per split at batch 1 (--program-per-split, below); and the
-#   skinny choice (SKINNY_ARGS, or what "linears" chose), e.g. SKINNY_ARGS="--skinny-projections
-#   o_proj gate_up_proj --skinny-config 32 256 4 4": o_proj alone read 1.07-1.09x faster with 32
-#   features a program; with tiles of rows where "linears" found them faster than cuBLAS at 64
-#   or 256 rows (SKINNY_ROWS_ARGS), that side runs batch 256 too. By arithmetic the fused kernel saves ~60 us of a 6 ms batch-1 step
-#   (the SiLU kernel, its boundary, the product's write and read) and at batch 256 the SiLU
-#   kernel's 7.1 us a layer (0.23 ms of 10.5), if its GEMM keeps up with cuBLAS's there.
+#   skinny choice (SKINNY_ARGS, or what "linears" chose: each projection its own configuration
+#   up to 16 rows; o_proj alone read 1.07-1.09x faster with 32 features a program than with the
+#   16 it has), and where "linears" found tiles of rows faster than cuBLAS at 64 or 256 rows
+#   (SKINNY_ROWS_ARGS), that side runs batch 256 too. By arithmetic the fused kernel saves ~60
+#   us of a 6 ms batch-1 step (the SiLU kernel, its boundary, the product's write and read) and
+#   at batch 256 the SiLU kernel's 7.1 us a layer (0.23 ms of 10.5), if its GEMM keeps up with
+#   cuBLAS's there.
 # - "long": batch 1 with 2,048-token prompts, both grids. On 2026-11-27 the per-split grid read
 #   1.025x (one round), and in kernels.py's graph timing it beat the partition grid at batch 1 at
 #   every context (6.1 against 10.0 us at 256 keys, 10.1 against 33.2 at 1,024, 27.5 against 36.0
