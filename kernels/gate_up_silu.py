@@ -40,7 +40,7 @@ ROW_CONFIGS = (
 )
 
 
-@triton.jit(do_not_specialize=["M"])  # as the skinny kernel: one compile a row configuration
+@triton.jit(do_not_specialize=["M"])  # as the skinny kernel: a compile a row configuration (two past one row tile)
 def _gate_up_silu_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, M, I, K, stride_xm, stride_wn, stride_om,
                          HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr, ONE_ROW_TILE: tl.constexpr,

@@ -136,10 +136,12 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     out = torch.empty(rows, out_features, dtype=x.dtype, device=x.device)
     config = CONFIG if config is None else config
     split_k = config.get("SPLIT_K", 1)
-    tiles = triton.cdiv(out_features, config["BLOCK_N"]) * triton.cdiv(rows, config.get("BLOCK_M", MAX_ROWS))
-    partial = torch.empty(split_k if split_k > 1 else 0, rows, out_features, dtype=torch.float32, device=x.device)
-    launch_skinny(_skinny_linear_kernel, x, weight, bias, out, out_features, config,
-                  (partial, _arrival_counts(x.device, tiles if split_k > 1 else 0)), SPLIT_K=split_k)
+    workspace = (out, out)  # unread in one part: a decode step's eager launch allocates nothing more
+    if split_k > 1:
+        tiles = triton.cdiv(out_features, config["BLOCK_N"]) * triton.cdiv(rows, config.get("BLOCK_M", MAX_ROWS))
+        workspace = (torch.empty(split_k, rows, out_features, dtype=torch.float32, device=x.device),
+                     _arrival_counts(x.device, tiles))
+    launch_skinny(_skinny_linear_kernel, x, weight, bias, out, out_features, config, workspace, SPLIT_K=split_k)
     return out
 
 
@@ -151,7 +153,7 @@ def _arrival_counts(device: torch.device, tiles: int) -> torch.Tensor:
     device's life, so that a CUDA graph replays with the same buffer. Grown outside capture
     only (the first launch of a shape runs before its capture, as Triton's compile needs)."""
     counts = _ARRIVALS.get(device)
-    if counts is None or counts.numel() < max(tiles, 1):
+    if counts is None or counts.numel() < tiles:
         assert device.type != "cuda" or not torch.cuda.is_current_stream_capturing(), \
             "the split-K counts must exist before a CUDA graph captures them"
         counts = _ARRIVALS[device] = torch.zeros(max(tiles, 1024), dtype=torch.int32, device=device)

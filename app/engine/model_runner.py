@@ -122,9 +122,9 @@ class ModelRunner:
         and not on the first request (a second or more each): the backend's warm-up shapes
         (on an H100 a first request of 3 prompts still compiled a prefill variant when only a
         5-token prompt was warmed, 2026-11-27). Every row is padding: its slots are -1, so no
-        K/V is written, and what it reads is discarded. Then a prompt as long as the largest
-        batch of each row configuration the linear kernels take (one compile holds all of a
-        configuration's batches; CUDA graphs compile decode's at capture, not prefill's)."""
+        K/V is written, and what it reads is discarded. Then prompts of the batches that compile
+        each variant of the Triton linear kernels that are on (`linear_kernel_batches`; CUDA
+        graphs compile decode's at capture, not prefill's)."""
         shapes = self.backend.warm_up_shapes(self.max_model_len)
         shapes += [(n, n) for n in linear_kernel_batches() if n <= self.max_model_len and (n, n) not in shapes]
         for query_len, seq_len in shapes:
