@@ -17,8 +17,9 @@ and 1.017x faster than without it, alternated over three rounds (`benchmarks/ab_
 --skinny-linear`; 168.6-168.8 against 161.7-165.9 tok/s greedy).
 
 Larger batches go in tiles of BLOCK_M rows (a program each per block of features, the row
-tiles of one block neighbours in launch order, so that they share its weights in L2): at 256
-rows on an H100 cuBLAS read o_proj's weights at only 47% of copy, qkv's at 58% (2026-11-27).
+tiles of one block neighbours in launch order, so that they share its weights in L2): in a
+batch-256 decode step on an H100 (2026-11-27, the decode_b256 trace) cuBLAS read o_proj's
+weights at 43% of copy (26.0 us) and down_proj's at 61% (64.8 us), against ~84% for qkv's.
 o_proj and down_proj have 4,096 features, 32 tiles of 128 x 256 rows for 132 SMs, so a tile's
 K can be cut into SPLIT_K parts, each a program that writes its fp32 sums; the tile's last
 part to arrive (a count per tile) adds them up in the parts' order, so the bits do not depend

@@ -29,13 +29,14 @@
 #   it off; the bf16 engine's test with it on ran it for qkv_proj and o_proj at 4 warps. New:
 #   the gate_up + SiLU kernel at Llama shapes (1-256 rows) and the bf16 engine with it.
 # - "linears": the projections as before and the lm_head, and now at 64 and 256 rows the skinny
-#   kernel in tiles of rows, some with K cut in parts (split-K), against cuBLAS (at 256 rows
-#   cuBLAS read o_proj's weights at 47% of copy, down_proj's at 61%: 32 tiles of 128 x 256 rows
-#   for 132 SMs), and gate_up + SiLU in one kernel at every row count against the engine's way.
-#   Its last lines are the choices "ab" takes on the same machine. By arithmetic: at their
-#   bounds (weight bytes at copy rate, FLOPs at 800 TFLOP/s) o_proj and down_proj at 256 rows
-#   would take ~36 us a layer less than cuBLAS did in linears.py (23.8 + 64.1 us against ~12 +
-#   ~40), ~1.1 ms of the 10.5 ms step; half of that is the ~0.5 ms 25,000 tok/s needs.
+#   kernel in tiles of rows, some with K cut in parts (split-K), against cuBLAS (in the
+#   decode_b256 trace cuBLAS read o_proj's weights at 43% of copy, down_proj's at 61%: 32 tiles
+#   of 128 x 256 rows for 132 SMs), and gate_up + SiLU in one kernel at every row count against
+#   the engine's way. Its last lines are the choices "ab" takes on the same machine. By
+#   arithmetic: at their bounds (weight bytes at copy rate, FLOPs at 800 TFLOP/s) o_proj and
+#   down_proj at 256 rows would take ~39 us a layer less than in that trace (26.0 + 64.8 us
+#   against ~12 + ~40), ~1.2 ms of its 10.5 ms step; half of that is the ~0.5 ms 25,000 tok/s
+#   needs.
 # - "ab": this tree against 1f65e0e; gate_up + SiLU in one kernel (--gate-up-silu, off by
 #   default: kernels/gate_up_silu.py) at batches 1 and 256, with linears' fastest tiles (or
 #   GATE_UP_SILU_ARGS); a program per split at batch 1 (--program-per-split, below); and the
