@@ -3,10 +3,10 @@
 # device time in all, the machine's start (1-2 min) included, so two calls back to back (the
 # machine stays warm 30 s), each well inside its timeout, and a third if time is left:
 #   run(command="bash scripts/gpu_owed.sh tests linears", carry=[".whl", "gpu_run"], timeout_s=420)
-#   run(command="bash scripts/gpu_owed.sh ab", carry=[".whl", "gpu_run"], timeout_s=480)
+#   run(command="bash scripts/gpu_owed.sh ab", carry=[".whl", "gpu_run"], timeout_s=540)
 #   run(command="bash scripts/gpu_owed.sh long", carry=[".whl", "gpu_run"], timeout_s=150)
-# (~270 s, ~400 s and ~100 s by the durations below; "decode" instead of "long" if the A/B
-# turns something on), then give the machine back. "kernels" and "spec" only in a later
+# (~270 s, ~450 s and ~100 s by the durations below: the third only if 150 s are left;
+# "decode" instead of "long" if the A/B turns something on), then give the machine back. "kernels" and "spec" only in a later
 # session. (No argument: every part.) Durations on an H100 (2026-11-27: "tests kernels linears
 # decode" 243 s): tests ~115 s (45 s with Triton's cache warm), linears ~150 s with its tiles
 # of rows and the lm_head (a guess: ~90 more timings than the 2026-11-27 run, some of them new
@@ -46,7 +46,11 @@
 #   (SKINNY_ROWS_ARGS), that side runs batch 256 too. By arithmetic the fused kernel saves ~60
 #   us of a 6 ms batch-1 step (the SiLU kernel, its boundary, the product's write and read) and
 #   at batch 256 the SiLU kernel's 7.1 us a layer (0.23 ms of 10.5), if its GEMM keeps up with
-#   cuBLAS's there.
+#   cuBLAS's there. And the skinny kernel for all four projections at batch 1: linears.py had
+#   qkv_proj and down_proj tied or losing, but it times a kernel alone, and in the step the
+#   skinny kernel also starts under its predecessor's tail (dependent launch), which cuBLAS's
+#   GEMMs do not: o_proj and gate_up_proj saved ~1.7% of the step in linears.py by arithmetic
+#   and 1.7-4.3% in the step (three rounds, 2026-11-27). qkv_proj read 66-69% of copy in cuBLAS.
 # - "long": batch 1 with 2,048-token prompts, both grids. On 2026-11-27 the per-split grid read
 #   1.025x (one round), and in kernels.py's graph timing it beat the partition grid at batch 1 at
 #   every context (6.1 against 10.0 us at 256 keys, 10.1 against 33.2 at 1,024, 27.5 against 36.0
@@ -118,6 +122,9 @@ from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&
           --sampled-batch-sizes --gate-up-silu $GATE_UP_SILU_ARGS 2>&1 | grep "decode "
         timeout 60 python3 benchmarks/ab_decode.py --label "program-per-split-$round" --batch-sizes 1 \
           --sampled-batch-sizes --program-per-split 2>&1 | grep "decode "
+        timeout 60 python3 benchmarks/ab_decode.py --label "skinny-all-four-$round" --batch-sizes 1 \
+          --sampled-batch-sizes --skinny-linear --skinny-projections qkv_proj o_proj gate_up_proj down_proj \
+          2>&1 | grep "decode "
         [ -z "$SKINNY_ARGS$SKINNY_ROWS_ARGS" ] || timeout 90 python3 benchmarks/ab_decode.py \
           --label "skinny-choice-$round" --batch-sizes $skinny_batches --sampled-batch-sizes --skinny-linear \
           $SKINNY_ARGS $SKINNY_ROWS_ARGS 2>&1 \
