@@ -10,7 +10,8 @@ Llama-3-8B shape from a checkpoint `benchmarks/decode.py` wrote, bf16, prompt 12
 `scripts/gpu_owed.sh` alternates the two sides over rounds; the ratio goes in the note. Flags
 run the same tree with one choice turned the other way, for the A/B of that choice alone:
 `--program-per-split`, decode attention with a program per split at every batch size (run it
-at small batches; see `kernels/decode_attention.py`); `--plain-launch`, the decode step's
+at small batches; see `kernels/decode_attention.py`), and `--merge-by-last-program`, its
+states merged by each sequence's last program instead of a merge kernel; `--plain-launch`, the decode step's
 Triton kernels launched without programmatic dependent launch (`kernels/dependent_launch.py`);
 `--skinny-linear`, the projections of up to 16 rows through `kernels/skinny_linear.py` instead
 of cuBLAS, with `--skinny-projections`/`--skinny-config` to try others than its defaults
@@ -49,6 +50,8 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=128, help="tokens per prompt (128 new tokens follow)")
     parser.add_argument("--program-per-split", action="store_true",
                         help="decode attention takes a program per split at every batch size")
+    parser.add_argument("--merge-by-last-program", action="store_true",
+                        help="decode attention's states merged by each sequence's last program, not a merge kernel")
     parser.add_argument("--plain-launch", action="store_true",
                         help="launch the decode step's Triton kernels without programmatic dependent launch")
     parser.add_argument("--skinny-linear", action="store_true",
@@ -110,9 +113,10 @@ def turn_choices(args: argparse.Namespace) -> None:
     if args.plain_launch:
         import kernels.dependent_launch
         kernels.dependent_launch.ENABLED = False
-    if args.program_per_split:
+    if args.program_per_split or args.merge_by_last_program:
         from kernels.backend import TUNED_16BIT_DECODE
-        TUNED_16BIT_DECODE["decode_options"]["program_per_split"] = True
+        TUNED_16BIT_DECODE["decode_options"].update(program_per_split=args.program_per_split,
+                                                    merge_by_last_program=args.merge_by_last_program)
 
 
 if __name__ == "__main__":

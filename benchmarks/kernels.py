@@ -16,6 +16,7 @@ Knobs of `kernels.decode_attention.decode_attention` (see its module docstring):
 (tokens per program in the default grid), split (keys per split, the unit of the numerics,
 and per tile: split / block_size pages per iteration; a power of two dividing the partition),
 programs (one per partition, or one per split: the grid small batches get; the same bits),
+merge (where states need merging: a merge kernel, or each sequence's last program; the same bits),
 dots (fp32 / qk16 / 16: the tiles' dtype in the two dots), grid (seq-major as before, or
 KV-head-major), num_warps, num_stages (none: Triton's default).
 
@@ -102,14 +103,15 @@ def decode_case(batch: int, context: int, heads: int, kv_heads: int, head_dim: i
 
 
 DEVICE = "cuda"
-DEFAULTS = dict(partition=[256, 512, 1024], split=[16, 32, 64], programs=["partition"],
+DEFAULTS = dict(partition=[256, 512, 1024], split=[16, 32, 64], programs=["partition"], merge=["kernel"],
                 dots=["fp32", "qk16", "16"],
                 grid=["seq", "head"], num_warps=[2, 4, 8], num_stages=[0, 2, 3, 4])
 
 
 def _config_name(c: dict) -> str:
     stages = c["num_stages"] or "default"
-    return (f"partition {c['partition']:5d} split {c['split']:4d} per {c['programs']:>9s} "
+    merge = " merged by the last program" if c["merge"] == "last" else ""
+    return (f"partition {c['partition']:5d} split {c['split']:4d} per {c['programs']:>9s}{merge} "
             f"dots {c['dots']:>4s} "
             f"grid {c['grid']:>4s} warps {c['num_warps']} stages {stages}")
 
@@ -131,6 +133,8 @@ def main() -> int:
     parser.add_argument("--partition", type=int, nargs="+", default=DEFAULTS["partition"])
     parser.add_argument("--split", type=int, nargs="+", default=DEFAULTS["split"])
     parser.add_argument("--programs", nargs="+", default=DEFAULTS["programs"], choices=["partition", "split"])
+    parser.add_argument("--merge", nargs="+", default=DEFAULTS["merge"], choices=["kernel", "last"],
+                        help="where states need merging: a merge kernel, or each sequence's last program")
     parser.add_argument("--dots", nargs="+", default=DEFAULTS["dots"], choices=["fp32", "qk16", "16"])
     parser.add_argument("--grid", nargs="+", default=DEFAULTS["grid"], choices=["seq", "head"])
     parser.add_argument("--num-warps", type=int, nargs="+", default=DEFAULTS["num_warps"])
@@ -165,7 +169,7 @@ def main() -> int:
     def call(c: dict) -> torch.Tensor:
         return decode_attention(query, kv[0], kv[1], tables, seq_lens, scale, args.context,
                                 partition_size=c["partition"], split_size=c["split"],
-                                program_per_split=c["programs"] == "split",
+                                program_per_split=c["programs"] == "split", merge_by_last_program=c["merge"] == "last",
                                 num_warps=c["num_warps"], num_stages=c["num_stages"] or None,
                                 head_major=c["grid"] == "head", dots=c["dots"])
 
@@ -191,8 +195,8 @@ def main() -> int:
         if not wrong:
             results[name] = (frac, c)
 
-    axes = dict(partition=args.partition, split=args.split, programs=args.programs, dots=args.dots,
-                grid=args.grid)
+    axes = dict(partition=args.partition, split=args.split, programs=args.programs, merge=args.merge,
+                dots=args.dots, grid=args.grid)
     if args.full:
         for c in _cross(**axes, num_warps=args.num_warps, num_stages=args.num_stages):
             measure(c)
@@ -207,7 +211,8 @@ def main() -> int:
                 measure({**best, **c})
     if results:
         frac, c = max(results.values(), key=lambda r: r[0])
-        options = dict(num_warps=c["num_warps"], head_major=c["grid"] == "head", dots=c["dots"])
+        options = dict(num_warps=c["num_warps"], head_major=c["grid"] == "head", dots=c["dots"],
+                       merge_by_last_program=c["merge"] == "last")
         if c["num_stages"]:
             options["num_stages"] = c["num_stages"]
         print(f"best: {_config_name(c)}: {100 * frac:.1f}% of copy\n"

@@ -34,6 +34,12 @@ The work can be spread two ways, chosen by the caller; the bits are the same:
   tok/s against 163.4-163.5 with the partition grid, 163.7 against 165.1-165.2 with dependent
   launch; the merge's launch costs more than the wider grid gains at such contexts. Longer
   contexts are not timed yet; being free to choose is what the fixed order of folds buys.
+Either grid's states can be merged by a merge kernel or, with `merge_by_last_program`, by each
+(sequence, KV head)'s last program to arrive (`kernels/arrival_counts.py`), with the same
+folds (`_merged`) and so the same bits: a kernel and a kernel boundary fewer a layer, which is
+what the per-split grid paid for at batch 1 (the merge kernel took 3.0 us a layer in the
+batch-1 trace of 2026-11-27). Off until a GPU times it (`benchmarks/ab_decode.py
+--merge-by-last-program`).
 Under a CUDA graph the grid is sized for the longest context (`max_seq_len`): splits past a
 sequence's end exit at once and the merge reads a sequence's own splits only.
 
@@ -64,6 +70,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.arrival_counts import arrival_counts
 from kernels.dependent_launch import dependent_launch_args, wait_for_predecessor
 
 DEFAULT_PARTITION_SIZE = 256  # tokens per partition (one program's keys in the default grid)
@@ -170,13 +177,20 @@ def _store_state(m, l, acc, part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit
 
 @triton.jit
 def _load_state(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d, g_mask, d_mask,
-                stride_pb, stride_ph, stride_ps, stride_lb, stride_lh):
+                stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, FROM_L2: tl.constexpr):
+    """FROM_L2: states other SMs wrote during this kernel (the last program's merge): read past
+    this SM's L1, which does not see them."""
     acc_ptrs, m_ptrs, l_ptrs = _state_ptrs(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d,
                                            stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
-    acc = tl.load(acc_ptrs, mask=g_mask[:, None] & d_mask[None, :], other=0.0)
     # padded rows of the group: a finite max, so folding them makes no NaN
-    m = tl.load(m_ptrs, mask=g_mask, other=0.0)
-    l = tl.load(l_ptrs, mask=g_mask, other=0.0)
+    if FROM_L2:
+        acc = tl.load(acc_ptrs, mask=g_mask[:, None] & d_mask[None, :], other=0.0, cache_modifier=".cg")
+        m = tl.load(m_ptrs, mask=g_mask, other=0.0, cache_modifier=".cg")
+        l = tl.load(l_ptrs, mask=g_mask, other=0.0, cache_modifier=".cg")
+    else:
+        acc = tl.load(acc_ptrs, mask=g_mask[:, None] & d_mask[None, :], other=0.0)
+        m = tl.load(m_ptrs, mask=g_mask, other=0.0)
+        l = tl.load(l_ptrs, mask=g_mask, other=0.0)
     return m, l, acc
 
 
@@ -193,7 +207,7 @@ def _store_output(l, acc, out_ptr, b, heads, offs_d, g_mask, d_mask, stride_ob, 
 @triton.jit(do_not_specialize=["stride_bt", "stride_lb", "stride_lh"])
 def _decode_split_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr,
-    out_ptr, part_acc_ptr, part_m_ptr, part_l_ptr,
+    out_ptr, part_acc_ptr, part_m_ptr, part_l_ptr, arrivals_ptr,
     scale_log2,
     stride_qb, stride_qh, stride_ob, stride_oh,
     stride_cb, stride_cs, stride_ch, stride_bt,
@@ -202,7 +216,7 @@ def _decode_split_kernel(
     BLOCK_SIZE: tl.constexpr, PARTITION: tl.constexpr, SPLIT: tl.constexpr, PER_SPLIT: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, DIRECT: tl.constexpr,
     DOT_PRECISION: tl.constexpr, HEAD_MAJOR: tl.constexpr, QK16: tl.constexpr, PV16: tl.constexpr,
-    DEPENDENT_LAUNCH: tl.constexpr,
+    MERGE_LAST: tl.constexpr, DEPENDENT_LAUNCH: tl.constexpr,
 ):
     wait_for_predecessor(DEPENDENT_LAUNCH)
     if HEAD_MAJOR:  # grid (kv_heads, units, batch)
@@ -242,9 +256,49 @@ def _decode_split_kernel(
         else:  # a split's or a partition's state, for the merge
             _store_state(m, l, acc, part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d, g_mask,
                          d_mask, stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
-    elif DIRECT and seq_len == 0:  # a padding row, whose only program writes what the merge would: zeros
+            if MERGE_LAST:  # the sequence's last unit to arrive merges (kernels/arrival_counts.py)
+                tl.debug_barrier()  # every thread's part of the state written before the count says so
+                if HEAD_MAJOR:
+                    count = arrivals_ptr + b * tl.num_programs(0) + kv_head
+                else:
+                    count = arrivals_ptr + b * tl.num_programs(1) + kv_head
+                units = tl.cdiv(seq_len, SPLIT) if PER_SPLIT else tl.cdiv(seq_len, PARTITION)
+                if tl.atomic_add(count, 1, sem="acq_rel") == units - 1:
+                    l_out, acc_out = _merged(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, seq_len, offs_d,
+                                             g_mask, d_mask, stride_pb, stride_ph, stride_ps, stride_lb,
+                                             stride_lh, PARTITION, SPLIT, PER_SPLIT, BLOCK_G, BLOCK_D, True)
+                    tl.atomic_xchg(count, 0)
+                    _store_output(l_out, acc_out, out_ptr, b, heads, offs_d, g_mask, d_mask, stride_ob, stride_oh)
+    elif (DIRECT or (MERGE_LAST and unit == 0)) and seq_len == 0:
+        # a padding row, whose first program writes what the merge would: zeros
         m_out, l_out, acc_out = _empty_state(BLOCK_G, BLOCK_D)
         _store_output(l_out, acc_out, out_ptr, b, heads, offs_d, g_mask, d_mask, stride_ob, stride_oh)
+
+
+@triton.jit
+def _merged(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, seq_len, offs_d, g_mask, d_mask,
+            stride_pb, stride_ph, stride_ps, stride_lb, stride_lh,
+            PARTITION: tl.constexpr, SPLIT: tl.constexpr, PER_SPLIT: tl.constexpr,
+            BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, FROM_L2: tl.constexpr):
+    """A sequence's states folded, as the split kernel would fold them: splits into partitions
+    (a program per split), partitions into the sequence's (mass, unnormalised output)."""
+    partitions = tl.cdiv(seq_len, PARTITION)
+    splits_per_partition = PARTITION // SPLIT
+    splits = tl.cdiv(seq_len, SPLIT)
+    m, l, acc = _empty_state(BLOCK_G, BLOCK_D)
+    for p in range(0, partitions):
+        if PER_SPLIT:
+            m_p, l_p, acc_p = _empty_state(BLOCK_G, BLOCK_D)
+            first = p * splits_per_partition
+            for s in tl.range(first, tl.minimum(first + splits_per_partition, splits), num_stages=3):
+                m_s, l_s, acc_s = _load_state(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, s, offs_d, g_mask,
+                                           d_mask, stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, FROM_L2)
+                m_p, l_p, acc_p = _fold(m_p, l_p, acc_p, m_s, l_s, acc_s)
+        else:
+            m_p, l_p, acc_p = _load_state(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, p, offs_d, g_mask, d_mask,
+                                       stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, FROM_L2)
+        m, l, acc = _fold(m, l, acc, m_p, l_p, acc_p)
+    return l, acc
 
 
 @triton.jit(do_not_specialize=["stride_lb", "stride_lh"])
@@ -255,33 +309,19 @@ def _decode_merge_kernel(
     PARTITION: tl.constexpr, SPLIT: tl.constexpr, PER_SPLIT: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, DEPENDENT_LAUNCH: tl.constexpr,
 ):
-    """Folds the states the split kernel wrote: splits into partitions (one program per
-    split), partitions into the output, as that kernel folds them."""
+    """Folds the states the split kernel wrote (`_merged`), one program per (sequence, KV head)."""
     wait_for_predecessor(DEPENDENT_LAUNCH)
     b = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1).to(tl.int64)
     seq_len = tl.load(seq_lens_ptr + b)
-    partitions = tl.cdiv(seq_len, PARTITION)
     offs_g = tl.arange(0, BLOCK_G)
     offs_d = tl.arange(0, BLOCK_D)
     g_mask = offs_g < group_size
     d_mask = offs_d < head_dim
     heads = kv_head * group_size + offs_g
-    splits_per_partition = PARTITION // SPLIT
-    splits = tl.cdiv(seq_len, SPLIT)
-    m, l, acc = _empty_state(BLOCK_G, BLOCK_D)
-    for p in range(0, partitions):
-        if PER_SPLIT:
-            m_p, l_p, acc_p = _empty_state(BLOCK_G, BLOCK_D)
-            first = p * splits_per_partition
-            for s in tl.range(first, tl.minimum(first + splits_per_partition, splits), num_stages=3):
-                m_s, l_s, acc_s = _load_state(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, s, offs_d, g_mask,
-                                           d_mask, stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
-                m_p, l_p, acc_p = _fold(m_p, l_p, acc_p, m_s, l_s, acc_s)
-        else:
-            m_p, l_p, acc_p = _load_state(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, p, offs_d, g_mask, d_mask,
-                                       stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
-        m, l, acc = _fold(m, l, acc, m_p, l_p, acc_p)
+    l, acc = _merged(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, seq_len, offs_d, g_mask, d_mask,
+                     stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, PARTITION, SPLIT, PER_SPLIT,
+                     BLOCK_G, BLOCK_D, False)
     _store_output(l, acc, out_ptr, b, heads, offs_d, g_mask, d_mask, stride_ob, stride_oh)
 
 
@@ -311,7 +351,7 @@ def decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
                      out: torch.Tensor | None = None,
                      num_warps: int = 4, num_stages: int | None = None, head_major: bool = False,
                      dots: str = "fp32", split_size: int | None = None,
-                     program_per_split: bool = False) -> torch.Tensor:
+                     program_per_split: bool = False, merge_by_last_program: bool = False) -> torch.Tensor:
     """query [B, heads, head_dim] -> [B, heads, head_dim].
 
     k_cache/v_cache [num_blocks, block_size, kv_heads, head_dim]; block_tables [B, W] int32;
@@ -319,7 +359,8 @@ def decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
     sizes the grid (CUDA graphs pass their reach; unused programs exit at once).
     split_size (keys per split and per tile; default: `default_split_size`, at most the
     partition) divides partition_size. program_per_split: which grid (the module's docstring;
-    the same bits either way).
+    the same bits either way). merge_by_last_program: where states need merging, the last
+    program of each (sequence, KV head) merges them instead of a merge kernel (the same bits).
     num_warps, num_stages, head_major and dots: see the module's docstring.
     """
     assert dots in DOTS, f"dots must be one of {DOTS}"
@@ -352,8 +393,10 @@ def decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
                                                                       num_stages=num_stages)
     block_g = max(16, triton.next_power_of_2(group))
     dependent_launch = dependent_launch_args(query.device)
+    merge_last = merge_by_last_program and not direct
+    arrivals = arrival_counts(query.device, batch * num_kv_heads) if merge_last else seq_lens  # else unread
     _decode_split_kernel[grid](
-        query, k_cache, v_cache, block_tables, seq_lens, out, part_acc, part_m, part_l,
+        query, k_cache, v_cache, block_tables, seq_lens, out, part_acc, part_m, part_l, arrivals,
         scale * LOG2E,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
@@ -361,9 +404,10 @@ def decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
         BLOCK_SIZE=block_size, PARTITION=partition_size, SPLIT=split_size,
         PER_SPLIT=program_per_split, BLOCK_G=block_g, BLOCK_D=block_d,
         DIRECT=direct, DOT_PRECISION=dot_precision(k_cache.dtype), HEAD_MAJOR=head_major,
-        QK16=sixteen and dots in ("qk16", "16"), PV16=sixteen and dots == "16", **launch, **dependent_launch,
+        QK16=sixteen and dots in ("qk16", "16"), PV16=sixteen and dots == "16", MERGE_LAST=merge_last,
+        **launch, **dependent_launch,
     )
-    if not direct:
+    if not direct and not merge_last:
         _decode_merge_kernel[(batch, num_kv_heads)](
             part_acc, part_m, part_l, seq_lens, out, *p_strides, *l_strides,
             out.stride(0), out.stride(1), group, head_dim,

@@ -22,12 +22,10 @@ batch-256 decode step on an H100 (2026-11-27, the decode_b256 trace) cuBLAS read
 weights at 43% of copy (26.0 us) and down_proj's at 61% (64.8 us), against ~84% for qkv's.
 o_proj and down_proj have 4,096 features, 32 tiles of 128 x 256 rows for 132 SMs, so a tile's
 K can be cut into SPLIT_K parts, each a program that writes its fp32 sums; the tile's last
-part to arrive (a count per tile) adds them up in the parts' order, so the bits do not depend
-on the arrival, and puts the count back to zero. The counts live as long as the process, for
-CUDA graphs to replay; launches on one stream only, as the engine's are (two at once would
-share them). Which projections take which tiles at which batch is `ROW_CONFIGS`; past 16 rows
-it names none until `benchmarks/linears.py` times the tiles and `benchmarks/ab_decode.py
---skinny-rows-config` the step.
+part to arrive adds them up in the parts' order (`kernels/arrival_counts.py`). Which
+projections take which tiles at which batch is `ROW_CONFIGS`; past 16 rows it names none until
+`benchmarks/linears.py` times the tiles and `benchmarks/ab_decode.py --skinny-rows-config` the
+step.
 
 Only the 16-bit products are replaced: in fp32 the engine equals transformers token for token,
 which a different summation order would not promise.
@@ -41,6 +39,7 @@ import triton
 import triton.language as tl
 from torch import nn
 
+from kernels.arrival_counts import arrival_counts
 from kernels.dependent_launch import dependent_launch_args, wait_for_predecessor
 from kernels.replace_linears import replace_linears
 
@@ -141,24 +140,9 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     if split_k > 1:
         tiles = triton.cdiv(out_features, config["BLOCK_N"]) * triton.cdiv(rows, config.get("BLOCK_M", MAX_ROWS))
         workspace = (torch.empty(split_k, rows, out_features, dtype=torch.float32, device=x.device),
-                     _arrival_counts(x.device, tiles))
+                     arrival_counts(x.device, tiles))
     launch_skinny(_skinny_linear_kernel, x, weight, bias, out, out_features, config, workspace, SPLIT_K=split_k)
     return out
-
-
-_ARRIVALS: dict[torch.device, torch.Tensor] = {}
-
-
-def _arrival_counts(device: torch.device, tiles: int) -> torch.Tensor:
-    """Zeroed int32 counts, one a tile, that the split-K kernel leaves zeroed: kept for the
-    device's life, so that a CUDA graph replays with the same buffer. Grown outside capture
-    only (the first launch of a shape runs before its capture, as Triton's compile needs)."""
-    counts = _ARRIVALS.get(device)
-    if counts is None or counts.numel() < tiles:
-        assert device.type != "cuda" or not torch.cuda.is_current_stream_capturing(), \
-            "the split-K counts must exist before a CUDA graph captures them"
-        counts = _ARRIVALS[device] = torch.zeros(max(tiles, 1024), dtype=torch.int32, device=device)
-    return counts
 
 
 def launch_skinny(kernel, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor,

@@ -2,20 +2,22 @@
 # The GPU figures the sessions without a GPU owe, by part. A task lent a GPU has 15 minutes of
 # device time in all, the machine's start (1-2 min) included, so two calls back to back (the
 # machine stays warm 30 s), each well inside its timeout, and a third if time is left:
-#   run(command="bash scripts/gpu_owed.sh tests linears", carry=[".whl", "gpu_run"], timeout_s=420)
-#   run(command="bash scripts/gpu_owed.sh ab", carry=[".whl", "gpu_run"], timeout_s=540)
-#   run(command="bash scripts/gpu_owed.sh long", carry=[".whl", "gpu_run"], timeout_s=150)
-# (~270 s, ~450 s and ~100 s by the durations below: the third only if 150 s are left;
-# "decode" instead of "long" if the A/B turns something on), then give the machine back. "kernels" and "spec" only in a later
-# session. (No argument: every part.) Durations on an H100 (2026-11-27: "tests kernels linears
-# decode" 243 s): tests ~115 s (45 s with Triton's cache warm), linears ~150 s with its tiles
-# of rows and the lm_head (a guess: ~90 more timings than the 2026-11-27 run, some of them new
-# compiles), decode ~110 s with its checkpoint and traces, ab ~45 s a side of batches 1 and 256
-# (the first builds the checkpoint: ~30 s more), ~25 s a batch-1 side, long ~25 s a side, spec
-# ~55 s. A later call on a warm machine keeps /tmp (the checkpoint, the installed wheels,
-# linears' choices) but not the environment: export PYTHONPATH=/tmp/site again. `.whl` holds
-# the cp312 wheels the device lacks (outlines_core 0.2.14, pydantic 2.14.4, pydantic_core
-# 2.50.5, annotated-types, typing-inspection, typing_extensions; see the device tool's README).
+#   run(command="bash scripts/gpu_owed.sh tests linears", carry=[".whl"], timeout_s=420)
+#   run(command="bash scripts/gpu_owed.sh ab", carry=[".whl"], timeout_s=540)
+#   run(command="ROUNDS=1 bash scripts/gpu_owed.sh long", carry=[".whl"], timeout_s=120)
+# (~270 s, ~430 s and ~75 s by the durations below: the third only if 150 s are left; "decode"
+# instead of "long" if the A/B turns something on), then give the machine back. "kernels" and
+# "spec" only in a later session. (No argument: every part.) Durations on an H100 (2026-11-27:
+# "tests kernels linears decode" 243 s): tests ~115 s (45 s with Triton's cache warm), linears
+# ~150 s with its tiles of rows and the lm_head (a guess: ~90 more timings than the 2026-11-27
+# run, some of them new compiles), decode ~110 s with its checkpoint and traces, ab ~45 s a side
+# of batches 1 and 256 (the first builds the checkpoint: ~30 s more), ~25 s a batch-1 side, long
+# ~25 s a side, spec ~55 s. A later call on a warm machine keeps /tmp (the checkpoint, the
+# installed wheels, linears' choices) but not the environment: export PYTHONPATH=/tmp/site
+# again. `.whl` holds the cp312 wheels the device lacks (outlines_core 0.2.14, pydantic 2.14.4,
+# pydantic_core 2.50.5, annotated-types, typing-inspection, typing_extensions; see the device
+# tool's README). WITH_BASE=1 adds 1f65e0e's side to "ab" (gpu_run/base, below; carry it too):
+# the cumulative figure for RESULTS.md, not a decision.
 # Logs go to $OUT (or ./gpu_out); tar the traces so that few files come back.
 #
 # Measured on 2026-11-27 (H100; benchmarks/results/gpu_h100_2026-11-27 and _s24, RESULTS.md) and
@@ -37,9 +39,12 @@
 #   down_proj at 256 rows would take ~39 us a layer less than in that trace (26.0 + 64.8 us
 #   against ~12 + ~40), ~1.2 ms of its 10.5 ms step; half of that is the ~0.5 ms 25,000 tok/s
 #   needs.
-# - "ab": this tree against 1f65e0e; gate_up + SiLU in one kernel (--gate-up-silu, off by
-#   default: kernels/gate_up_silu.py) at batches 1 and 256, with linears' fastest tiles (or
-#   GATE_UP_SILU_ARGS); a program per split at batch 1 (--program-per-split, below); and the
+# - "ab": this tree; gate_up + SiLU in one kernel (--gate-up-silu, off by default:
+#   kernels/gate_up_silu.py) at batches 1 and 256, with linears' fastest tiles (or
+#   GATE_UP_SILU_ARGS); a program per split at batch 1 (--program-per-split, below), and the
+#   same with each sequence's last program merging its splits instead of the merge kernel
+#   (--merge-by-last-program: a kernel fewer a layer; the b1 trace's merge kernel took 3.0 us a
+#   layer, ~0.1 ms of the step, before its boundary); and the
 #   skinny choice (SKINNY_ARGS, or what "linears" chose: each projection its own configuration
 #   up to 16 rows; o_proj alone read 1.07-1.09x faster with 32 features a program than with the
 #   16 it has), and where "linears" found tiles of rows faster than cuBLAS at 64 or 256 rows
@@ -51,7 +56,8 @@
 #   skinny kernel also starts under its predecessor's tail (dependent launch), which cuBLAS's
 #   GEMMs do not: o_proj and gate_up_proj saved ~1.7% of the step in linears.py by arithmetic
 #   and 1.7-4.3% in the step (three rounds, 2026-11-27). qkv_proj read 66-69% of copy in cuBLAS.
-# - "long": batch 1 with 2,048-token prompts, both grids. On 2026-11-27 the per-split grid read
+# - "long": batch 1 with 2,048-token prompts, both grids, the per-split one also merged by the
+#   last program. On 2026-11-27 the per-split grid read
 #   1.025x (one round), and in kernels.py's graph timing it beat the partition grid at batch 1 at
 #   every context (6.1 against 10.0 us at 256 keys, 10.1 against 33.2 at 1,024, 27.5 against 36.0
 #   at 4,096) and tied at batch 16; but the engine's batch-1 A/B at 128-256 keys had it losing
@@ -66,8 +72,9 @@
 #     echo /gpu_run/ >> .git/info/exclude; rm -rf gpu_run; mkdir -p gpu_run/base
 #     git archive 1f65e0e | tar -x -C gpu_run/base
 #     rm -rf gpu_run/*/checkpoints gpu_run/*/tests gpu_run/*/benchmarks/results
-# What to do with the results: if the per-split grid wins at long contexts, take it by the
-# longest context (never by the batch; the bits are the same); where a skinny configuration beats
+# What to do with the results: if the per-split grid wins at batch 1 ("ab") or at long contexts
+# ("long"), take it for small-batch graphs, with the merge by the last program if that side
+# wins (TUNED_16BIT_DECODE's decode_options; the bits are the same); where a skinny configuration beats
 # torch's choice at every row count up to 16, set kernels/skinny_linear.py's ROW_CONFIGS and
 # CONFIG; where gate_up + SiLU wins the step, turn it on (kernels/gate_up_silu.py's ENABLED) with
 # the tiles "ab" ran, dropping from ROW_CONFIGS the batches where it lost; keep what the "ab"
@@ -98,11 +105,10 @@ for part in $PARTS; do
   decode)  # also writes the Llama-3-8B-shaped checkpoint /tmp/l3 that "ab" loads
     timeout 240 python3 benchmarks/decode.py --skip-hf --max-model-len 8192 --batch-sizes 1 64 256 --gen-len 128 \
       --model-dir /tmp/l3 --trace-dir "$OUT/traces" 2>&1 | grep -v "Warn\|warn_once\|Loading" | tee "$OUT/decode.log" ;;
-  ab|long)  # the sides alternated in every round, two rounds
-    [ -d gpu_run/base ] || [ $part = long ] || { echo "no gpu_run/base: skipping the A/B" | tee "$OUT/decode_ab.log"; continue; }
+  ab|long)  # the sides alternated in every round, two rounds (ROUNDS)
     [ -f /tmp/l3/config.json ] || python3 -c "import sys; sys.path.insert(0, '.'); from pathlib import Path; \
 from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&1 | tail -1
-    rounds="1 2"
+    rounds=${ROUNDS:-1 2}
     [ -z "${SKINNY_ARGS+set}" ] && [ -s /tmp/skinny_choice ] && SKINNY_ARGS=$(cat /tmp/skinny_choice)
     [ "$SKINNY_ARGS" = none ] && SKINNY_ARGS=
     [ -z "${SKINNY_ROWS_ARGS+set}" ] && [ -s /tmp/skinny_rows_choice ] && SKINNY_ROWS_ARGS=$(cat /tmp/skinny_rows_choice)
@@ -116,12 +122,14 @@ from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&
       if [ $part = ab ]; then
         timeout 90 python3 benchmarks/ab_decode.py --label "new-$round" --batch-sizes 1 256 --sampled-batch-sizes 256 \
           2>&1 | grep "decode "
-        (cd gpu_run/base && timeout 90 python3 ../../benchmarks/ab_decode.py --label "1f65e0e-$round" --batch-sizes 1 256 \
-          --sampled-batch-sizes 256 2>&1 | grep "decode ")
+        [ -z "$WITH_BASE" ] || (cd gpu_run/base && timeout 90 python3 ../../benchmarks/ab_decode.py \
+          --label "1f65e0e-$round" --batch-sizes 1 256 --sampled-batch-sizes 256 2>&1 | grep "decode ")
         timeout 90 python3 benchmarks/ab_decode.py --label "gate-up-silu-$round" --batch-sizes 1 256 \
           --sampled-batch-sizes --gate-up-silu $GATE_UP_SILU_ARGS 2>&1 | grep "decode "
         timeout 60 python3 benchmarks/ab_decode.py --label "program-per-split-$round" --batch-sizes 1 \
           --sampled-batch-sizes --program-per-split 2>&1 | grep "decode "
+        timeout 60 python3 benchmarks/ab_decode.py --label "per-split-merged-by-last-$round" --batch-sizes 1 \
+          --sampled-batch-sizes --program-per-split --merge-by-last-program 2>&1 | grep "decode "
         timeout 60 python3 benchmarks/ab_decode.py --label "skinny-all-four-$round" --batch-sizes 1 \
           --sampled-batch-sizes --skinny-linear --skinny-projections qkv_proj o_proj gate_up_proj down_proj \
           2>&1 | grep "decode "
@@ -134,6 +142,8 @@ from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&
           --prompt-len 2048 2>&1 | grep "decode "
         timeout 60 python3 benchmarks/ab_decode.py --label "long-program-per-split-$round" --batch-sizes 1 \
           --sampled-batch-sizes --prompt-len 2048 --program-per-split 2>&1 | grep "decode "
+        timeout 60 python3 benchmarks/ab_decode.py --label "long-per-split-merged-by-last-$round" --batch-sizes 1 \
+          --sampled-batch-sizes --prompt-len 2048 --program-per-split --merge-by-last-program 2>&1 | grep "decode "
       fi
     done | tee "$OUT/decode_$part.log" ;;
   spec)
@@ -154,7 +164,8 @@ from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&
     for shape in "--batch 1 --context 256" "--batch 1 --context 1024" "--batch 1 --context 4096" \
                  "--batch 16 --context 256"; do
       timeout 40 python3 benchmarks/kernels.py --full $shape --partition 1024 --split 64 \
-        --programs partition split --dots 16 --grid head --num-warps 4 --num-stages 2 2>&1 | grep -v Warn
+        --programs partition split --merge kernel last --dots 16 --grid head --num-warps 4 --num-stages 2 2>&1 \
+        | grep -v Warn
     done | tee "$OUT/kernels_b1.log" ;;
   linears)
     timeout 200 python3 benchmarks/linears.py 2>&1 | grep -v Warn | tee "$OUT/linears.log"

@@ -188,6 +188,9 @@ def caught_launches(dependent_launch: bool = False) -> list[Launch]:
                                                       ("decode, a program per split", True, reach)):
             decode_attention(query, k_cache, v_cache, tables, seq_lens, 0.1, max_seq_len,
                              program_per_split=per_split, **decode)
+        catcher.label = "decode, a program per split, merged by the last"
+        decode_attention(query, k_cache, v_cache, tables, seq_lens, 0.1, reach, program_per_split=True,
+                         merge_by_last_program=True, **decode)
         catcher.label = "decode, fp32 (the engine's exact mode)"
         decode_attention(query.float(), k_cache.float(), v_cache.float(), tables, seq_lens, 0.1, 8 * reach,
                          program_per_split=False)

@@ -139,3 +139,23 @@ def test_head_major_grid_is_bitwise_the_same():
     a = run_decode(case, partition_size=32, split_size=16)
     b = run_decode(case, partition_size=32, split_size=16, head_major=True)
     assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("per_split,head_major", [(True, False), (True, True), (False, False)],
+                         ids=["program-per-split", "program-per-split-head-major", "program-per-partition"])
+def test_the_last_program_merges_as_the_merge_kernel_does(dtype, per_split, head_major):
+    """merge_by_last_program: each (sequence, KV head)'s last unit to arrive folds the states
+    instead of a merge kernel: the same bits, a padding row's zeros (NaN before, in the output
+    buffer), and every count back at zero for the next launch (a CUDA graph's replay)."""
+    from kernels.arrival_counts import _COUNTS
+    lens = [1, 16, 17, 63, 64, 65, 100, 129, 200]
+    case = make_paged_case([1] * len(lens), [n - 1 for n in lens], 10, 2, 24, 16, dtype, seed=11)
+    case.meta.seq_lens[3] = 0
+    kw = dict(partition_size=64, split_size=8, head_major=head_major, program_per_split=per_split, max_seq_len=256)
+    by_kernel = run_decode(case, **kw)
+    out = torch.full_like(case.query, float("nan"))
+    by_last = run_decode(case, merge_by_last_program=True, out=out, **kw)
+    assert torch.equal(by_last, by_kernel) and torch.equal(by_last[3], torch.zeros_like(by_last[3]))
+    assert not _COUNTS[by_last.device].any()
+    assert torch.equal(run_decode(case, merge_by_last_program=True, **kw), by_kernel)

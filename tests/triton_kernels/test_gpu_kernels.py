@@ -34,6 +34,32 @@ def test_decode_bf16(heads, kv_heads):
         assert torch.equal(outs[0], outs[1])
 
 
+@pytest.mark.parametrize("per_split", [True, False], ids=["program-per-split", "program-per-partition"])
+def test_decode_merged_by_the_last_program_bf16(per_split):
+    """Each sequence's last program merges its states instead of the merge kernel: the same
+    bits launch after launch and in a CUDA graph's replays (a state read before it was
+    written, or a count left set, would change them), zeros for a padding row."""
+    from kernels.decode_attention import decode_attention
+    case = _case([1] * 6, [0, 15, 16, 511, 1327, 4100], 32, 8)
+    kv, m = case.kv_cache, case.meta
+    m.seq_lens[0] = 0
+
+    def attend(merge_by_last_program):
+        return decode_attention(case.query, kv[0], kv[1], m.block_tables, m.seq_lens, 0.088, 8192,
+                                partition_size=1024, split_size=64, program_per_split=per_split, dots="16",
+                                head_major=True, merge_by_last_program=merge_by_last_program)
+
+    want = attend(False)
+    assert all(torch.equal(attend(True), want) for _ in range(20))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        replayed = attend(True)
+    for _ in range(5):
+        graph.replay()
+        assert torch.equal(replayed, want)
+    assert torch.equal(want[0], torch.zeros_like(want[0]))
+
+
 @pytest.mark.parametrize("heads,kv_heads", [(32, 8), (40, 8), (16, 16)])
 def test_prefill_bf16(heads, kv_heads):
     from kernels.prefill_attention import prefill_attention

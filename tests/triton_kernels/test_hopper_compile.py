@@ -41,7 +41,7 @@ def test_kernels_compile_for_sm90_without_spills(dependent_launch):
     pipelined = [c for c in compiled if c["kernel"] in ("_decode_split_kernel", "_filtered_sample_kernel",
                                                         "_skinny_linear_kernel", "_gate_up_silu_kernel")
                  or (c["kernel"] == "_decode_merge_kernel" and c["label"] == "decode, a program per split")]
-    assert len(pipelined) == 11 and all(c["async_copies"] for c in pipelined), pipelined
+    assert len(pipelined) == 12 and all(c["async_copies"] for c in pipelined), pipelined
     # launched with PDL, a kernel may start before the one ahead of it ends: it must wait for
     # it before touching memory (every kernel of a decode step but the prefill kernel's)
     waiting = {c["kernel"] for c in compiled if c["waits_first"]}

@@ -49,12 +49,12 @@ def test_split_k_sums_the_parts_of_k_once_and_leaves_its_counts_at_zero(rows, bl
     """K = 200 in tiles of 64: two parts of two tiles; three parts, the last one empty; four
     parts, one tile each, the last one partial. The counts must be back at zero for the next
     launch (a CUDA graph replays with the same buffer)."""
-    from kernels.skinny_linear import _ARRIVALS
+    from kernels.arrival_counts import _COUNTS
     x, w, b = _inputs(rows, 200, 40, True, seed=split_k)
     tiles = dict(SMALL_TILES, BLOCK_M=block_m, SPLIT_K=split_k)
     got = skinny_linear(x, w, b, tiles)
     torch.testing.assert_close(got.float(), F.linear(x.float(), w.float(), b.float()), atol=2e-3, rtol=2e-3)
-    assert not _ARRIVALS[got.device].any()
+    assert not _COUNTS[got.device].any()
     assert torch.equal(skinny_linear(x, w, b, tiles), got)
 
 
