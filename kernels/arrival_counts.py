@@ -16,15 +16,18 @@ from __future__ import annotations
 import torch
 
 _COUNTS: dict[torch.device, torch.Tensor] = {}
+_OUTGROWN: list[torch.Tensor] = []  # kept: graphs captured before a growth still replay with them
 
 
 def arrival_counts(device: torch.device, units: int) -> torch.Tensor:
     """At least `units` zeroed int32 counts on `device`, left zeroed by the kernels that use
-    them. Grown outside CUDA-graph capture only: the first launch of a shape runs before its
-    capture, as Triton's compile needs."""
+    them. Grown outside CUDA-graph capture only (the first launch of a shape runs before its
+    capture, as Triton's compile needs), and never freed."""
     counts = _COUNTS.get(device)
     if counts is None or counts.numel() < units:
         assert device.type != "cuda" or not torch.cuda.is_current_stream_capturing(), \
             "the arrival counts must exist before a CUDA graph captures them"
-        counts = _COUNTS[device] = torch.zeros(max(units, 1024), dtype=torch.int32, device=device)
+        if counts is not None:
+            _OUTGROWN.append(counts)
+        counts = _COUNTS[device] = torch.zeros(max(units, 4096), dtype=torch.int32, device=device)
     return counts

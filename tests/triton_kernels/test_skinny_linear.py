@@ -97,3 +97,4 @@ def test_without_row_configurations_the_module_setting_at_replacement_is_used(mo
     monkeypatch.setattr(module, "ROW_CONFIGS", {"down_proj": ((MAX_ROWS, SMALL_TILES),)})
     model = _Layer(torch.float16)
     assert use_skinny_linears(model) == 1 and isinstance(model.down_proj, SkinnyLinear)
+
