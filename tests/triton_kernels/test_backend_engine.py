@@ -15,15 +15,17 @@ from kernels.reference import make_paged_case
 @pytest.mark.parametrize("query_lens,context_lens", [([1, 1, 1], [0, 16, 40]),  # decode kernel
                                                      ([1, 6, 20], [30, 11, 0])],  # prefill kernel
                          ids=["decode", "mixed"])
-@pytest.mark.parametrize("per_split", [False, True], ids=["program-per-partition", "program-per-split"])
-def test_backend_matches_torch_backend(query_lens, context_lens, per_split):
+@pytest.mark.parametrize("per_split,merge_last", [(False, False), (True, False), (True, True)],
+                         ids=["program-per-partition", "program-per-split", "program-per-split-merged-by-the-last"])
+def test_backend_matches_torch_backend(query_lens, context_lens, per_split, merge_last):
     case = make_paged_case(query_lens, context_lens, 8, 2, 16, 16, torch.float32, seed=11)
     n = case.query.shape[0]
     key, value = torch.randn(n, 2, 16), torch.randn(n, 2, 16)
     ours, theirs = case.kv_cache.clone(), case.kv_cache.clone()
     triton_backend = TritonAttentionBackend(partition_size=32, split_size=16,
                                             prefill_block_n=16, prefill_rows=16,
-                                            decode_options=dict(program_per_split=per_split))
+                                            decode_options=dict(program_per_split=per_split,
+                                                                merge_by_last_program=merge_last))
     triton_backend.write_kv(key, value, ours, case.meta)
     TorchAttentionBackend().write_kv(key, value, theirs, case.meta)
     assert torch.equal(ours.nan_to_num(), theirs.nan_to_num())
