@@ -262,7 +262,10 @@ def _decode_split_kernel(
                     count = arrivals_ptr + b * tl.num_programs(0) + kv_head
                 else:
                     count = arrivals_ptr + b * tl.num_programs(1) + kv_head
-                units = tl.cdiv(seq_len, SPLIT) if PER_SPLIT else tl.cdiv(seq_len, PARTITION)
+                if PER_SPLIT:
+                    units = tl.cdiv(seq_len, SPLIT)
+                else:
+                    units = tl.cdiv(seq_len, PARTITION)
                 if tl.atomic_add(count, 1, sem="acq_rel") == units - 1:
                     l_out, acc_out = _merged(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, seq_len, offs_d,
                                              g_mask, d_mask, stride_pb, stride_ph, stride_ps, stride_lb,
