@@ -11,19 +11,19 @@ the engine does not take it there, so this says whether it could. At every row c
 gate_up_proj with SiLU x up in one kernel (`kernels/gate_up_silu.py`) against the engine's way
 (the projection, then the SiLU kernel).
 
-    python benchmarks/linears.py                 # rows 1, 4, 16, 64, 256; the four projections and lm_head
+    python benchmarks/linears.py                 # rows 1, 4, 16, 64, 256; the four projections, the lm_head
     python benchmarks/linears.py --rows 1 --projections qkv_proj o_proj
 
 What to do with it: a projection where a skinny configuration beats the default at every row
-count up to 16 goes in `kernels.skinny_linear.ROW_CONFIGS`, with the best configuration as
-`CONFIG`; then `benchmarks/ab_decode.py --skinny-linear` times the whole step against the same
-tree without. Tiles of rows that beat it at 64 or 256 rows go there too, once the step says so. If cuBLASLt wins at 64 and 256 rows, the engine could prefer it at start-up.
-The line `skinny choice: ...` is that rule applied (`scripts/gpu_owed.sh` passes it on to the
-A/B): for each projection the configuration that wins at every row count up to 16 and saves
-the most time, or cuBLAS, as `ab_decode.py` arguments; `skinny rows choice: ...` the tiles of
-rows that beat cuBLAS at 64 or 256 rows, by projection. The line `gate_up_silu choice: ...` gives the
-fastest fused configuration of each of its row configurations (`ROW_CONFIGS`), timed at that
-configuration's largest batch, as `ab_decode.py --gate-up-silu` arguments.
+count up to 16 goes in `kernels.skinny_linear.ROW_CONFIGS`, with that configuration; tiles of
+rows that beat it at 64 or 256 rows go there too; each once `benchmarks/ab_decode.py` has timed
+the whole step against the same tree without. If cuBLASLt wins at 64 and 256 rows, the engine
+could prefer it at start-up. The last three lines are those rules applied, as `ab_decode.py`
+arguments (`scripts/gpu_owed.sh` passes them on to the A/B): `skinny choice: ...`, for each
+projection the configuration that wins at every row count up to 16 and saves the most time, or
+cuBLAS; `skinny rows choice: ...`, the tiles of rows that beat cuBLAS at 64 or 256 rows, by
+projection; `gate_up_silu choice: ...`, the fastest fused configuration of each of its row
+configurations (`ROW_CONFIGS`), timed at that configuration's largest batch.
 """
 
 from __future__ import annotations
