@@ -114,6 +114,22 @@ def test_engine_bf16_with_gate_up_silu_diverges_no_more_than_transformers_bf16(c
     _assert_bf16_like_transformers_bf16(checkpoint, _prompts())
 
 
+def test_engine_bf16_with_tiles_of_rows_and_split_k_diverges_no_more_than_transformers_bf16(checkpoint,
+                                                                                           monkeypatch):
+    """What `benchmarks/ab_decode.py --skinny-rows-config` and `--gate-up-silu` turn on for
+    larger batches: here the prompts' steps (up to 64 tokens) take tiles of 32 rows, split-K
+    for o_proj and down_proj, and the fused gate_up + SiLU in tiles of rows; the same rule."""
+    import kernels.gate_up_silu
+    import kernels.skinny_linear as skinny
+    tiles = dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=64, NUM_STAGES=3, num_warps=4)
+    monkeypatch.setattr(skinny, "ROW_CONFIGS", {
+        "o_proj": ((16, skinny.CONFIG), (64, dict(tiles, SPLIT_K=2))),
+        "down_proj": ((16, None), (64, dict(tiles, SPLIT_K=4))), "qkv_proj": ((16, None), (64, tiles))})
+    monkeypatch.setattr(kernels.gate_up_silu, "ENABLED", True)
+    monkeypatch.setattr(kernels.gate_up_silu, "ROW_CONFIGS", (kernels.gate_up_silu.ROW_CONFIGS[0], (64, tiles)))
+    _assert_bf16_like_transformers_bf16(checkpoint, _prompts())
+
+
 def test_engine_bf16_on_the_trained_checkpoint():
     """The trained default target has fewer near ties, but its greedy loops still meet some:
     with the fused layers one of 8 prompts left fp32 at token 21 on the H100 (2026-11-23), so
