@@ -5,15 +5,16 @@
 #   run(command="bash scripts/gpu_owed.sh tests linears", carry=[".whl"], timeout_s=420)
 #   run(command="bash scripts/gpu_owed.sh ab", carry=[".whl"], timeout_s=540)
 #   run(command="ROUNDS=1 bash scripts/gpu_owed.sh long", carry=[".whl"], timeout_s=120)
-# (~270 s, ~430 s and ~75 s by the durations below: the third only if 150 s are left; "decode"
+# (~300 s, ~430 s and ~75 s by the durations below: the third only if 150 s are left; "decode"
 # instead of "long" if the A/B turns something on), then give the machine back. "kernels" and
 # "spec" only in a later session. (No argument: every part.) Durations on an H100 (2026-11-27:
-# "tests kernels linears decode" 243 s): tests ~115 s (45 s with Triton's cache warm), linears
-# ~150 s with its tiles of rows and the lm_head (a guess: ~90 more timings than the 2026-11-27
-# run, some of them new compiles), decode ~110 s with its checkpoint and traces, ab ~45 s a side
-# of batches 1 and 256 (the first builds the checkpoint: ~30 s more), ~25 s a batch-1 side, long
-# ~25 s a side, spec ~55 s. A later call on a warm machine keeps /tmp (the checkpoint, the
-# installed wheels, linears' choices) but not the environment: export PYTHONPATH=/tmp/site
+# "tests kernels linears decode" 243 s): tests ~115 s then (45 s with Triton's cache warm),
+# ~150 s with this session's new GPU tests (a guess); linears ~150 s with its tiles of rows
+# and the lm_head (a guess: ~90 more timings than the 2026-11-27 run, some of them new
+# compiles); decode ~110 s with its checkpoint and traces; ab ~45 s a side of batches 1 and 256
+# (the first builds the checkpoint: ~30 s more), ~25 s a batch-1 side; long ~25 s a side; spec
+# ~55 s. A later call on a warm machine keeps /tmp (the checkpoint, the installed wheels,
+# linears' choices) but not the environment: export PYTHONPATH=/tmp/site
 # again. `.whl` holds the cp312 wheels the device lacks (outlines_core 0.2.14, pydantic 2.14.4,
 # pydantic_core 2.50.5, annotated-types, typing-inspection, typing_extensions; see the device
 # tool's README). WITH_BASE=1 adds 1f65e0e's side to "ab" (gpu_run/base, below; carry it too):
@@ -97,7 +98,7 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 for part in $PARTS; do
   case $part in
   tests)
-    timeout 220 python3 -m pytest -m gpu tests/triton_kernels/test_gpu.py tests/triton_kernels/test_gpu_kernels.py \
+    timeout 260 python3 -m pytest -m gpu tests/triton_kernels/test_gpu.py tests/triton_kernels/test_gpu_kernels.py \
       tests/triton_kernels/test_gpu_fused_layers.py \
       tests/triton_kernels/test_filtered_sampling.py tests/triton_kernels/test_argmax.py \
       tests/triton_kernels/test_skinny_linear.py tests/test_selection.py -q -p no:cacheprovider 2>&1 \
