@@ -293,7 +293,10 @@ def _merged(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, seq_len, offs_d, g_m
         if PER_SPLIT:
             m_p, l_p, acc_p = _empty_state(BLOCK_G, BLOCK_D)
             first = p * splits_per_partition
-            for s in tl.range(first, tl.minimum(first + splits_per_partition, splits), num_stages=3):
+            # FROM_L2: not pipelined, since the pipeliner's asynchronous copies of the 4-byte max
+            # and mass would go through L1 (cp.async.ca), past the ".cg" the loads ask for
+            for s in tl.range(first, tl.minimum(first + splits_per_partition, splits),
+                              num_stages=1 if FROM_L2 else 3):
                 m_s, l_s, acc_s = _load_state(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, s, offs_d, g_mask,
                                            d_mask, stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, FROM_L2)
                 m_p, l_p, acc_p = _fold(m_p, l_p, acc_p, m_s, l_s, acc_s)

@@ -63,6 +63,7 @@ class Compiled:
     async_copies: int  # cp.async instructions in the PTX: loads the pipeliner made asynchronous
     waits_first: bool  # griddepcontrol.wait (programmatic dependent launch) before any memory access
     tensor_cores: str  # the dots' instructions: "wgmma" (Hopper's warpgroup MMA), "mma" (sm_80's), or ""
+    l1_loads_after_arrival: int  # global loads through L1 after the first atomic (kernels/arrival_counts.py)
 
 
 def _signature(launch: Launch) -> tuple[dict, dict, dict]:
@@ -105,7 +106,16 @@ def compile_for_hopper(launch: Launch, source: ASTSource) -> Compiled:
     used = _resources(compiled.asm["cubin"])
     ptx = compiled.asm["ptx"]
     return Compiled(launch.label, launch.kernel.__name__, used["REG"], used["LOCAL"], compiled.metadata.shared,
-                    ptx.count("cp.async."), _waits_first(ptx), _tensor_cores(ptx))
+                    ptx.count("cp.async."), _waits_first(ptx), _tensor_cores(ptx), _l1_loads_after_arrival(ptx))
+
+
+def _l1_loads_after_arrival(ptx: str) -> int:
+    """Loads after a kernel's first atomic that may hit this SM's L1: the last program to
+    arrive reads what other SMs wrote, which only L2 holds (ld.global.cg, cp.async.cg)."""
+    if "atom.global" not in ptx:
+        return 0
+    after = ptx[ptx.index("atom.global"):]
+    return len(re.findall(r"ld\.global(?!\.cg)|cp\.async\.ca", after))
 
 
 def _tensor_cores(ptx: str) -> str:

@@ -42,6 +42,10 @@ def test_kernels_compile_for_sm90_without_spills(dependent_launch):
                                                         "_skinny_linear_kernel", "_gate_up_silu_kernel")
                  or (c["kernel"] == "_decode_merge_kernel" and c["label"] == "decode, a program per split")]
     assert len(pipelined) == 12 and all(c["async_copies"] for c in pipelined), pipelined
+    # the last program to arrive reads parts other SMs wrote: from L2, never a stale L1 line
+    # (the pipeliner's asynchronous copies of 4-byte values go through L1: cp.async.ca)
+    arriving = [c for c in compiled if "merged by the last" in c["label"] or "split-K" in c["label"]]
+    assert len(arriving) == 2 and not any(c["l1_loads_after_arrival"] for c in arriving), arriving
     # launched with PDL, a kernel may start before the one ahead of it ends: it must wait for
     # it before touching memory (every kernel of a decode step but the prefill kernel's)
     waiting = {c["kernel"] for c in compiled if c["waits_first"]}
