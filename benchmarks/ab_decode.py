@@ -35,8 +35,6 @@ from app.engine.engine import LLMEngine  # noqa: E402
 from benchmarks.decode import run_engine  # noqa: E402
 
 KV_BYTES_PER_TOKEN = 32 * 2 * 8 * 128 * 2  # Llama-3-8B in bf16
-TILE_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_STAGES", "num_warps")
-SKINNY_TILE_KEYS = TILE_KEYS + ("SPLIT_K",)
 
 
 def main() -> None:
@@ -94,21 +92,22 @@ def turn_choices(args: argparse.Namespace) -> None:
     """Set the kernels' module settings as the flags say, before the engine is built."""
     if args.gate_up_silu:
         import kernels.gate_up_silu as fused
+        from kernels.skinny_linear import TILE_KEYS
         fused.ENABLED = True
-        chosen = {rows: dict(zip(TILE_KEYS, tiles)) for rows, *tiles in args.gate_up_silu_config}
+        chosen = {rows: dict(zip(TILE_KEYS[:5], tiles)) for rows, *tiles in args.gate_up_silu_config}
         fused.ROW_CONFIGS = tuple((rows, chosen.get(rows, config)) for rows, config in fused.ROW_CONFIGS
                                   if rows <= (args.gate_up_silu_max_rows or rows))
     if args.skinny_linear or args.cublas_linear or args.skinny_rows_config:
         import kernels.skinny_linear as skinny
         skinny.ENABLED = not args.cublas_linear
         if args.skinny_projections or args.skinny_config:
-            small = dict(zip(TILE_KEYS[1:], args.skinny_config)) if args.skinny_config else skinny.CONFIG
+            small = dict(zip(skinny.TILE_KEYS[1:5], args.skinny_config)) if args.skinny_config else skinny.CONFIG
             skinny.ROW_CONFIGS = {projection: ((skinny.MAX_ROWS, small),)
                                   for projection in args.skinny_projections or skinny.ROW_CONFIGS}
         for projection, rows, *tiles in args.skinny_rows_config:
-            assert tiles == ["cublas"] or len(tiles) == len(SKINNY_TILE_KEYS), f"--skinny-rows-config {projection} {rows} {tiles}"
+            assert tiles == ["cublas"] or len(tiles) == len(skinny.TILE_KEYS), f"--skinny-rows-config {projection} {rows} {tiles}"
             configs = dict(skinny.ROW_CONFIGS.get(projection, ((skinny.MAX_ROWS, None),)))  # new: cuBLAS up to 16
-            configs[int(rows)] = None if tiles == ["cublas"] else dict(zip(SKINNY_TILE_KEYS, map(int, tiles)))
+            configs[int(rows)] = None if tiles == ["cublas"] else dict(zip(skinny.TILE_KEYS, map(int, tiles)))
             skinny.ROW_CONFIGS = {**skinny.ROW_CONFIGS, projection: tuple(sorted(configs.items()))}
     if args.plain_launch:
         import kernels.dependent_launch

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.kernels import copy_bandwidth, time_in_graph  # noqa: E402
+from kernels.skinny_linear import TILE_KEYS  # noqa: E402
 
 LLAMA3_8B_PROJECTIONS = {  # name: (in_features, out_features)
     "qkv_proj": (4096, 6144), "o_proj": (4096, 4096), "gate_up_proj": (4096, 28672), "down_proj": (14336, 4096),
@@ -49,12 +50,10 @@ LAYER_PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 CONFIGS = [dict(BLOCK_N=n, BLOCK_K=k, NUM_STAGES=s, num_warps=w)
            for n, k, s, w in ((16, 256, 4, 4), (16, 512, 3, 4), (16, 128, 6, 4), (32, 256, 4, 4),
                               (32, 256, 3, 8), (64, 128, 4, 4), (16, 256, 4, 2))]
-CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_STAGES", "num_warps")
-WIDE_KEYS = CONFIG_KEYS + ("SPLIT_K",)
 
 
 def _configs(*values: tuple[int, ...]) -> list[dict]:
-    return [dict(zip(WIDE_KEYS, v)) for v in values]
+    return [dict(zip(TILE_KEYS, v)) for v in values]
 
 
 # Tiles of rows for 64 and 256 rows, some with K in parts (SPLIT_K): o_proj and down_proj have
@@ -128,7 +127,7 @@ def main() -> int:
                       f"{base / seconds:5.3f}x torch's choice", flush=True)
     print("skinny choice:", choose_skinny(skinny_seconds, blas_seconds, MAX_ROWS))
     print("skinny rows choice:", choose_row_tiles(skinny_seconds, blas_seconds))
-    print("gate_up_silu choice:", " ".join(f"--gate-up-silu-config {rows} {' '.join(str(c[k]) for k in CONFIG_KEYS)}"
+    print("gate_up_silu choice:", " ".join(f"--gate-up-silu-config {rows} {' '.join(str(c[k]) for k in TILE_KEYS[:5])}"
                                            for rows, c in sorted(gate_up_silu_choice.items())) or "none")
     return 0
 
@@ -200,7 +199,7 @@ def choose_row_tiles(skinny_seconds: dict, blas_seconds: dict) -> str:
                     if p == projection and name in by_name and rows in by_config]
             best = min(mine, default=None)
             won = best is not None and best[0] < by_rows[rows]
-            tiles = " ".join(str(by_name[best[1]].get(k, 1)) for k in WIDE_KEYS) if won else "cublas"
+            tiles = " ".join(str(by_name[best[1]].get(k, 1)) for k in TILE_KEYS) if won else "cublas"
             choice.append((won, f"--skinny-rows-config {projection} {rows} {tiles}"))
         if any(won for won, _ in choice):
             chosen += [arguments for _, arguments in choice]
@@ -225,7 +224,7 @@ def choose_skinny(skinny_seconds: dict, blas_seconds: dict, max_rows: int) -> st
                 saved = sum(by_rows[r] - mine[r] for r in rows)
                 if saved > best_saved:
                     tiles = dict(config, BLOCK_M=max_rows, SPLIT_K=1)
-                    best, best_saved = " ".join(str(tiles[k]) for k in WIDE_KEYS), saved
+                    best, best_saved = " ".join(str(tiles[k]) for k in TILE_KEYS), saved
         chosen.append(f"--skinny-rows-config {projection} {max_rows} {best}")
     return " ".join(chosen) or "none"
 

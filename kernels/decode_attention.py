@@ -10,9 +10,10 @@ on how many programs share the work (PITFALLS: a seeded request gives the same t
 or in a batch). The context is cut into *splits* of a fixed `split_size` tokens, one tile
 each, whose softmax is an unnormalised state (its max, mass and output). The splits of each
 *partition* (`partition_size` tokens, a multiple) are folded left to right, then the
-partitions are folded left to right, and the result is normalised once (`_fold` does every
-fold, with the same operations wherever it runs). A program walking many splits carries one
-state, as a plain online softmax does. Splits of several tiles carry a second one: compiled
+partitions are folded left to right, and the result is normalised once
+(`kernels/softmax_states.py`'s `fold` does every fold, with the same operations wherever it
+runs). A program walking many splits carries one state, as a plain online softmax does.
+Splits of several tiles carry a second one: compiled
 for sm_90 (`tests/triton_kernels/hopper_compile.py`), that kernel took 142-152 registers a
 thread, 3 programs of 4 warps per SM, against 96-112 and 4-5 with a split per tile (80-116
 before the splits). Registers did not decide the speed, though: the bf16 engine's splits of 64
@@ -36,7 +37,7 @@ The work can be spread two ways, chosen by the caller; the bits are the same:
   contexts are not timed yet; being free to choose is what the fixed order of folds buys.
 Either grid's states can be merged by a merge kernel or, with `merge_by_last_program`, by each
 (sequence, KV head)'s last program to arrive (`kernels/arrival_counts.py`), with the same
-folds (`_merged`) and so the same bits: a kernel and a kernel boundary fewer a layer, which is
+folds (`softmax_states.merged`) and so the same bits: a kernel and a kernel boundary fewer a layer, which is
 what the per-split grid paid for at batch 1 (the merge kernel took 3.0 us a layer in the
 batch-1 trace of 2026-11-27). Off until a GPU times it (`benchmarks/ab_decode.py
 --merge-by-last-program`).
@@ -72,6 +73,7 @@ import triton.language as tl
 
 from kernels.arrival_counts import arrival_counts
 from kernels.dependent_launch import dependent_launch_args, wait_for_predecessor
+from kernels.softmax_states import empty_state, fold, merged, store_output, store_state
 
 DEFAULT_PARTITION_SIZE = 256  # tokens per partition (one program's keys in the default grid)
 LOG2E = 1.4426950408889634
@@ -98,28 +100,6 @@ def load_kv_tile(cache_ptr, table_ptr, tok, n_mask, kv_head, offs_d, d_mask,
 
 
 @triton.jit
-def _fold(m, l, acc, m_add, l_add, acc_add):
-    """Two softmax states (running max [G] in log2 units, mass [G], unnormalised output
-    [G, D]) into one. `m` is -inf for the empty state, whose weight is then 0."""
-    m_new = tl.maximum(m, m_add)
-    keep = tl.exp2(m - m_new)
-    add = tl.exp2(m_add - m_new)
-    return m_new, tl.fma(l, keep, l_add * add), tl.fma(acc, keep[:, None], acc_add * add[:, None])
-
-
-@triton.jit
-def _empty_state(BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr):
-    return (tl.full([BLOCK_G], float("-inf"), tl.float32), tl.zeros([BLOCK_G], tl.float32),
-            tl.zeros([BLOCK_G, BLOCK_D], tl.float32))
-
-
-@triton.jit
-def _normalised(l, acc):
-    """The output of a folded state; zeros for the empty one (a sequence of length 0)."""
-    return acc / tl.where(l == 0.0, 1.0, l)[:, None]
-
-
-@triton.jit
 def _attend(q, q16, k_cache_ptr, v_cache_ptr, table_ptr, start, end, kv_head, offs_d,
             d_mask, scale_log2, stride_cb, stride_cs, stride_ch,
             BLOCK_SIZE: tl.constexpr, SPLIT: tl.constexpr, BLOCK_G: tl.constexpr,
@@ -131,7 +111,7 @@ def _attend(q, q16, k_cache_ptr, v_cache_ptr, table_ptr, start, end, kv_head, of
     before the splits); a single split comes out as its own state, since folding a state into
     the empty one gives that state bit for bit."""
     offs_n = tl.arange(0, SPLIT)
-    m, l, acc = _empty_state(BLOCK_G, BLOCK_D)
+    m, l, acc = empty_state(BLOCK_G, BLOCK_D)
     for split_start in range(start, end, SPLIT):
         tok = split_start + offs_n
         n_mask = tok < end
@@ -151,54 +131,8 @@ def _attend(q, q16, k_cache_ptr, v_cache_ptr, table_ptr, start, end, kv_head, of
             acc_split = tl.dot(p.to(v.dtype), v)
         else:
             acc_split = tl.dot(p, v.to(tl.float32), input_precision=DOT_PRECISION)
-        m, l, acc = _fold(m, l, acc, m_split, tl.sum(p, 1), acc_split)
+        m, l, acc = fold(m, l, acc, m_split, tl.sum(p, 1), acc_split)
     return m, l, acc
-
-
-@triton.jit
-def _state_ptrs(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d,
-                stride_pb, stride_ph, stride_ps, stride_lb, stride_lh):
-    """Where a unit's (split's or partition's) state lives: output rows, max and mass."""
-    acc_ptrs = (part_acc_ptr + b * stride_pb + heads[:, None] * stride_ph + unit * stride_ps
-                + offs_d[None, :])
-    offset = b * stride_lb + heads * stride_lh + unit
-    return acc_ptrs, part_m_ptr + offset, part_l_ptr + offset
-
-
-@triton.jit
-def _store_state(m, l, acc, part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d, g_mask, d_mask,
-                 stride_pb, stride_ph, stride_ps, stride_lb, stride_lh):
-    acc_ptrs, m_ptrs, l_ptrs = _state_ptrs(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d,
-                                           stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
-    tl.store(acc_ptrs, acc, mask=g_mask[:, None] & d_mask[None, :])
-    tl.store(m_ptrs, m, mask=g_mask)
-    tl.store(l_ptrs, l, mask=g_mask)
-
-
-@triton.jit
-def _load_state(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d, g_mask, d_mask,
-                stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, FROM_L2: tl.constexpr):
-    """FROM_L2: states other SMs wrote during this kernel (the last program's merge): read past
-    this SM's L1, which does not see them."""
-    acc_ptrs, m_ptrs, l_ptrs = _state_ptrs(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d,
-                                           stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
-    # padded rows of the group: a finite max, so folding them makes no NaN
-    if FROM_L2:
-        acc = tl.load(acc_ptrs, mask=g_mask[:, None] & d_mask[None, :], other=0.0, cache_modifier=".cg")
-        m = tl.load(m_ptrs, mask=g_mask, other=0.0, cache_modifier=".cg")
-        l = tl.load(l_ptrs, mask=g_mask, other=0.0, cache_modifier=".cg")
-    else:
-        acc = tl.load(acc_ptrs, mask=g_mask[:, None] & d_mask[None, :], other=0.0)
-        m = tl.load(m_ptrs, mask=g_mask, other=0.0)
-        l = tl.load(l_ptrs, mask=g_mask, other=0.0)
-    return m, l, acc
-
-
-@triton.jit
-def _store_output(l, acc, out_ptr, b, heads, offs_d, g_mask, d_mask, stride_ob, stride_oh):
-    """A sequence's folded state, normalised, as its output rows."""
-    out_ptrs = out_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
-    tl.store(out_ptrs, _normalised(l, acc).to(out_ptr.dtype.element_ty), mask=g_mask[:, None] & d_mask[None, :])
 
 
 # Counts that follow the step's shape (its block tables' width, its number of partitions) are
@@ -250,11 +184,11 @@ def _decode_split_kernel(
         if DIRECT:  # the sequence's only partition: its output
             # folded into the empty state first, as the merge folds every partition: the
             # same operations, so the same bits as a sequence the merge finishes
-            m_out, l_out, acc_out = _empty_state(BLOCK_G, BLOCK_D)
-            m_out, l_out, acc_out = _fold(m_out, l_out, acc_out, m, l, acc)
-            _store_output(l_out, acc_out, out_ptr, b, heads, offs_d, g_mask, d_mask, stride_ob, stride_oh)
+            m_out, l_out, acc_out = empty_state(BLOCK_G, BLOCK_D)
+            m_out, l_out, acc_out = fold(m_out, l_out, acc_out, m, l, acc)
+            store_output(l_out, acc_out, out_ptr, b, heads, offs_d, g_mask, d_mask, stride_ob, stride_oh)
         else:  # a split's or a partition's state, for the merge
-            _store_state(m, l, acc, part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d, g_mask,
+            store_state(m, l, acc, part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d, g_mask,
                          d_mask, stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
             if MERGE_LAST:  # the sequence's last unit to arrive merges (kernels/arrival_counts.py)
                 tl.debug_barrier()  # every thread's part of the state written before the count says so
@@ -267,44 +201,15 @@ def _decode_split_kernel(
                 else:
                     units = tl.cdiv(seq_len, PARTITION)
                 if tl.atomic_add(count, 1, sem="acq_rel") == units - 1:
-                    l_out, acc_out = _merged(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, seq_len, offs_d,
+                    l_out, acc_out = merged(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, seq_len, offs_d,
                                              g_mask, d_mask, stride_pb, stride_ph, stride_ps, stride_lb,
                                              stride_lh, PARTITION, SPLIT, PER_SPLIT, BLOCK_G, BLOCK_D, True)
                     tl.atomic_xchg(count, 0)
-                    _store_output(l_out, acc_out, out_ptr, b, heads, offs_d, g_mask, d_mask, stride_ob, stride_oh)
+                    store_output(l_out, acc_out, out_ptr, b, heads, offs_d, g_mask, d_mask, stride_ob, stride_oh)
     elif (DIRECT or (MERGE_LAST and unit == 0)) and seq_len == 0:
         # a padding row, whose first program writes what the merge would: zeros
-        m_out, l_out, acc_out = _empty_state(BLOCK_G, BLOCK_D)
-        _store_output(l_out, acc_out, out_ptr, b, heads, offs_d, g_mask, d_mask, stride_ob, stride_oh)
-
-
-@triton.jit
-def _merged(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, seq_len, offs_d, g_mask, d_mask,
-            stride_pb, stride_ph, stride_ps, stride_lb, stride_lh,
-            PARTITION: tl.constexpr, SPLIT: tl.constexpr, PER_SPLIT: tl.constexpr,
-            BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, FROM_L2: tl.constexpr):
-    """A sequence's states folded, as the split kernel would fold them: splits into partitions
-    (a program per split), partitions into the sequence's (mass, unnormalised output)."""
-    partitions = tl.cdiv(seq_len, PARTITION)
-    splits_per_partition = PARTITION // SPLIT
-    splits = tl.cdiv(seq_len, SPLIT)
-    m, l, acc = _empty_state(BLOCK_G, BLOCK_D)
-    for p in range(0, partitions):
-        if PER_SPLIT:
-            m_p, l_p, acc_p = _empty_state(BLOCK_G, BLOCK_D)
-            first = p * splits_per_partition
-            # FROM_L2: not pipelined, since the pipeliner's asynchronous copies of the 4-byte max
-            # and mass would go through L1 (cp.async.ca), past the ".cg" the loads ask for
-            for s in tl.range(first, tl.minimum(first + splits_per_partition, splits),
-                              num_stages=1 if FROM_L2 else 3):
-                m_s, l_s, acc_s = _load_state(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, s, offs_d, g_mask,
-                                           d_mask, stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, FROM_L2)
-                m_p, l_p, acc_p = _fold(m_p, l_p, acc_p, m_s, l_s, acc_s)
-        else:
-            m_p, l_p, acc_p = _load_state(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, p, offs_d, g_mask, d_mask,
-                                       stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, FROM_L2)
-        m, l, acc = _fold(m, l, acc, m_p, l_p, acc_p)
-    return l, acc
+        m_out, l_out, acc_out = empty_state(BLOCK_G, BLOCK_D)
+        store_output(l_out, acc_out, out_ptr, b, heads, offs_d, g_mask, d_mask, stride_ob, stride_oh)
 
 
 @triton.jit(do_not_specialize=["stride_lb", "stride_lh"])
@@ -315,7 +220,7 @@ def _decode_merge_kernel(
     PARTITION: tl.constexpr, SPLIT: tl.constexpr, PER_SPLIT: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, DEPENDENT_LAUNCH: tl.constexpr,
 ):
-    """Folds the states the split kernel wrote (`_merged`), one program per (sequence, KV head)."""
+    """Folds the states the split kernel wrote (`merged`), one program per (sequence, KV head)."""
     wait_for_predecessor(DEPENDENT_LAUNCH)
     b = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1).to(tl.int64)
@@ -325,10 +230,10 @@ def _decode_merge_kernel(
     g_mask = offs_g < group_size
     d_mask = offs_d < head_dim
     heads = kv_head * group_size + offs_g
-    l, acc = _merged(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, seq_len, offs_d, g_mask, d_mask,
+    l, acc = merged(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, seq_len, offs_d, g_mask, d_mask,
                      stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, PARTITION, SPLIT, PER_SPLIT,
                      BLOCK_G, BLOCK_D, False)
-    _store_output(l, acc, out_ptr, b, heads, offs_d, g_mask, d_mask, stride_ob, stride_oh)
+    store_output(l, acc, out_ptr, b, heads, offs_d, g_mask, d_mask, stride_ob, stride_oh)
 
 
 def default_split_size(dtype: torch.dtype, block_d: int) -> int:

@@ -26,7 +26,8 @@ import triton
 import triton.language as tl
 
 from kernels.dependent_launch import wait_for_predecessor
-from kernels.skinny_linear import SIXTEEN_BIT, launch_skinny, row_and_feature_offsets, tiles_for
+from kernels.skinny_linear import (SIXTEEN_BIT, launch_skinny, row_and_feature_offsets, row_config_batches, tiles_for,
+                                   tiles_for_product)
 
 ENABLED = False
 # (up to this many rows, the tiles): untuned. A batch of up to 16 rows is one tile, and its
@@ -96,5 +97,9 @@ def gate_up_silu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
 
 def takes(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether `gate_up_silu` takes this product: on, rows within ROW_CONFIGS, 16-bit weights."""
-    return (ENABLED and x.dim() == 2 and x.stride(-1) == 1 and config_for(x.shape[0]) is not None
-            and weight.dtype in SIXTEEN_BIT)
+    return ENABLED and weight.dtype in SIXTEEN_BIT and tiles_for_product(ROW_CONFIGS, x) is not None
+
+
+def warm_up_batches() -> set[int]:
+    """Batches that compile every variant the engine can take (`row_config_batches`), where on."""
+    return row_config_batches(ROW_CONFIGS) if ENABLED else set()

@@ -52,12 +52,44 @@ CONFIG = dict(BLOCK_N=16, BLOCK_K=256, NUM_STAGES=4, num_warps=2)
 # keep cuBLAS until benchmarks/linears.py times the tiles of rows (WIDE_CONFIGS) against it.
 ROW_CONFIGS = {"o_proj": ((MAX_ROWS, CONFIG),), "gate_up_proj": ((MAX_ROWS, CONFIG),)}
 SIXTEEN_BIT = (torch.float16, torch.bfloat16)
+# A configuration's keys in the order benchmarks/linears.py writes them and
+# benchmarks/ab_decode.py reads them back (the fused gate_up kernel's: the first five)
+TILE_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_STAGES", "num_warps", "SPLIT_K")
 
 
 def tiles_for(row_configs, rows: int) -> dict | None:
     """The tiles of the first (max rows, tiles) in `row_configs` that holds `rows` rows; None
     (cuBLAS) past the last or where it says so."""
     return next((tiles for max_rows, tiles in row_configs if rows <= max_rows), None)
+
+
+def tiles_for_product(row_configs, x: torch.Tensor) -> dict | None:
+    """`tiles_for` a product of x: rows of a 2-D x whose last dim is contiguous, else None."""
+    return tiles_for(row_configs, x.shape[0]) if x.dim() == 2 and x.stride(-1) == 1 else None
+
+
+def row_config_batches(row_configs) -> set[int]:
+    """Batches that compile every variant a kernel can take under `row_configs`: each
+    configuration's largest, and its one-row-tile batch where one falls inside it."""
+    batches, previous = set(), 0
+    for rows, tiles in row_configs:
+        if tiles is not None:
+            batches.add(rows)
+            one_tile = tiles.get("BLOCK_M", MAX_ROWS)
+            if previous < one_tile < rows:
+                batches.add(one_tile)
+        previous = rows
+    return batches
+
+
+def warm_up_batches() -> set[int]:
+    """`row_config_batches` of every projection that takes the kernel, where it is on."""
+    return set().union(*map(row_config_batches, ROW_CONFIGS.values())) if ENABLED else set()
+
+
+def tile_count(rows: int, features: int, config: dict) -> int:
+    """Tiles of BLOCK_M rows (config's, or MAX_ROWS) by BLOCK_N features."""
+    return triton.cdiv(features, config["BLOCK_N"]) * triton.cdiv(rows, config.get("BLOCK_M", MAX_ROWS))
 
 
 @triton.jit
@@ -138,9 +170,8 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     split_k = config.get("SPLIT_K", 1)
     workspace = (out, out)  # unread in one part: a decode step's eager launch allocates nothing more
     if split_k > 1:
-        tiles = triton.cdiv(out_features, config["BLOCK_N"]) * triton.cdiv(rows, config.get("BLOCK_M", MAX_ROWS))
         workspace = (torch.empty(split_k, rows, out_features, dtype=torch.float32, device=x.device),
-                     arrival_counts(x.device, tiles))
+                     arrival_counts(x.device, tile_count(rows, out_features, config)))
     launch_skinny(_skinny_linear_kernel, x, weight, bias, out, out_features, config, workspace, SPLIT_K=split_k)
     return out
 
@@ -153,8 +184,7 @@ def launch_skinny(kernel, x: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
     and the row count."""
     rows, block_m = x.shape[0], config.get("BLOCK_M", MAX_ROWS)
     if rows:
-        tiles = triton.cdiv(features, config["BLOCK_N"]) * triton.cdiv(rows, block_m)
-        kernel[(tiles * constexprs.get("SPLIT_K", 1),)](
+        kernel[(tile_count(rows, features, config) * constexprs.get("SPLIT_K", 1),)](
             x, weight, weight if bias is None else bias, out, *workspace, rows, features, x.shape[1],
             x.stride(0), weight.stride(0), out.stride(0), HAS_BIAS=bias is not None, BLOCK_M=block_m,
             BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"], NUM_STAGES=config["NUM_STAGES"],
@@ -173,7 +203,7 @@ class SkinnyLinear(nn.Module):
         self.row_configs = row_configs
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        tiles = tiles_for(self.row_configs, x.shape[0]) if x.dim() == 2 and x.stride(-1) == 1 else None
+        tiles = tiles_for_product(self.row_configs, x)
         if tiles is not None:
             return skinny_linear(x, self.weight, self.bias, tiles)
         return F.linear(x, self.weight, self.bias)

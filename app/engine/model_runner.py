@@ -57,22 +57,9 @@ def kv_block_bytes(cfg: ModelConfig, block_size: int, dtype: torch.dtype) -> int
 
 def linear_kernel_batches() -> list[int]:
     """Batches that compile every variant of the Triton linear kernels that are on
-    (`kernels/skinny_linear.py`, `kernels/gate_up_silu.py`): each row configuration's largest,
-    and its tile of rows where a batch of it fits in one (the kernels' one-tile variant)."""
+    (`kernels/skinny_linear.py`, `kernels/gate_up_silu.py`; each names its own)."""
     from kernels import gate_up_silu, skinny_linear
-    lists = list(skinny_linear.ROW_CONFIGS.values()) if skinny_linear.ENABLED else []
-    lists += [gate_up_silu.ROW_CONFIGS] if gate_up_silu.ENABLED else []
-    batches = set()
-    for row_configs in lists:
-        previous = 0
-        for rows, tiles in row_configs:
-            if tiles is not None:
-                batches.add(rows)
-                one_tile = tiles.get("BLOCK_M", skinny_linear.MAX_ROWS)
-                if previous < one_tile < rows:
-                    batches.add(one_tile)
-            previous = rows
-    return sorted(batches)
+    return sorted(skinny_linear.warm_up_batches() | gate_up_silu.warm_up_batches())
 
 
 class ModelRunner:
