@@ -16,7 +16,7 @@ Triton kernels launched without programmatic dependent launch (`kernels/dependen
 `--skinny-linear`, the projections of up to 16 rows through `kernels/skinny_linear.py` instead
 of cuBLAS, with `--skinny-projections`/`--skinny-config` to try others than its defaults
 (the first two from 2026-11-27 on, the last from the commit that added that kernel), and
-`--skinny-rows-config` for its tiles of rows at larger batches;
+`--skinny-rows-config` for its tiles of rows at larger batches (the lm_head's too);
 `--cublas-linear`, that kernel off (it is on by default from the commit that turned it on);
 `--gate-up-silu`, the gate_up projection and SiLU x up in one kernel for up to 256 rows
 (`--gate-up-silu-max-rows` fewer; `--gate-up-silu-config` other tiles).
@@ -37,7 +37,7 @@ from benchmarks.decode import run_engine  # noqa: E402
 KV_BYTES_PER_TOKEN = 32 * 2 * 8 * 128 * 2  # Llama-3-8B in bf16
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--label", required=True)
     parser.add_argument("--model-dir", default="/tmp/l3")
@@ -73,7 +73,11 @@ def main() -> None:
                         metavar="PROJECTION ROWS BLOCK_M BLOCK_N BLOCK_K NUM_STAGES WARPS SPLIT_K | PROJECTION ROWS cublas",
                         help="the skinny kernel for PROJECTION at batches up to ROWS (past the row configuration "
                              "before) in these tiles, or cuBLAS there (benchmarks/linears.py's choice); repeatable")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
     turn_choices(args)
     most = max(args.batch_sizes + args.sampled_batch_sizes)
     kv_gib = most * (args.prompt_len + 144) * KV_BYTES_PER_TOKEN / 2**30 * 1.2 + 1

@@ -7,7 +7,9 @@ as the rate the weights are read at and its share of the card's device-to-device
 as TFLOP/s (what bounds 256 rows: on an H100 the engine's GEMMs ran at ~500 TFLOP/s at batch
 256, 2026-11-27). Llama-3-8B's shapes in bf16; every output is checked against F.linear's.
 At 64 and 256 rows the same kernel in tiles of rows (`WIDE_CONFIGS`) is timed against cuBLAS:
-the engine does not take it there, so this says whether it could. At every row count it times
+the engine does not take it there, so this says whether it could. The lm_head is timed and
+chosen as the layer's projections are (the decode graphs write its logits through the same
+kernel where `ROW_CONFIGS` names it: `SkinnyLinear.forward_into`). At every row count it times
 gate_up_proj with SiLU x up in one kernel (`kernels/gate_up_silu.py`) against the engine's way
 (the projection, then the SiLU kernel).
 
@@ -43,10 +45,6 @@ from kernels.skinny_linear import TILE_KEYS  # noqa: E402
 LLAMA3_8B_PROJECTIONS = {  # name: (in_features, out_features)
     "qkv_proj": (4096, 6144), "o_proj": (4096, 4096), "gate_up_proj": (4096, 28672), "down_proj": (14336, 4096),
     "lm_head": (4096, 128256)}
-# What the choices below may name: the decoder layer's. The lm_head (7% of a batch-1 step's
-# weight bytes) is timed for what it could gain, but the decode graphs compute the logits with
-# torch.matmul into their own buffer (`compute_logits`), which no module replacement reaches.
-LAYER_PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 CONFIGS = [dict(BLOCK_N=n, BLOCK_K=k, NUM_STAGES=s, num_warps=w)
            for n, k, s, w in ((16, 256, 4, 4), (16, 512, 3, 4), (16, 128, 6, 4), (32, 256, 4, 4),
                               (32, 256, 3, 8), (64, 128, 4, 4), (16, 256, 4, 2))]
@@ -89,8 +87,9 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to time")
         return 0
-    from kernels.skinny_linear import MAX_ROWS, skinny_linear
+    from kernels.skinny_linear import MAX_ROWS, skinny_linear, tile_count
     copy = copy_bandwidth()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
     print(f"device-to-device copy: {copy / 1e9:.0f} GB/s; bf16; % of copy = weight bytes / time / copy")
     default_library = torch.backends.cuda.preferred_blas_library()
 
@@ -114,6 +113,8 @@ def main() -> int:
             timed = [("torch's choice", time_blas(default_library, x, weight)),
                      ("cuBLASLt", time_blas("cublaslt", x, weight))]
             for config in CONFIGS if rows <= MAX_ROWS else WIDE_CONFIGS.get(rows, []):
+                if config.get("SPLIT_K", 1) > 1 and tile_count(rows, out_features, config) >= sms:
+                    continue  # split-K is for products whose tiles leave SMs idle, not the lm_head's
                 timed += _timed_if_right(f"{projection} rows {rows}", _name(config),
                                          lambda c=config: skinny_linear(x, weight, None, c), want)
             base = timed[0][1]
@@ -127,8 +128,7 @@ def main() -> int:
                       f"{base / seconds:5.3f}x torch's choice", flush=True)
     print("skinny choice:", choose_skinny(skinny_seconds, blas_seconds, MAX_ROWS))
     print("skinny rows choice:", choose_row_tiles(skinny_seconds, blas_seconds))
-    print("gate_up_silu choice:", " ".join(f"--gate-up-silu-config {rows} {' '.join(str(c[k]) for k in TILE_KEYS[:5])}"
-                                           for rows, c in sorted(gate_up_silu_choice.items())) or "none")
+    print("gate_up_silu choice:", choose_gate_up_silu(gate_up_silu_choice))
     return 0
 
 
@@ -183,6 +183,13 @@ def time_gate_up_silu(rows_list: list[int], copy: float) -> dict[int, dict]:
     return fastest
 
 
+def choose_gate_up_silu(fastest: dict[int, dict]) -> str:
+    """The fastest fused configuration of each row configuration (`time_gate_up_silu`), as
+    `ab_decode.py --gate-up-silu-config` arguments; `none` if none was timed."""
+    return " ".join(f"--gate-up-silu-config {rows} {' '.join(str(c[k]) for k in TILE_KEYS[:5])}"
+                    for rows, c in sorted(fastest.items())) or "none"
+
+
 def choose_row_tiles(skinny_seconds: dict, blas_seconds: dict) -> str:
     """For each projection that some tiles of rows beat torch's choice at, at 64 or 256 rows:
     the fastest tiles at each of those row counts, or cuBLAS where none won, as
@@ -191,8 +198,6 @@ def choose_row_tiles(skinny_seconds: dict, blas_seconds: dict) -> str:
     by_name = {_name(c): c for configs in WIDE_CONFIGS.values() for c in configs}
     chosen = []
     for projection, by_rows in blas_seconds.items():
-        if projection not in LAYER_PROJECTIONS:
-            continue
         choice = []
         for rows in sorted(r for r in WIDE_CONFIGS if r in by_rows):
             mine = [(by_config[rows], name) for (name, p), by_config in skinny_seconds.items()
@@ -207,7 +212,7 @@ def choose_row_tiles(skinny_seconds: dict, blas_seconds: dict) -> str:
 
 
 def choose_skinny(skinny_seconds: dict, blas_seconds: dict, max_rows: int) -> str:
-    """For each of the layer's projections, the configuration that beats torch's choice at
+    """For each projection, the configuration that beats torch's choice at
     every row count up to `max_rows` and saves the most time over them (a wrong output counts
     as a loss), or cuBLAS where none does, as `ab_decode.py --skinny-rows-config` arguments
     for batches of up to `max_rows`: each projection its own (o_proj read 1.07-1.09x with 32
@@ -215,7 +220,7 @@ def choose_skinny(skinny_seconds: dict, blas_seconds: dict, max_rows: int) -> st
     chosen = []
     for projection, by_rows in blas_seconds.items():
         rows = [r for r in by_rows if r <= max_rows]
-        if projection not in LAYER_PROJECTIONS or not rows:
+        if not rows:
             continue
         best, best_saved = "cublas", 0.0
         for config in CONFIGS:

@@ -25,7 +25,9 @@ K can be cut into SPLIT_K parts, each a program that writes its fp32 sums; the t
 part to arrive adds them up in the parts' order (`kernels/arrival_counts.py`). Which
 projections take which tiles at which batch is `ROW_CONFIGS`; past 16 rows it names none until
 `benchmarks/linears.py` times the tiles and `benchmarks/ab_decode.py --skinny-rows-config` the
-step.
+step. The lm_head can be named too: the decode graphs write their logits into their one buffer
+through it (`SkinnyLinear.forward_into`); at batch 256 cuBLAS took 455.5 us for it in that
+trace, against ~350 us at the copy's rate.
 
 Only the 16-bit products are replaced: in fp32 the engine equals transformers token for token,
 which a different summation order would not promise.
@@ -156,16 +158,19 @@ def _skinny_linear_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, partial_ptr, arrivals
 
 
 def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                  config: dict | None = None) -> torch.Tensor:
+                  config: dict | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K] (16-bit, last dim contiguous) @ weight [N, K].T + bias -> [M, N], fp32 sums
-    rounded once. `config`: BLOCK_N, BLOCK_K, NUM_STAGES, num_warps (CONFIG); BLOCK_M, rows a
-    tile takes (MAX_ROWS unless given: larger batches go in tiles of BLOCK_M rows); SPLIT_K,
-    parts of K summed by programs of their own (1 unless given: for products with too few
-    tiles to fill the GPU, whose sums then go through an fp32 buffer)."""
+    rounded once, into `out` where given (rows of x's dtype, last dim contiguous: a CUDA
+    graph's logits buffer). `config`: BLOCK_N, BLOCK_K, NUM_STAGES, num_warps (CONFIG);
+    BLOCK_M, rows a tile takes (MAX_ROWS unless given: larger batches go in tiles of BLOCK_M
+    rows); SPLIT_K, parts of K summed by programs of their own (1 unless given: for products
+    with too few tiles to fill the GPU, whose sums then go through an fp32 buffer)."""
     rows, in_features = x.shape
     out_features = weight.shape[0]
     assert weight.shape[1] == in_features and x.stride(-1) == 1 and weight.stride(-1) == 1
-    out = torch.empty(rows, out_features, dtype=x.dtype, device=x.device)
+    if out is None:
+        out = torch.empty(rows, out_features, dtype=x.dtype, device=x.device)
+    assert out.shape == (rows, out_features) and out.dtype == x.dtype and out.stride(-1) == 1
     config = CONFIG if config is None else config
     split_k = config.get("SPLIT_K", 1)
     workspace = (out, out)  # unread in one part: a decode step's eager launch allocates nothing more
@@ -207,6 +212,16 @@ class SkinnyLinear(nn.Module):
         if tiles is not None:
             return skinny_linear(x, self.weight, self.bias, tiles)
         return F.linear(x, self.weight, self.bias)
+
+    def forward_into(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """The same product written into `out`: how a CUDA graph computes its logits into its
+        one buffer where ROW_CONFIGS names the lm_head (`LlamaForCausalLM.compute_logits`)."""
+        tiles = tiles_for_product(self.row_configs, x)
+        if tiles is not None:
+            return skinny_linear(x, self.weight, self.bias, tiles, out)
+        if self.bias is None:
+            return torch.matmul(x, self.weight.t(), out=out)
+        return torch.addmm(self.bias, x, self.weight.t(), out=out)
 
 
 def use_skinny_linears(model: nn.Module, row_configs: dict | None = None) -> int:

@@ -111,7 +111,8 @@ class ModelRunner:
         5-token prompt was warmed, 2026-11-27). Every row is padding: its slots are -1, so no
         K/V is written, and what it reads is discarded. Then prompts of the batches that compile
         each variant of the Triton linear kernels that are on (`linear_kernel_batches`; CUDA
-        graphs compile decode's at capture, not prefill's)."""
+        graphs compile decode's at capture, not prefill's), with every row's logits: the
+        lm_head's kernel too, where it takes one."""
         shapes = self.backend.warm_up_shapes(self.max_model_len)
         shapes += [(n, n) for n in linear_kernel_batches() if n <= self.max_model_len and (n, n) not in shapes]
         for query_len, seq_len in shapes:
@@ -125,7 +126,7 @@ class ModelRunner:
                 block_tables=np.zeros((1, -(-seq_len // self.block_size)), dtype=np.int32),
                 query_lens=[query_len], seq_lens_list=[seq_len], sample_rows=[query_len - 1])
             input_ids, positions, meta = step.to_device(self.device)
-            self.model(input_ids, positions, self.kv_caches, meta, self.backend)
+            self.model.compute_logits(self.model(input_ids, positions, self.kv_caches, meta, self.backend), fp32=False)
 
     def copy_blocks(self, copies: list[tuple[int, int]]) -> None:
         """Copy whole KV blocks (source, destination) in every layer: copy on write of a block

@@ -120,5 +120,10 @@ class LlamaForCausalLM(nn.Module):
                        ) -> torch.Tensor:
         """fp32=False: in the model's dtype, for a caller that casts only when it needs to.
         `out` (model dtype): where to write them (a CUDA graph's one buffer for every size)."""
-        logits = self.lm_head(hidden) if out is None else torch.matmul(hidden, self.lm_head.weight.t(), out=out)
+        if out is None:
+            logits = self.lm_head(hidden)
+        elif hasattr(self.lm_head, "forward_into"):  # a replacement that writes where it is told
+            logits = self.lm_head.forward_into(hidden, out)
+        else:
+            logits = torch.matmul(hidden, self.lm_head.weight.t(), out=out)
         return logits.float() if fp32 else logits

@@ -70,14 +70,24 @@ def test_the_warm_up_runs_a_prompt_for_each_row_configuration_of_the_linear_kern
                                                                                       tiny_checkpoint):
     """Outside CUDA graphs (prompts) a row configuration of the skinny or fused gate_up kernels
     would compile on the first request that reaches it: the warm-up runs a prompt of its
-    largest batch, for the configurations that take the kernel and only while it is on."""
+    largest batch, for the configurations that take the kernel and only while it is on, with
+    every row's logits (where ROW_CONFIGS names the lm_head, its rows are the prompt's)."""
     import kernels.gate_up_silu as fused
     import kernels.skinny_linear as skinny
     from app.engine.model_runner import linear_kernel_batches
     engine = LLMEngine(EngineConfig(model=str(tiny_checkpoint), attention_backend="triton", device="cpu",
                                     num_kv_blocks=32, max_num_batched_tokens=24, max_model_len=200))
-    lengths = []
-    monkeypatch.setattr(engine.runner, "model", lambda input_ids, *rest: lengths.append(len(input_ids)))
+    lengths, logits_rows = [], []
+
+    class Recorder:
+        def __call__(self, input_ids, *rest):
+            lengths.append(len(input_ids))
+            return torch.zeros(len(input_ids), 4)
+
+        def compute_logits(self, hidden, fp32):
+            logits_rows.append(len(hidden))
+
+    monkeypatch.setattr(engine.runner, "model", Recorder())
     tiles = dict(BLOCK_M=64, BLOCK_N=32, BLOCK_K=64, NUM_STAGES=2, num_warps=4)
     monkeypatch.setattr(skinny, "ROW_CONFIGS", {"o_proj": ((16, skinny.CONFIG), (64, None), (128, tiles))})
     monkeypatch.setattr(fused, "ENABLED", False)
@@ -85,6 +95,7 @@ def test_the_warm_up_runs_a_prompt_for_each_row_configuration_of_the_linear_kern
     engine.runner.warm_up()
     backend_lengths = [n for n, _ in engine.runner.backend.warm_up_shapes(200)]
     assert 128 in lengths and 64 in backend_lengths and lengths.count(64) == 1 and 256 not in lengths
+    assert logits_rows == lengths
     monkeypatch.setattr(fused, "ENABLED", True)
     monkeypatch.setattr(fused, "ROW_CONFIGS", ((16, dict(tiles, BLOCK_M=16)), (256, dict(tiles, BLOCK_M=64))))
     assert linear_kernel_batches() == [16, 64, 128, 256]  # 64: the fused kernel's one-tile variant past 16 rows

@@ -118,13 +118,15 @@ def test_engine_bf16_with_tiles_of_rows_and_split_k_diverges_no_more_than_transf
                                                                                            monkeypatch):
     """What `benchmarks/ab_decode.py --skinny-rows-config` and `--gate-up-silu` turn on for
     larger batches: here the prompts' steps (up to 64 tokens) take tiles of 32 rows, split-K
-    for o_proj and down_proj, and the fused gate_up + SiLU in tiles of rows; the same rule."""
+    for o_proj and down_proj, and the fused gate_up + SiLU in tiles of rows; the lm_head the
+    skinny kernel, which the decode graphs write their logits with; the same rule."""
     import kernels.gate_up_silu
     import kernels.skinny_linear as skinny
     tiles = dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=64, NUM_STAGES=3, num_warps=4)
     monkeypatch.setattr(skinny, "ROW_CONFIGS", {
         "o_proj": ((16, skinny.CONFIG), (64, dict(tiles, SPLIT_K=2))),
-        "down_proj": ((16, None), (64, dict(tiles, SPLIT_K=4))), "qkv_proj": ((16, None), (64, tiles))})
+        "down_proj": ((16, None), (64, dict(tiles, SPLIT_K=4))), "qkv_proj": ((16, None), (64, tiles)),
+        "lm_head": ((16, skinny.CONFIG), (64, tiles))})
     monkeypatch.setattr(kernels.gate_up_silu, "ENABLED", True)
     monkeypatch.setattr(kernels.gate_up_silu, "ROW_CONFIGS", (kernels.gate_up_silu.ROW_CONFIGS[0], (64, tiles)))
     _assert_bf16_like_transformers_bf16(checkpoint, _prompts())

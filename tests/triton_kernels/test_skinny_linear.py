@@ -98,3 +98,49 @@ def test_without_row_configurations_the_module_setting_at_replacement_is_used(mo
     model = _Layer(torch.float16)
     assert use_skinny_linears(model) == 1 and isinstance(model.down_proj, SkinnyLinear)
 
+
+
+@pytest.mark.parametrize("rows", [3, 40, 70])
+@pytest.mark.parametrize("bias", [False, True])
+def test_the_product_into_a_buffer_writes_its_own_rows_only(rows, bias):
+    """How a CUDA graph's logits are written where ROW_CONFIGS names the lm_head: into the
+    first rows of the graph's one buffer, the rows past them untouched. 3 rows take one row
+    tile, 40 tiles of 16 rows, 70 (past the configurations) torch's product into the buffer."""
+    x, w, b = _inputs(rows, 200, 40, bias, seed=rows)
+    linear = nn.Linear(200, 40, bias=bias).half().to(DEVICE).requires_grad_(False)  # as the engine's
+    linear.weight.data.copy_(w)
+    if bias:
+        linear.bias.data.copy_(b)
+    skinny = SkinnyLinear(linear, ((MAX_ROWS, SMALL_TILES), (64, dict(SMALL_TILES, BLOCK_M=16))))
+    buffer = torch.full((80, 40), float("nan"), dtype=torch.float16, device=DEVICE)
+    got = skinny.forward_into(x, buffer[:rows])
+    assert got.data_ptr() == buffer.data_ptr()
+    want = F.linear(x.float(), w.float(), None if b is None else b.float())
+    torch.testing.assert_close(buffer[:rows].float(), want, atol=2e-3, rtol=2e-3)
+    assert buffer[rows:].isnan().all()
+
+
+def test_a_graphs_logits_take_the_lm_heads_replacement(monkeypatch):
+    """`compute_logits(out=)`, as the decode graphs call it, runs the replaced lm_head's kernel
+    into the graph's buffer, and torch's product into it where the lm_head is not replaced."""
+    import kernels.skinny_linear as module
+    from app.models.config import ModelConfig
+    from app.models.llama import LlamaForCausalLM
+    raw = dict(model_type="llama", vocab_size=40, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+               tie_word_embeddings=False, rope_theta=10000.0, eos_token_id=1, bos_token_id=1, rms_norm_eps=1e-5)
+    model = LlamaForCausalLM(ModelConfig.from_dict(raw)).half().to(DEVICE).requires_grad_(False)
+    hidden = torch.randn(3, 32).half().to(DEVICE)
+    want = F.linear(hidden.float(), model.lm_head.weight.float())
+    buffer = torch.zeros(8, 40, dtype=torch.float16, device=DEVICE)
+    model.compute_logits(hidden, fp32=False, out=buffer[:3])
+    torch.testing.assert_close(buffer[:3].float(), want, atol=2e-3, rtol=2e-3)
+
+    calls = []
+    real = module.skinny_linear
+    monkeypatch.setattr(module, "skinny_linear", lambda *args: calls.append(args[-1].data_ptr()) or real(*args))
+    assert use_skinny_linears(model, {"lm_head": ((MAX_ROWS, SMALL_TILES),)}) == 1
+    buffer.zero_()
+    logits = model.compute_logits(hidden, fp32=False, out=buffer[:3])
+    assert calls == [buffer.data_ptr()] and logits.data_ptr() == buffer.data_ptr()
+    torch.testing.assert_close(buffer[:3].float(), want, atol=2e-3, rtol=2e-3)

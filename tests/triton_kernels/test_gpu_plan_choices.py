@@ -1,0 +1,74 @@
+"""A GPU session's A/B runs what `benchmarks/linears.py` chose, passed on as the arguments of
+`benchmarks/ab_decode.py` (`scripts/gpu_owed.sh`): what the one prints, the other must read
+back as the kernels' settings. Checked here, with made-up timings, so that no GPU minute is
+lost to a mismatch between the two."""
+
+import shlex
+
+import pytest
+
+import kernels.gate_up_silu as fused
+import kernels.skinny_linear as skinny
+from benchmarks.ab_decode import parse_args, turn_choices
+from benchmarks.linears import (CONFIGS, GATE_UP_SILU_CONFIGS, WIDE_CONFIGS, _name, choose_gate_up_silu,
+                                choose_row_tiles, choose_skinny)
+
+
+@pytest.fixture(autouse=True)
+def _settings_restored(monkeypatch):
+    """turn_choices sets module settings, as ab_decode does before building its engine."""
+    for module, names in ((skinny, ("ENABLED", "ROW_CONFIGS")), (fused, ("ENABLED", "ROW_CONFIGS"))):
+        for name in names:
+            monkeypatch.setattr(module, name, getattr(module, name))
+
+
+def _turned(line: str, *flags: str) -> None:
+    turn_choices(parse_args(["--label", "side", *flags, *shlex.split(line)]))
+
+
+def test_the_small_batch_choice_sets_each_projections_own_tiles_or_cublas():
+    """o_proj: the configuration that saves the most; qkv_proj loses at 4 rows, so cuBLAS; the
+    lm_head wins too; gate_up_proj was not timed and keeps the tree's setting."""
+    blas = {"o_proj": {1: 10.0, 4: 10.0, 16: 11.0}, "qkv_proj": {1: 10.0, 4: 10.0, 16: 10.0},
+            "lm_head": {1: 100.0, 4: 100.0, 16: 100.0}}
+    timed = {(_name(CONFIGS[3]), "o_proj"): {1: 9.0, 4: 9.0, 16: 9.5},
+             (_name(CONFIGS[0]), "o_proj"): {1: 9.5, 4: 9.5, 16: 10.5},
+             (_name(CONFIGS[0]), "qkv_proj"): {1: 9.0, 4: 11.0, 16: 9.0},
+             (_name(CONFIGS[6]), "lm_head"): {1: 99.0, 4: 99.0, 16: 99.0}}
+    gate_up_before = skinny.ROW_CONFIGS["gate_up_proj"]
+    _turned(choose_skinny(timed, blas, skinny.MAX_ROWS), "--skinny-linear")
+    assert skinny.ENABLED
+    assert skinny.ROW_CONFIGS["o_proj"] == ((16, dict(CONFIGS[3], BLOCK_M=16, SPLIT_K=1)),)
+    assert skinny.ROW_CONFIGS["qkv_proj"] == ((16, None),)
+    assert skinny.ROW_CONFIGS["lm_head"] == ((16, dict(CONFIGS[6], BLOCK_M=16, SPLIT_K=1)),)
+    assert skinny.ROW_CONFIGS["gate_up_proj"] == gate_up_before
+
+
+def test_the_row_tiles_choice_adds_the_winning_tiles_past_the_small_batches():
+    """down_proj wins at 256 rows only (split-K), the lm_head at 256, qkv_proj nowhere: cuBLAS
+    up to 16 rows where the tree had nothing, cuBLAS at 64, the tiles at 256."""
+    split, plain = WIDE_CONFIGS[256][4], WIDE_CONFIGS[256][0]
+    assert split["SPLIT_K"] > 1
+    blas = {"down_proj": {64: 10.0, 256: 30.0}, "qkv_proj": {64: 10.0, 256: 20.0}, "lm_head": {64: 200.0, 256: 400.0}}
+    timed = {(_name(WIDE_CONFIGS[64][0]), "down_proj"): {64: 11.0}, (_name(split), "down_proj"): {256: 25.0},
+             (_name(plain), "qkv_proj"): {256: 21.0}, (_name(plain), "lm_head"): {256: 380.0}}
+    line = choose_row_tiles(timed, blas)
+    assert "qkv_proj" not in line
+    _turned(line)
+    assert skinny.ENABLED
+    assert skinny.ROW_CONFIGS["down_proj"] == ((16, None), (64, None), (256, split))
+    assert skinny.ROW_CONFIGS["lm_head"] == ((16, None), (64, None), (256, plain))
+    assert "qkv_proj" not in skinny.ROW_CONFIGS
+
+
+def test_nothing_won_reads_as_no_arguments():
+    assert choose_row_tiles({}, {"o_proj": {64: 1.0}}) == "none"
+    assert choose_gate_up_silu({}) == "none"
+
+
+def test_the_fused_choice_sets_the_tiles_of_each_row_configuration():
+    fastest = {16: GATE_UP_SILU_CONFIGS[16][1], 256: GATE_UP_SILU_CONFIGS[256][2]}
+    middle = dict(fused.ROW_CONFIGS)[64]
+    _turned(choose_gate_up_silu(fastest), "--gate-up-silu")
+    assert fused.ENABLED
+    assert fused.ROW_CONFIGS == ((16, fastest[16]), (64, middle), (256, fastest[256]))
