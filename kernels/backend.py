@@ -39,6 +39,7 @@ def _check_device(t: torch.Tensor) -> None:
 # 256 x 256). 16-bit P.V tiles, so it is used for 16-bit caches only.
 TUNED_16BIT_DECODE = dict(partition_size=1024, split_size=64,
                           decode_options=dict(num_warps=4, num_stages=2, head_major=True, dots="16"))
+SHORT_REACH = 256  # keys: a decode graph's shortest reach with a program per split
 
 
 class TritonAttentionBackend:
@@ -72,6 +73,19 @@ class TritonAttentionBackend:
         prompts = [(n, n) for n in query_tile_lengths(self.prefill_rows) if n <= max_model_len]
         decodes = [(1, 1)] + ([(1, self.partition_size + 1)] if self.partition_size < max_model_len else [])
         return prompts + decodes
+
+    def graph_reaches(self, max_seq_len: int) -> list[int]:
+        """The contexts, ascending, that decode graphs are captured for: a step replays the
+        shortest that holds its longest sequence, whose grid has a program for each partition
+        (or split) of it; those past a sequence's end only exit. One partition (a program per
+        sequence and KV head, no merge) and the longest; with a program per split, also
+        SHORT_REACH: at batch 256 a reach of 1,024 keys in splits of 64 launches 16 programs a
+        sequence and KV head, of which ~12 only exit at ~136 keys, each holding an SM's slot
+        while it does."""
+        reaches = {max_seq_len, min(self.partition_size, max_seq_len)}
+        if self.decode_options.get("program_per_split"):
+            reaches.add(min(SHORT_REACH, max_seq_len))
+        return sorted(reaches)
 
     @contextlib.contextmanager
     def static_decode(self, max_seq_len: int) -> Iterator[None]:

@@ -5,7 +5,7 @@
 #   run(command="bash scripts/gpu_owed.sh tests linears", carry=[".whl"], timeout_s=420)
 #   run(command="bash scripts/gpu_owed.sh ab", carry=[".whl"], timeout_s=540)
 #   run(command="ROUNDS=1 bash scripts/gpu_owed.sh long", carry=[".whl"], timeout_s=120)
-# (~300 s, ~430 s and ~75 s by the durations below: the third only if 150 s are left; "decode"
+# (~300 s, ~470 s and ~75 s by the durations below: the third only if 150 s are left; "decode"
 # instead of "long" if the A/B turns something on), then give the machine back. "kernels" and
 # "spec" only in a later session. (No argument: every part.) Durations on an H100 (2026-11-27:
 # "tests kernels linears decode" 243 s): tests ~115 s then (45 s with Triton's cache warm),
@@ -39,11 +39,16 @@
 #   arithmetic: at their bounds (weight bytes at copy rate, FLOPs at 800 TFLOP/s) o_proj and
 #   down_proj at 256 rows would take ~39 us a layer less than in that trace (26.0 + 64.8 us
 #   against ~12 + ~40), ~1.2 ms of its 10.5 ms step; half of that is the ~0.5 ms 25,000 tok/s
-#   needs.
+#   needs. The lm_head may now be chosen too (455.5 us a batch-256 step in that trace, ~350 us
+#   bound): the decode graphs write their logits through its replacement (`forward_into`).
 # - "ab": this tree; gate_up + SiLU in one kernel (--gate-up-silu, off by default:
 #   kernels/gate_up_silu.py) at batches 1 and 256, with linears' fastest tiles (or
 #   GATE_UP_SILU_ARGS); a program per split at batch 1 (--program-per-split, below), and the
-#   same with each sequence's last program merging its splits instead of the merge kernel
+#   same at batches 1 and 256 with each sequence's last program merging its splits instead of
+#   the merge kernel (at 256 a hedge for attention, 67.9 us a layer at ~70% of copy in the
+#   b256 trace: three times the programs, each one tile, against a program walking ~3 tiles;
+#   graphs with a program per split now also have a reach of 256 keys, where the reach of
+#   1,024 launched 16 programs a sequence and head, ~12 of them only to exit)
 #   (--merge-by-last-program: a kernel fewer a layer; the b1 trace's merge kernel took 3.0 us a
 #   layer, ~0.1 ms of the step, before its boundary); and the
 #   skinny choice (SKINNY_ARGS, or what "linears" chose: each projection its own configuration
@@ -129,7 +134,7 @@ from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&
           --sampled-batch-sizes --gate-up-silu $GATE_UP_SILU_ARGS 2>&1 | grep "decode "
         timeout 60 python3 benchmarks/ab_decode.py --label "program-per-split-$round" --batch-sizes 1 \
           --sampled-batch-sizes --program-per-split 2>&1 | grep "decode "
-        timeout 60 python3 benchmarks/ab_decode.py --label "per-split-merged-by-last-$round" --batch-sizes 1 \
+        timeout 90 python3 benchmarks/ab_decode.py --label "per-split-merged-by-last-$round" --batch-sizes 1 256 \
           --sampled-batch-sizes --program-per-split --merge-by-last-program 2>&1 | grep "decode "
         timeout 60 python3 benchmarks/ab_decode.py --label "skinny-all-four-$round" --batch-sizes 1 \
           --sampled-batch-sizes --skinny-linear --skinny-projections qkv_proj o_proj gate_up_proj down_proj \

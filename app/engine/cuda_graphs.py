@@ -32,11 +32,11 @@ the same graph with its rows at the front and padding behind.
 Attention: the prefill kernel, which verifying steps use, sizes its grid by sequences and query
 length alone. The decode kernel's grid follows the longest context, which a graph cannot read
 from the step, so it is sized while capturing (`static_decode`) for a *reach*: every plain size
-is captured twice when the model's longest context needs more than one attention partition,
-once for that longest context and once for steps whose sequences all fit one partition (the
-backend's `partition_size`). At batch sizes that fill the GPU those replay one program per
-sequence and KV head with no merge kernel; smaller ones get a program per split and the merge
-(`kernels.decode_attention`). Either way the numbers are the long grid's. A graph's
+is captured at each of the backend's reaches (`graph_reaches`): the longest context and, when
+that needs more than one attention partition, one partition (the backend's `partition_size`:
+one program per sequence and KV head, no merge kernel); with a program per split, also a short
+reach, so that few programs only exit. Whatever the reach, the numbers are the long grid's
+(`kernels.decode_attention`). A graph's
 block-table rows are as wide as its reach needs; the longest reach has `max_blocks_per_seq`
 columns: a sequence of exactly max_model_len tokens needs ceil(max_model_len / block_size) of
 them, hence the +1 margin the runner gives.
@@ -131,10 +131,8 @@ class CudaGraphDecodeRunner:
         # tokens from here (the step before's, or its final tokens copied in when selection
         # ran outside the graph).
         self.chosen = torch.zeros(max_batch_size, dtype=torch.long, device=self.device)
-        one_partition = getattr(backend, "partition_size", None)  # the longest context one partition holds
-        self.reaches = [self.max_seq_len]  # ascending
-        if one_partition is not None and one_partition < self.max_seq_len:
-            self.reaches.insert(0, one_partition)
+        graph_reaches = getattr(backend, "graph_reaches", None)  # where its decode grid follows the context
+        self.reaches = graph_reaches(self.max_seq_len) if graph_reaches else [self.max_seq_len]  # ascending
         # Keyed by (reach, padded sequences, query length); each graph's final hidden states
         # are its own output.
         self.graphs: dict[tuple[int, int, int], CapturedStep | EagerStep] = {}

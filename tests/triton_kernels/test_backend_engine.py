@@ -35,6 +35,19 @@ def test_backend_matches_torch_backend(query_lens, context_lens, per_split, merg
     torch.testing.assert_close(out, ref, atol=2e-5, rtol=2e-5)
 
 
+def test_decode_graphs_take_a_short_reach_with_a_program_per_split_only():
+    """The reaches decode graphs are captured for, ascending: one partition and the longest;
+    with a program per split, whose grid has a program for every split of the reach, also
+    SHORT_REACH (a partition's grid has one program a sequence and head at any shorter reach)."""
+    from kernels.backend import SHORT_REACH
+    by_partition = TritonAttentionBackend(partition_size=1024, split_size=64)
+    per_split = TritonAttentionBackend(partition_size=1024, split_size=64, decode_options=dict(program_per_split=True))
+    assert by_partition.graph_reaches(8192) == [1024, 8192]
+    assert per_split.graph_reaches(8192) == [SHORT_REACH, 1024, 8192]
+    assert by_partition.graph_reaches(600) == [600] and per_split.graph_reaches(600) == [SHORT_REACH, 600]
+    assert per_split.graph_reaches(100) == [100]
+
+
 def test_engine_greedy_tokens_match_torch_backend(tiny_checkpoint):
     """Chunked prefill (budget 24 tokens), a shared 16-token prefix (prefix-cache hit) and
     decodes past a block boundary, through the engine with either backend."""
