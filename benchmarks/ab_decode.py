@@ -9,8 +9,8 @@ Llama-3-8B shape from a checkpoint `benchmarks/decode.py` wrote, bf16, prompt 12
 
 `scripts/gpu_owed.sh` alternates the two sides over rounds; the ratio goes in the note. Flags
 run the same tree with one choice turned the other way, for the A/B of that choice alone:
-`--program-per-split`, decode attention with a program per split at every batch size (run it
-at small batches; see `kernels/decode_attention.py`), and `--merge-by-last-program`, its
+`--program-per-split [UP_TO]`, decode attention with a program per split at every batch size
+or up to UP_TO sequences (see `kernels/decode_attention.py`), and `--merge-by-last-program`, its
 states merged by each sequence's last program instead of a merge kernel; `--plain-launch`, the decode step's
 Triton kernels launched without programmatic dependent launch (`kernels/dependent_launch.py`);
 `--skinny-linear`, the projections of up to 16 rows through `kernels/skinny_linear.py` instead
@@ -46,8 +46,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sampled-batch-sizes", type=int, nargs="*", default=[1, 256])
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--prompt-len", type=int, default=128, help="tokens per prompt (128 new tokens follow)")
-    parser.add_argument("--program-per-split", action="store_true",
-                        help="decode attention takes a program per split at every batch size")
+    parser.add_argument("--program-per-split", type=int, nargs="?", const=1 << 30, default=0, metavar="UP_TO",
+                        help="decode steps of up to UP_TO sequences (without it, every batch size) take a "
+                             "program per split in decode attention")
     parser.add_argument("--merge-by-last-program", action="store_true",
                         help="decode attention's states merged by each sequence's last program, not a merge kernel")
     parser.add_argument("--plain-launch", action="store_true",
@@ -116,10 +117,12 @@ def turn_choices(args: argparse.Namespace) -> None:
     if args.plain_launch:
         import kernels.dependent_launch
         kernels.dependent_launch.ENABLED = False
-    if args.program_per_split or args.merge_by_last_program:
+    if args.program_per_split:
         from kernels.backend import TUNED_16BIT_DECODE
-        TUNED_16BIT_DECODE["decode_options"].update(program_per_split=args.program_per_split,
-                                                    merge_by_last_program=args.merge_by_last_program)
+        TUNED_16BIT_DECODE["program_per_split_up_to"] = args.program_per_split
+    if args.merge_by_last_program:
+        from kernels.backend import TUNED_16BIT_DECODE
+        TUNED_16BIT_DECODE["decode_options"]["merge_by_last_program"] = True
 
 
 if __name__ == "__main__":

@@ -52,14 +52,19 @@ class TritonAttentionBackend:
 
     def __init__(self, partition_size: int = DEFAULT_PARTITION_SIZE, split_size: int | None = None,
                  prefill_block_n: int | None = None, prefill_rows: int = 64,
-                 decode_options: dict | None = None):
+                 decode_options: dict | None = None, program_per_split_up_to: int = 0):
         """split_size: keys per decode split and tile, the unit of its numerics (None: the
         kernel's default for the dtype). decode_options: num_warps, num_stages, head_major,
-        dots, program_per_split of `decode_attention` (what benchmarks/kernels.py sweeps);
-        None keeps that function's defaults."""
+        dots, merge_by_last_program of `decode_attention` (what benchmarks/kernels.py
+        sweeps); None keeps that function's defaults. program_per_split_up_to: decode steps of
+        up to this many sequences take a program per split, larger ones a program per
+        partition (the same bits; a CUDA graph's step counts its padded rows): a wide grid for
+        small batches, which a partition grid leaves mostly idle, without the merge's cost at
+        batches that fill the GPU."""
         self.partition_size = partition_size
         self.split_size = split_size
         self.decode_options = dict(decode_options or {})
+        self.program_per_split_up_to = program_per_split_up_to
         self.prefill_block_n = prefill_block_n
         self.prefill_rows = prefill_rows
         self.static_max_seq_len: int | None = None
@@ -83,7 +88,7 @@ class TritonAttentionBackend:
         sequence and KV head, of which ~12 only exit at ~136 keys, each holding an SM's slot
         while it does."""
         reaches = {max_seq_len, min(self.partition_size, max_seq_len)}
-        if self.decode_options.get("program_per_split"):
+        if self.program_per_split_up_to:
             reaches.add(min(SHORT_REACH, max_seq_len))
         return sorted(reaches)
 
@@ -110,8 +115,9 @@ class TritonAttentionBackend:
         if meta.is_decode_only:
             max_seq_len = self.static_max_seq_len or meta.max_seq_len
             return decode_attention(query, k_cache, v_cache, meta.block_tables, meta.seq_lens,
-                                    scale, max_seq_len, self.partition_size,
-                                    split_size=self.split_size, **self.decode_options)
+                                    scale, max_seq_len, self.partition_size, split_size=self.split_size,
+                                    program_per_split=meta.num_seqs <= self.program_per_split_up_to,
+                                    **self.decode_options)
         return prefill_attention(query, k_cache, v_cache, meta.block_tables, meta.query_start_loc,
                                  meta.context_lens, scale, meta.max_query_len,
                                  self.prefill_block_n, self.prefill_rows)

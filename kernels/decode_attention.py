@@ -26,7 +26,8 @@ The work can be spread two ways, chosen by the caller; the bits are the same:
   writes its sequence's output and no merge is launched; otherwise every partition writes its
   state and a merge kernel folds them (short sequences too: one kernel with both endings took
   20 more registers a thread on sm_90, a quarter fewer programs per SM).
-- one program per split (`program_per_split`, off by default): every split has a program,
+- one program per split (`program_per_split`; the backend's `program_per_split_up_to` says for
+  which batch sizes, none by default): every split has a program,
   which writes its state, and the merge folds splits into partitions and partitions into the
   output. Meant for small batches, where a partition grid leaves most of the GPU idle (at
   batch 1, one program per KV head: 8 on an H100's 132 SMs, each walking its whole context).
@@ -41,7 +42,7 @@ folds (`softmax_states.merged`) and so the same bits: a kernel and a kernel boun
 what the per-split grid paid for at batch 1 (the merge kernel took 3.0 us a layer in the
 batch-1 trace of 2026-11-27). Off until a GPU times it (`benchmarks/ab_decode.py
 --merge-by-last-program`).
-Under a CUDA graph the grid is sized for the longest context (`max_seq_len`): splits past a
+Under a CUDA graph the grid is sized for the graph's reach (`max_seq_len`): splits past a
 sequence's end exit at once and the merge reads a sequence's own splits only.
 
 Tuning knobs (benchmarks/kernels.py sweeps them on a GPU; the defaults are the code's

@@ -2,16 +2,17 @@
 # The GPU figures the sessions without a GPU owe, by part. A task lent a GPU has 15 minutes of
 # device time in all, the machine's start (1-2 min) included, so two calls back to back (the
 # machine stays warm 30 s), each well inside its timeout, and a third if time is left:
-#   run(command="bash scripts/gpu_owed.sh tests linears", carry=[".whl"], timeout_s=420)
+#   run(command="bash scripts/gpu_owed.sh tests linears attention256", carry=[".whl"], timeout_s=420)
 #   run(command="bash scripts/gpu_owed.sh ab", carry=[".whl"], timeout_s=540)
 #   run(command="ROUNDS=1 bash scripts/gpu_owed.sh long", carry=[".whl"], timeout_s=120)
-# (~300 s, ~470 s and ~75 s by the durations below: the third only if 150 s are left; "decode"
+# (~340 s, ~400 s and ~75 s by the durations below: the third only if 150 s are left; "decode"
 # instead of "long" if the A/B turns something on), then give the machine back. "kernels" and
 # "spec" only in a later session. (No argument: every part.) Durations on an H100 (2026-11-27:
 # "tests kernels linears decode" 243 s): tests ~115 s then (45 s with Triton's cache warm),
 # ~150 s with this session's new GPU tests (a guess); linears ~150 s with its tiles of rows
 # and the lm_head (a guess: ~90 more timings than the 2026-11-27 run, some of them new
-# compiles); decode ~110 s with its checkpoint and traces; ab ~45 s a side of batches 1 and 256
+# compiles); attention256 ~40 s (a guess); decode ~110 s with its checkpoint and traces; ab
+# ~45 s a side of batches 1 and 256
 # (the first builds the checkpoint: ~30 s more), ~25 s a batch-1 side; long ~25 s a side; spec
 # ~55 s. A later call on a warm machine keeps /tmp (the checkpoint, the installed wheels,
 # linears' choices) but not the environment: export PYTHONPATH=/tmp/site
@@ -43,9 +44,9 @@
 #   bound): the decode graphs write their logits through its replacement (`forward_into`).
 # - "ab": this tree; gate_up + SiLU in one kernel (--gate-up-silu, off by default:
 #   kernels/gate_up_silu.py) at batches 1 and 256, with linears' fastest tiles (or
-#   GATE_UP_SILU_ARGS); a program per split at batch 1 (--program-per-split, below), and the
-#   same at batches 1 and 256 with each sequence's last program merging its splits instead of
-#   the merge kernel (at 256 a hedge for attention, 67.9 us a layer at ~70% of copy in the
+#   GATE_UP_SILU_ARGS); a program per split at batches 1 and 256 (--program-per-split, below)
+#   with each sequence's last program merging its splits instead of the merge kernel (at 256 a
+#   hedge for attention, 67.9-77 us a layer at 62-70% of copy in the
 #   b256 trace: three times the programs, each one tile, against a program walking ~3 tiles;
 #   graphs with a program per split now also have a reach of 256 keys, where the reach of
 #   1,024 launched 16 programs a sequence and head, ~12 of them only to exit)
@@ -67,8 +68,13 @@
 #   1.025x (one round), and in kernels.py's graph timing it beat the partition grid at batch 1 at
 #   every context (6.1 against 10.0 us at 256 keys, 10.1 against 33.2 at 1,024, 27.5 against 36.0
 #   at 4,096) and tied at batch 16; but the engine's batch-1 A/B at 128-256 keys had it losing
-#   (2026-11-27, before graph timing). Two rounds of "long", and "ab"'s --program-per-split side,
-#   decide whether graphs of small batches take it.
+#   (2026-11-27, before graph timing, with a reach of 1,024 keys). Two rounds of "long", and
+#   "ab"'s per-split side, decide whether graphs of small batches take it.
+# - "attention256": decode attention alone at batch 256 x 136 keys (the b256 traces' contexts,
+#   where the engine's kernel read 62-70% of copy), in kernels.py's graph timing: the partition
+#   grid's splits of 32/64/128 keys at 2 and 3 stages, and a program per split (32/64 keys)
+#   merged by a kernel or by the last program. At the bound, attention would take ~0.8 ms off
+#   the 10.6-10.8 ms step; 25,000 tok/s needs ~0.5.
 # - "decode": the figures with the skinny kernel on; its sampled rows now run twice and print
 #   the first run: batch 256 sampled read 19,038 tok/s (0.81 of greedy) in decode.py's one run
 #   on 2026-11-27 and 23,194-23,208 (0.97) as ab_decode's best of two. A first run at 256 much
@@ -79,8 +85,11 @@
 #     git archive 1f65e0e | tar -x -C gpu_run/base
 #     rm -rf gpu_run/*/checkpoints gpu_run/*/tests gpu_run/*/benchmarks/results
 # What to do with the results: if the per-split grid wins at batch 1 ("ab") or at long contexts
-# ("long"), take it for small-batch graphs, with the merge by the last program if that side
-# wins (TUNED_16BIT_DECODE's decode_options; the bits are the same); where a skinny configuration beats
+# ("long"), take it for small batches (TUNED_16BIT_DECODE's program_per_split_up_to, with
+# merge_by_last_program in its decode_options; the bits are the same), and at 256 too if it
+# wins there; if "attention256" finds a split size or stage count that beats splits of 64 at
+# 2 stages by several percent, time it in the engine (it changes the bits: set once per model,
+# TUNED_16BIT_DECODE); where a skinny configuration beats
 # torch's choice at every row count up to 16, set kernels/skinny_linear.py's ROW_CONFIGS and
 # CONFIG; where gate_up + SiLU wins the step, turn it on (kernels/gate_up_silu.py's ENABLED) with
 # the tiles "ab" ran, dropping from ROW_CONFIGS the batches where it lost; keep what the "ab"
@@ -91,7 +100,7 @@
 # skinny side, or none at 256; the fused kernel's own ROW_CONFIGS).
 set -o pipefail
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
-PARTS=${*:-tests kernels linears decode ab long spec}
+PARTS=${*:-tests kernels linears attention256 decode ab long spec}
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site
@@ -126,14 +135,12 @@ from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&
       | tee "$OUT/skinny_args.log"
     for round in $rounds; do
       if [ $part = ab ]; then
-        timeout 90 python3 benchmarks/ab_decode.py --label "new-$round" --batch-sizes 1 256 --sampled-batch-sizes 256 \
+        timeout 90 python3 benchmarks/ab_decode.py --label "new-$round" --batch-sizes 1 256 --sampled-batch-sizes \
           2>&1 | grep "decode "
         [ -z "$WITH_BASE" ] || (cd gpu_run/base && timeout 90 python3 ../../benchmarks/ab_decode.py \
-          --label "1f65e0e-$round" --batch-sizes 1 256 --sampled-batch-sizes 256 2>&1 | grep "decode ")
+          --label "1f65e0e-$round" --batch-sizes 1 256 --sampled-batch-sizes 2>&1 | grep "decode ")
         timeout 90 python3 benchmarks/ab_decode.py --label "gate-up-silu-$round" --batch-sizes 1 256 \
           --sampled-batch-sizes --gate-up-silu $GATE_UP_SILU_ARGS 2>&1 | grep "decode "
-        timeout 60 python3 benchmarks/ab_decode.py --label "program-per-split-$round" --batch-sizes 1 \
-          --sampled-batch-sizes --program-per-split 2>&1 | grep "decode "
         timeout 90 python3 benchmarks/ab_decode.py --label "per-split-merged-by-last-$round" --batch-sizes 1 256 \
           --sampled-batch-sizes --program-per-split --merge-by-last-program 2>&1 | grep "decode "
         timeout 60 python3 benchmarks/ab_decode.py --label "skinny-all-four-$round" --batch-sizes 1 \
@@ -161,10 +168,8 @@ from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&
     (timeout 90 python3 benchmarks/kernels.py --full --batch 64 --context 4096 --partition 1024 --split 32 64 128 \
        --dots 16 --grid head --num-warps 4 --num-stages 2 3 2>&1 | grep -v Warn
      timeout 90 python3 benchmarks/kernels.py --full --batch 256 --context 256 --partition 1024 --split 64 128 \
-       --dots 16 --grid head --num-warps 4 8 --num-stages 2 2>&1 | grep -v Warn
-     # the decode_b256 trace's contexts (~136 keys), where the engine's kernel read ~70% of copy
-     timeout 60 python3 benchmarks/kernels.py --full --batch 256 --context 136 --partition 1024 --split 32 64 128 \
-       --dots 16 --grid head --num-warps 4 --num-stages 2 3 2>&1 | grep -v Warn) | tee "$OUT/kernels.log"
+       --dots 16 --grid head --num-warps 4 8 --num-stages 2 2>&1 | grep -v Warn) | tee "$OUT/kernels.log"
+    # (batch 256 at the decode_b256 traces' ~136 keys: "attention256")
     # Small batches: a program per KV head walking the context against a program per split and
     # the merge, now that the timing leaves the Python launches out
     for shape in "--batch 1 --context 256" "--batch 1 --context 1024" "--batch 1 --context 4096" \
@@ -180,6 +185,12 @@ from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&
     sed -n 's/^skinny choice: //p' "$OUT/linears.log" > /tmp/skinny_choice
     sed -n 's/^skinny rows choice: //p' "$OUT/linears.log" > /tmp/skinny_rows_choice
     sed -n 's/^gate_up_silu choice: //p' "$OUT/linears.log" > /tmp/gate_up_silu_choice ;;
-  *) echo "unknown part $part (tests kernels linears decode ab long spec)" ;;
+  attention256)  # decode.py's batch 256 at the decode_b256 traces' contexts (~136 keys)
+    (timeout 60 python3 benchmarks/kernels.py --full --batch 256 --context 136 --partition 1024 --split 32 64 128 \
+       --programs partition --dots 16 --grid head --num-warps 4 --num-stages 2 3 2>&1 | grep -v Warn
+     timeout 60 python3 benchmarks/kernels.py --full --batch 256 --context 136 --partition 1024 --split 32 64 \
+       --programs split --merge kernel last --dots 16 --grid head --num-warps 4 --num-stages 2 2>&1 | grep -v Warn) \
+      | tee "$OUT/attention256.log" ;;
+  *) echo "unknown part $part (tests kernels linears attention256 decode ab long spec)" ;;
   esac
 done

@@ -24,8 +24,8 @@ def test_backend_matches_torch_backend(query_lens, context_lens, per_split, merg
     ours, theirs = case.kv_cache.clone(), case.kv_cache.clone()
     triton_backend = TritonAttentionBackend(partition_size=32, split_size=16,
                                             prefill_block_n=16, prefill_rows=16,
-                                            decode_options=dict(program_per_split=per_split,
-                                                                merge_by_last_program=merge_last))
+                                            decode_options=dict(merge_by_last_program=merge_last),
+                                            program_per_split_up_to=3 if per_split else 0)
     triton_backend.write_kv(key, value, ours, case.meta)
     TorchAttentionBackend().write_kv(key, value, theirs, case.meta)
     assert torch.equal(ours.nan_to_num(), theirs.nan_to_num())
@@ -35,13 +35,27 @@ def test_backend_matches_torch_backend(query_lens, context_lens, per_split, merg
     torch.testing.assert_close(out, ref, atol=2e-5, rtol=2e-5)
 
 
+def test_decode_steps_of_up_to_the_limit_take_a_program_per_split(monkeypatch):
+    """The grid follows the step's sequences (a graph's padded rows): a program per split up
+    to `program_per_split_up_to`, a program per partition past it."""
+    import kernels.backend as backend_module
+    grids = []
+    monkeypatch.setattr(backend_module, "decode_attention",
+                        lambda *args, program_per_split, **options: grids.append(program_per_split))
+    backend = TritonAttentionBackend(partition_size=32, split_size=16, program_per_split_up_to=2)
+    for batch in (1, 2, 3):
+        case = make_paged_case([1] * batch, [16] * batch, 8, 2, 16, 16, torch.float32, seed=batch)
+        backend.attend(case.query, case.kv_cache, case.meta, 0.25)
+    assert grids == [True, True, False]
+
+
 def test_decode_graphs_take_a_short_reach_with_a_program_per_split_only():
     """The reaches decode graphs are captured for, ascending: one partition and the longest;
     with a program per split, whose grid has a program for every split of the reach, also
     SHORT_REACH (a partition's grid has one program a sequence and head at any shorter reach)."""
     from kernels.backend import SHORT_REACH
     by_partition = TritonAttentionBackend(partition_size=1024, split_size=64)
-    per_split = TritonAttentionBackend(partition_size=1024, split_size=64, decode_options=dict(program_per_split=True))
+    per_split = TritonAttentionBackend(partition_size=1024, split_size=64, program_per_split_up_to=16)
     assert by_partition.graph_reaches(8192) == [1024, 8192]
     assert per_split.graph_reaches(8192) == [SHORT_REACH, 1024, 8192]
     assert by_partition.graph_reaches(600) == [600] and per_split.graph_reaches(600) == [SHORT_REACH, 600]

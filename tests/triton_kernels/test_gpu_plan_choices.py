@@ -6,6 +6,7 @@ lost to a mismatch between the two."""
 import shlex
 
 import pytest
+import torch
 
 import kernels.gate_up_silu as fused
 import kernels.skinny_linear as skinny
@@ -72,3 +73,16 @@ def test_the_fused_choice_sets_the_tiles_of_each_row_configuration():
     _turned(choose_gate_up_silu(fastest), "--gate-up-silu")
     assert fused.ENABLED
     assert fused.ROW_CONFIGS == ((16, fastest[16]), (64, middle), (256, fastest[256]))
+
+
+@pytest.mark.parametrize("flags,up_to", [(["--program-per-split", "--merge-by-last-program"], 1 << 30),
+                                         (["--program-per-split", "16"], 16)])
+def test_the_per_split_side_sets_the_batches_that_take_it(monkeypatch, flags, up_to):
+    """`--program-per-split` alone: every batch (gpu_owed.sh's sides); with a count, up to it."""
+    from kernels.backend import TUNED_16BIT_DECODE, TritonAttentionBackend
+    monkeypatch.setitem(TUNED_16BIT_DECODE, "decode_options", dict(TUNED_16BIT_DECODE["decode_options"]))
+    monkeypatch.setitem(TUNED_16BIT_DECODE, "program_per_split_up_to", 0)
+    _turned("", *flags)
+    backend = TritonAttentionBackend.for_dtype(torch.bfloat16)
+    assert backend.program_per_split_up_to == up_to
+    assert backend.decode_options.get("merge_by_last_program", False) == ("--merge-by-last-program" in flags)
