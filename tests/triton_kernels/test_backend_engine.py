@@ -62,9 +62,15 @@ def test_decode_graphs_take_a_short_reach_with_a_program_per_split_only():
     assert per_split.graph_reaches(100) == [100]
 
 
-def test_engine_greedy_tokens_match_torch_backend(tiny_checkpoint):
+@pytest.mark.parametrize("small_steps_per_split", [False, True], ids=["default-grid", "per-split-up-to-2-merged-by-last"])
+def test_engine_greedy_tokens_match_torch_backend(tiny_checkpoint, monkeypatch, small_steps_per_split):
     """Chunked prefill (budget 24 tokens), a shared 16-token prefix (prefix-cache hit) and
-    decodes past a block boundary, through the engine with either backend."""
+    decodes past a block boundary, through the engine with either backend; with decode steps
+    of up to 2 sequences taking a program per split, merged by each sequence's last program,
+    and the 3-sequence steps a program per partition."""
+    if small_steps_per_split:
+        options = dict(decode_options=dict(merge_by_last_program=True), program_per_split_up_to=2)
+        monkeypatch.setattr(TritonAttentionBackend, "for_dtype", classmethod(lambda cls, dtype: cls(**options)))
     gen = torch.Generator().manual_seed(0)
     shared = torch.randint(2, 128, (16,), generator=gen).tolist()
     prompts = [shared + [5, 6, 7], torch.randint(2, 128, (37,), generator=gen).tolist(), shared + [9]]
@@ -75,6 +81,8 @@ def test_engine_greedy_tokens_match_torch_backend(tiny_checkpoint):
                                         device="cpu", num_kv_blocks=32, max_num_batched_tokens=24,
                                         max_model_len=256))
         assert engine.runner.backend.name == backend
+        if backend == "triton":
+            assert engine.runner.backend.program_per_split_up_to == (2 if small_steps_per_split else 0)
         outputs[backend] = engine.generate(prompts, params)
         assert engine.stats().prefix_cache_hits > 0
     assert outputs["triton"] == outputs["torch"]

@@ -245,6 +245,27 @@ def test_dependent_launch_gives_the_same_tokens(checkpoint, monkeypatch):
     assert LLMEngine(config).generate(batch, params) == dependent
 
 
+def test_a_program_per_split_for_small_steps_gives_the_same_tokens(checkpoint, monkeypatch):
+    """Decode steps of up to 4 sequences with a program per split, merged by each sequence's
+    last program (graphs of those sizes also at the short reach), larger ones a program per
+    partition: the same bits as the default grid, so the same tokens, greedy and sampled, bf16,
+    through CUDA graphs and overlapped steps, as the batch shrinks from 12 to 1."""
+    from app.config import EngineConfig
+    from app.engine.engine import LLMEngine
+    from kernels.backend import TUNED_16BIT_DECODE
+    from tests.test_overlap_scheduling import mixed_params, prompts
+    batch, params = prompts(12, seed=7), mixed_params(12)
+    config = EngineConfig(model=str(checkpoint), dtype="bfloat16", device="cuda", num_kv_blocks=64,
+                          max_num_batched_tokens=64)
+    by_partition = LLMEngine(config).generate(batch, params)
+    monkeypatch.setitem(TUNED_16BIT_DECODE, "program_per_split_up_to", 4)
+    monkeypatch.setitem(TUNED_16BIT_DECODE, "decode_options",
+                        dict(TUNED_16BIT_DECODE["decode_options"], merge_by_last_program=True))
+    engine = LLMEngine(config)
+    assert engine.runner.backend.program_per_split_up_to == 4
+    assert engine.generate(batch, params) == by_partition
+
+
 @pytest.mark.parametrize("context,query_lens", [([5, 16, 31], [1, 1, 1]), ([5, 16, 259], [1, 1, 1]),
                                                 ([5, 16, 259], [3, 1, 2])],
                          ids=["one-split-graph", "long-graph", "verify-graph"])
