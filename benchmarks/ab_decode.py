@@ -117,11 +117,10 @@ def turn_choices(args: argparse.Namespace) -> None:
     if args.plain_launch:
         import kernels.dependent_launch
         kernels.dependent_launch.ENABLED = False
+    from kernels.backend import TUNED_16BIT_DECODE
     if args.program_per_split:
-        from kernels.backend import TUNED_16BIT_DECODE
         TUNED_16BIT_DECODE["program_per_split_up_to"] = args.program_per_split
     if args.merge_by_last_program:
-        from kernels.backend import TUNED_16BIT_DECODE
         TUNED_16BIT_DECODE["decode_options"]["merge_by_last_program"] = True
 
 

@@ -208,17 +208,16 @@ class SkinnyLinear(nn.Module):
         self.row_configs = row_configs
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        tiles = tiles_for_product(self.row_configs, x)
-        if tiles is not None:
-            return skinny_linear(x, self.weight, self.bias, tiles)
-        return F.linear(x, self.weight, self.bias)
+        return self.forward_into(x, None)
 
-    def forward_into(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """The same product written into `out`: how a CUDA graph computes its logits into its
-        one buffer where ROW_CONFIGS names the lm_head (`LlamaForCausalLM.compute_logits`)."""
+    def forward_into(self, x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+        """The product, written into `out` where given: how a CUDA graph computes its logits
+        into its one buffer where ROW_CONFIGS names the lm_head (`LlamaForCausalLM.compute_logits`)."""
         tiles = tiles_for_product(self.row_configs, x)
         if tiles is not None:
             return skinny_linear(x, self.weight, self.bias, tiles, out)
+        if out is None:
+            return F.linear(x, self.weight, self.bias)
         if self.bias is None:
             return torch.matmul(x, self.weight.t(), out=out)
         return torch.addmm(self.bias, x, self.weight.t(), out=out)

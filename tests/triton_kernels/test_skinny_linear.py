@@ -63,7 +63,7 @@ def test_the_module_takes_the_kernel_at_the_batches_its_row_configurations_give(
     past the last configuration cuBLAS."""
     import kernels.skinny_linear as module
     calls = []
-    monkeypatch.setattr(module, "skinny_linear", lambda x, w, b, tiles: calls.append((len(x), tiles)) or F.linear(x, w, b))
+    monkeypatch.setattr(module, "skinny_linear", lambda x, w, b, tiles, out: calls.append((len(x), tiles)) or F.linear(x, w, b))
     linear = nn.Linear(32, 8).half().to(DEVICE)
     wide = dict(SMALL_TILES, BLOCK_M=64)
     skinny = SkinnyLinear(linear, ((MAX_ROWS, SMALL_TILES), (64, None), (128, wide)))
@@ -97,7 +97,6 @@ def test_without_row_configurations_the_module_setting_at_replacement_is_used(mo
     monkeypatch.setattr(module, "ROW_CONFIGS", {"down_proj": ((MAX_ROWS, SMALL_TILES),)})
     model = _Layer(torch.float16)
     assert use_skinny_linears(model) == 1 and isinstance(model.down_proj, SkinnyLinear)
-
 
 
 @pytest.mark.parametrize("rows", [3, 40, 70])
