@@ -19,7 +19,9 @@ of cuBLAS, with `--skinny-projections`/`--skinny-config` to try others than its 
 `--skinny-rows-config` for its tiles of rows at larger batches (the lm_head's too);
 `--cublas-linear`, that kernel off (it is on by default from the commit that turned it on);
 `--gate-up-silu`, the gate_up projection and SiLU x up in one kernel for up to 256 rows
-(`--gate-up-silu-max-rows` fewer; `--gate-up-silu-config` other tiles).
+(`--gate-up-silu-max-rows` fewer; `--gate-up-silu-config` other tiles); `--prefetch-weights
+[MIB]`, the norms and the rotary kernel asking the next projection's first MIB of weights into
+L2 (`kernels/l2_prefetch.py`).
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         metavar=("ROWS", "BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_STAGES", "WARPS"),
                         help="with --gate-up-silu: these tiles for the row configuration of up to ROWS rows "
                              "(benchmarks/linears.py's choice); repeatable")
+    parser.add_argument("--prefetch-weights", type=float, nargs="?", const=32.0, default=0.0, metavar="MIB",
+                        help="the kernels before each projection prefetch its first MIB of weights into L2 "
+                             "(without MIB: 32, o_proj's whole)")
     parser.add_argument("--skinny-rows-config", nargs="+", action="append", default=[],
                         metavar="PROJECTION ROWS BLOCK_M BLOCK_N BLOCK_K NUM_STAGES WARPS SPLIT_K | PROJECTION ROWS cublas",
                         help="the skinny kernel for PROJECTION at batches up to ROWS (past the row configuration "
@@ -114,6 +119,10 @@ def turn_choices(args: argparse.Namespace) -> None:
             configs = dict(skinny.ROW_CONFIGS.get(projection, ((skinny.MAX_ROWS, None),)))  # new: cuBLAS up to 16
             configs[int(rows)] = None if tiles == ["cublas"] else dict(zip(skinny.TILE_KEYS, map(int, tiles)))
             skinny.ROW_CONFIGS = {**skinny.ROW_CONFIGS, projection: tuple(sorted(configs.items()))}
+    if args.prefetch_weights:
+        import kernels.l2_prefetch as l2_prefetch
+        l2_prefetch.ENABLED = True
+        l2_prefetch.MAX_BYTES = int(args.prefetch_weights * 2**20)
     if args.plain_launch:
         import kernels.dependent_launch
         kernels.dependent_launch.ENABLED = False

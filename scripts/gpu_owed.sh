@@ -5,14 +5,15 @@
 #   run(command="bash scripts/gpu_owed.sh tests linears attention256", carry=[".whl"], timeout_s=420)
 #   run(command="bash scripts/gpu_owed.sh ab", carry=[".whl"], timeout_s=540)
 #   run(command="ROUNDS=1 bash scripts/gpu_owed.sh long", carry=[".whl"], timeout_s=120)
-# (~340 s, ~400 s and ~75 s by the durations below: the third only if 150 s are left; "decode"
+# (~340 s, ~410 s and ~75 s by the durations below, ~500 s for "ab" if linears chose tiles: the
+# third only if 150 s are left; "decode"
 # instead of "long" if the A/B turns something on), then give the machine back. "kernels" and
 # "spec" only in a later session. (No argument: every part.) Durations on an H100 (2026-11-27:
 # "tests kernels linears decode" 243 s): tests ~115 s then (45 s with Triton's cache warm),
 # ~150 s with this session's new GPU tests (a guess); linears ~150 s with its tiles of rows
 # and the lm_head (a guess: ~90 more timings than the 2026-11-27 run, some of them new
 # compiles); attention256 ~40 s (a guess); decode ~110 s with its checkpoint and traces; ab
-# ~45 s a side of batches 1 and 256
+# ~45 s a side of batches 1 and 256 (the 2026-11-27 "ab" read ~30 s a side)
 # (the first builds the checkpoint: ~30 s more), ~25 s a batch-1 side; long ~25 s a side; spec
 # ~55 s. A later call on a warm machine keeps /tmp (the checkpoint, the installed wheels,
 # linears' choices) but not the environment: export PYTHONPATH=/tmp/site
@@ -51,18 +52,19 @@
 #   graphs with a program per split now also have a reach of 256 keys, where the reach of
 #   1,024 launched 16 programs a sequence and head, ~12 of them only to exit)
 #   (--merge-by-last-program: a kernel fewer a layer; the b1 trace's merge kernel took 3.0 us a
-#   layer, ~0.1 ms of the step, before its boundary); and the
+#   layer, ~0.1 ms of the step, before its boundary); the next projection's weights prefetched
+#   into L2 by the norms and the rotary kernel (--prefetch-weights 32 at batches 1 and 256, 8 at
+#   batch 1: kernels/l2_prefetch.py; in the decode_b1 trace rotary, attention and the norms
+#   took ~16 us a layer in which the memory idles, and o_proj's 32 MiB is ~11 us at copy rate:
+#   up to ~0.3-0.5 ms of a 6 ms step if L2 keeps the lines until the GEMM reads them); and the
 #   skinny choice (SKINNY_ARGS, or what "linears" chose: each projection its own configuration
 #   up to 16 rows; o_proj alone read 1.07-1.09x faster with 32 features a program than with the
 #   16 it has), and where "linears" found tiles of rows faster than cuBLAS at 64 or 256 rows
 #   (SKINNY_ROWS_ARGS), that side runs batch 256 too. By arithmetic the fused kernel saves ~60
 #   us of a 6 ms batch-1 step (the SiLU kernel, its boundary, the product's write and read) and
 #   at batch 256 the SiLU kernel's 7.1 us a layer (0.23 ms of 10.5), if its GEMM keeps up with
-#   cuBLAS's there. And the skinny kernel for all four projections at batch 1: linears.py had
-#   qkv_proj and down_proj tied or losing, but it times a kernel alone, and in the step the
-#   skinny kernel also starts under its predecessor's tail (dependent launch), which cuBLAS's
-#   GEMMs do not: o_proj and gate_up_proj saved ~1.7% of the step in linears.py by arithmetic
-#   and 1.7-4.3% in the step (three rounds, 2026-11-27). qkv_proj read 66-69% of copy in cuBLAS.
+#   cuBLAS's there. (The side with the skinny kernel on all four projections at batch 1 made
+#   way for the prefetch sides: linears.py had qkv_proj and down_proj tied or losing alone.)
 # - "long": batch 1 with 2,048-token prompts, both grids, the per-split one also merged by the
 #   last program. On 2026-11-27 the per-split grid read
 #   1.025x (one round), and in kernels.py's graph timing it beat the partition grid at batch 1 at
@@ -92,7 +94,9 @@
 # TUNED_16BIT_DECODE); where a skinny configuration beats
 # torch's choice at every row count up to 16, set kernels/skinny_linear.py's ROW_CONFIGS and
 # CONFIG; where gate_up + SiLU wins the step, turn it on (kernels/gate_up_silu.py's ENABLED) with
-# the tiles "ab" ran, dropping from ROW_CONFIGS the batches where it lost; keep what the "ab"
+# the tiles "ab" ran, dropping from ROW_CONFIGS the batches where it lost; where a prefetch side
+# wins, turn kernels/l2_prefetch.py's ENABLED on with its MAX_BYTES (the bits do not change; if
+# it wins at batch 1 but loses at 256, it needs a row limit first); keep what the "ab"
 # lines show faster; where tiles of rows won the step at 256 ("skinny rows choice"), put them in
 # kernels/skinny_linear.py's ROW_CONFIGS. "linears" leaves its choices in /tmp/skinny_choice,
 # /tmp/skinny_rows_choice and /tmp/gate_up_silu_choice, which a later "ab" on the same warm
@@ -143,9 +147,10 @@ from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&
           --sampled-batch-sizes --gate-up-silu $GATE_UP_SILU_ARGS 2>&1 | grep "decode "
         timeout 90 python3 benchmarks/ab_decode.py --label "per-split-merged-by-last-$round" --batch-sizes 1 256 \
           --sampled-batch-sizes --program-per-split --merge-by-last-program 2>&1 | grep "decode "
-        timeout 60 python3 benchmarks/ab_decode.py --label "skinny-all-four-$round" --batch-sizes 1 \
-          --sampled-batch-sizes --skinny-linear --skinny-projections qkv_proj o_proj gate_up_proj down_proj \
-          2>&1 | grep "decode "
+        timeout 90 python3 benchmarks/ab_decode.py --label "prefetch-32-$round" --batch-sizes 1 256 \
+          --sampled-batch-sizes --prefetch-weights 32 2>&1 | grep "decode "
+        timeout 60 python3 benchmarks/ab_decode.py --label "prefetch-8-$round" --batch-sizes 1 \
+          --sampled-batch-sizes --prefetch-weights 8 2>&1 | grep "decode "
         [ -z "$SKINNY_ARGS$SKINNY_ROWS_ARGS" ] || timeout 90 python3 benchmarks/ab_decode.py \
           --label "skinny-choice-$round" --batch-sizes $skinny_batches --sampled-batch-sizes --skinny-linear \
           $SKINNY_ARGS $SKINNY_ROWS_ARGS 2>&1 \

@@ -3,9 +3,12 @@ path, and the reference), or fused Triton kernels where they run (CUDA with the 
 attention backend), which turn about 55 kernel launches per layer per decode step into about
 ten. Either way a layer reads as the same few calls:
 
-    hidden, residual = ops.add_rms_norm(hidden, residual, norm)   # residual None: first layer
-    q = ops.rotary_write_kv(q, k, v, cos, sin, kv_cache, meta, backend)
-    act = ops.gate_up_silu(x, gate_up_proj)                        # SiLU(gate) * up
+    hidden, residual = ops.add_rms_norm(hidden, residual, norm, qkv_proj)  # residual None: first layer
+    q = ops.rotary_write_kv(q, k, v, cos, sin, kv_cache, meta, backend, o_proj)
+    act = ops.gate_up_silu(x, gate_up_proj)                                 # SiLU(gate) * up
+
+`next_linear` names the projection the result goes to: the fused kernels may ask its weights
+into L2 while they run (`kernels/l2_prefetch.py`); the others ignore it.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ class TorchLayerOps:
     name = "torch"
 
     @staticmethod
-    def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, norm
+    def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, norm, next_linear=None
                      ) -> tuple[torch.Tensor, torch.Tensor]:
         """h = x + residual (h = x in the first layer) -> (norm(h), h), h the new residual."""
         if residual is not None:
@@ -33,7 +36,7 @@ class TorchLayerOps:
     @staticmethod
     def rotary_write_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,
                         sin: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata,
-                        backend) -> torch.Tensor:
+                        backend, next_linear=None) -> torch.Tensor:
         """Rotate q and k, store k and v in the layer's cache; return the rotated q."""
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         backend.write_kv(k, v, kv_cache, meta)
@@ -52,26 +55,33 @@ class TorchLayerOps:
 class TritonLayerOps(TorchLayerOps):
     """One Triton kernel each (kernels/): RMSNorm with the residual add, rotary with the KV
     write (in the Triton backend's cache layout, which is the PyTorch backend's too), and
-    SiLU with the multiply (or, up to 256 rows, with the gate_up projection too: off for now)."""
+    SiLU with the multiply (or, up to 256 rows, with the gate_up projection too: off for now).
+    The first two may prefetch the next projection's weights (off for now)."""
 
     name = "triton"
 
     def __init__(self):
         from kernels import gate_up_silu
+        from kernels.l2_prefetch import prefetch_for
         from kernels.rmsnorm import rms_norm
         from kernels.rotary_kv_write import rotary_write_kv
         from kernels.silu_mul import silu_and_mul
-        self._rms_norm, self._rotary_write_kv = rms_norm, rotary_write_kv
+        self._rms_norm, self._rotary_write_kv, self._prefetch_for = rms_norm, rotary_write_kv, prefetch_for
         self.silu_and_mul = silu_and_mul
         self._gate_up_silu = gate_up_silu  # the module: its ENABLED is read at each call
 
-    def add_rms_norm(self, x, residual, norm):
+    def add_rms_norm(self, x, residual, norm, next_linear=None):
+        prefetch = self._prefetch(next_linear)
         if residual is None:
-            return self._rms_norm(x, norm.weight, norm.eps), x
-        return self._rms_norm(x, norm.weight, norm.eps, residual=residual)
+            return self._rms_norm(x, norm.weight, norm.eps, prefetch=prefetch), x
+        return self._rms_norm(x, norm.weight, norm.eps, residual=residual, prefetch=prefetch)
 
-    def rotary_write_kv(self, q, k, v, cos, sin, kv_cache, meta, backend):
-        return self._rotary_write_kv(q, k, v, cos, sin, kv_cache[0], kv_cache[1], meta.slot_mapping)
+    def rotary_write_kv(self, q, k, v, cos, sin, kv_cache, meta, backend, next_linear=None):
+        return self._rotary_write_kv(q, k, v, cos, sin, kv_cache[0], kv_cache[1], meta.slot_mapping,
+                                     self._prefetch(next_linear))
+
+    def _prefetch(self, next_linear):
+        return self._prefetch_for(None if next_linear is None else next_linear.weight)
 
     def gate_up_silu(self, x, gate_up_proj):
         """Up to 256 rows in 16-bit: the projection and the activation in one kernel, where it is on."""
@@ -92,10 +102,10 @@ class CpuLayerOps(TorchLayerOps):
         self._ops = ops
         self.silu_and_mul = ops.silu_and_mul
 
-    def add_rms_norm(self, x, residual, norm):
+    def add_rms_norm(self, x, residual, norm, next_linear=None):
         return self._ops.add_rms_norm(x, residual, norm.weight, norm.eps)
 
-    def rotary_write_kv(self, q, k, v, cos, sin, kv_cache, meta, backend):
+    def rotary_write_kv(self, q, k, v, cos, sin, kv_cache, meta, backend, next_linear=None):
         return self._ops.rotary_write_kv(q, k, v, cos, sin, kv_cache, meta.slot_mapping)
 
 

@@ -51,7 +51,7 @@ class Attention(nn.Module):
         q = q.view(t, self.num_heads, self.head_dim)
         k = k.view(t, self.num_kv_heads, self.head_dim)
         v = v.reshape(t, self.num_kv_heads, self.head_dim)
-        q = ops.rotary_write_kv(q, k, v, cos, sin, kv_cache, meta, backend)
+        q = ops.rotary_write_kv(q, k, v, cos, sin, kv_cache, meta, backend, self.o_proj)
         out = backend.attend(q, kv_cache, meta, self.scale)
         return self.o_proj(out.reshape(t, self.num_heads * self.head_dim))
 
@@ -78,9 +78,9 @@ class DecoderLayer(nn.Module):
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         """(hidden, residual) -> (this layer's MLP output, the residual stream before it);
         residual is None in the first layer. Their sum is the layer's output."""
-        hidden, residual = ops.add_rms_norm(hidden, residual, self.input_layernorm)
+        hidden, residual = ops.add_rms_norm(hidden, residual, self.input_layernorm, self.self_attn.qkv_proj)
         hidden = self.self_attn(hidden, cos, sin, kv_cache, meta, backend, ops)
-        hidden, residual = ops.add_rms_norm(hidden, residual, self.post_attention_layernorm)
+        hidden, residual = ops.add_rms_norm(hidden, residual, self.post_attention_layernorm, self.mlp.gate_up_proj)
         return self.mlp(hidden, ops), residual
 
 
@@ -114,7 +114,7 @@ class LlamaForCausalLM(nn.Module):
         residual = None
         for layer, kv_cache in zip(self.model.layers, kv_caches):
             hidden, residual = layer(hidden, residual, cos, sin, kv_cache, meta, backend, ops)
-        return ops.add_rms_norm(hidden, residual, self.model.norm)[0]
+        return ops.add_rms_norm(hidden, residual, self.model.norm, self.lm_head)[0]
 
     def compute_logits(self, hidden: torch.Tensor, fp32: bool = True, out: torch.Tensor | None = None
                        ) -> torch.Tensor:

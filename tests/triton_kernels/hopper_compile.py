@@ -64,6 +64,7 @@ class Compiled:
     waits_first: bool  # griddepcontrol.wait (programmatic dependent launch) before any memory access
     tensor_cores: str  # the dots' instructions: "wgmma" (Hopper's warpgroup MMA), "mma" (sm_80's), or ""
     l1_loads_after_arrival: int  # global loads through L1 after the first atomic (kernels/arrival_counts.py)
+    l2_prefetches: int  # cp.async.bulk.prefetch.L2 instructions (kernels/l2_prefetch.py)
 
 
 def _signature(launch: Launch) -> tuple[dict, dict, dict]:
@@ -106,7 +107,8 @@ def compile_for_hopper(launch: Launch, source: ASTSource) -> Compiled:
     used = _resources(compiled.asm["cubin"])
     ptx = compiled.asm["ptx"]
     return Compiled(launch.label, launch.kernel.__name__, used["REG"], used["LOCAL"], compiled.metadata.shared,
-                    ptx.count("cp.async."), _waits_first(ptx), _tensor_cores(ptx), _l1_loads_after_arrival(ptx))
+                    ptx.count("cp.async."), _waits_first(ptx), _tensor_cores(ptx), _l1_loads_after_arrival(ptx),
+                    ptx.count("cp.async.bulk.prefetch.L2.global"))
 
 
 def _l1_loads_after_arrival(ptx: str) -> int:
@@ -124,11 +126,12 @@ def _tensor_cores(ptx: str) -> str:
 
 def _waits_first(ptx: str) -> bool:
     """The kernel's text has griddepcontrol.wait before its first global load, store, async
-    copy or atomic (the wait sits in the entry block, which comes first)."""
+    copy or atomic (the wait sits in the entry block, which comes first). Weight prefetches into
+    L2 may come before it: they read what no kernel writes."""
     body = ptx[ptx.index(".entry"):]
     wait = body.find("griddepcontrol.wait")
-    accesses = [i for i in (body.find(op) for op in ("ld.global", "st.global", "cp.async", "atom.", "red."))
-                if i >= 0]
+    accesses = [match.start() for match in re.finditer(r"ld\.global|st\.global|cp\.async(?!\.bulk\.prefetch)|atom\.|red\.",
+                                                       body)]
     return wait >= 0 and all(wait < i for i in accesses)
 
 
@@ -177,6 +180,7 @@ def caught_launches(dependent_launch: bool = False) -> list[Launch]:
     from kernels.decode_attention import decode_attention
     from kernels.filtered_sampling import filtered_sample
     from kernels.gate_up_silu import ROW_CONFIGS, gate_up_silu
+    from kernels.l2_prefetch import MAX_BYTES, PROGRAMS, Prefetch
     from kernels.prefill_attention import prefill_attention
     from kernels.rmsnorm import rms_norm
     from kernels.rotary_kv_write import rotary_write_kv
@@ -216,6 +220,12 @@ def caught_launches(dependent_launch: bool = False) -> list[Launch]:
         cos = torch.zeros(batch, head_dim, **bf16)
         rotary_write_kv(q, k, v, cos, cos.clone(), k_cache, v_cache, torch.arange(batch, dtype=torch.int64))
         silu_and_mul(torch.zeros(batch, 2 * intermediate, **bf16))
+        catcher.label = "layer ops, prefetching the next weight"
+        next_weight = torch.zeros(hidden, hidden, **bf16)  # o_proj's: MAX_BYTES of it
+        prefetch = Prefetch(next_weight, MAX_BYTES, PROGRAMS)
+        rms_norm(x, torch.ones(hidden, **bf16), 1e-5, residual=torch.zeros_like(x), prefetch=prefetch)
+        rotary_write_kv(q, k, v, cos, cos.clone(), k_cache, v_cache, torch.arange(batch, dtype=torch.int64),
+                        prefetch=prefetch)
         catcher.label = "draws in the graph"
         logits, temperature = torch.zeros(batch, vocab, **bf16), torch.ones(batch)
         drawn = filtered_sample(logits, temperature, torch.ones(batch), torch.zeros(batch),

@@ -266,6 +266,30 @@ def test_a_program_per_split_for_small_steps_gives_the_same_tokens(checkpoint, m
     assert engine.generate(batch, params) == by_partition
 
 
+def test_weights_prefetched_into_l2_give_the_same_tokens(checkpoint, monkeypatch):
+    """With the norms and the rotary kernel asking the next projection's weights into L2
+    (`kernels/l2_prefetch.py`: programs of their own that read nothing back), the tokens are
+    those without, greedy and sampled, bf16, through CUDA graphs and overlapped steps."""
+    import kernels.l2_prefetch
+    from app.config import EngineConfig
+    from app.engine.engine import LLMEngine
+    from kernels.l2_prefetch import prefetch_for
+    from tests.test_overlap_scheduling import mixed_params, prompts
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("the bulk prefetch needs sm_90")
+    batch, params = prompts(12, seed=9), mixed_params(12)
+    config = EngineConfig(model=str(checkpoint), dtype="bfloat16", device="cuda", num_kv_blocks=64,
+                          max_num_batched_tokens=64)
+    assert not kernels.l2_prefetch.ENABLED
+    without = LLMEngine(config).generate(batch, params)
+    monkeypatch.setattr(kernels.l2_prefetch, "ENABLED", True)
+    engine = LLMEngine(config)
+    o_proj = engine.runner.model.model.layers[0].self_attn.o_proj
+    prefetch = prefetch_for(o_proj.weight)
+    assert (prefetch.programs, prefetch.nbytes) == (kernels.l2_prefetch.PROGRAMS, o_proj.weight.nbytes)
+    assert engine.generate(batch, params) == without
+
+
 @pytest.mark.parametrize("context,query_lens", [([5, 16, 31], [1, 1, 1]), ([5, 16, 259], [1, 1, 1]),
                                                 ([5, 16, 259], [3, 1, 2])],
                          ids=["one-split-graph", "long-graph", "verify-graph"])

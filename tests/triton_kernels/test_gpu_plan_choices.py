@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import kernels.gate_up_silu as fused
+import kernels.l2_prefetch as l2_prefetch
 import kernels.skinny_linear as skinny
 from benchmarks.ab_decode import parse_args, turn_choices
 from benchmarks.linears import (CONFIGS, GATE_UP_SILU_CONFIGS, WIDE_CONFIGS, _name, choose_gate_up_silu,
@@ -18,7 +19,8 @@ from benchmarks.linears import (CONFIGS, GATE_UP_SILU_CONFIGS, WIDE_CONFIGS, _na
 @pytest.fixture(autouse=True)
 def _settings_restored(monkeypatch):
     """turn_choices sets module settings, as ab_decode does before building its engine."""
-    for module, names in ((skinny, ("ENABLED", "ROW_CONFIGS")), (fused, ("ENABLED", "ROW_CONFIGS"))):
+    for module, names in ((skinny, ("ENABLED", "ROW_CONFIGS")), (fused, ("ENABLED", "ROW_CONFIGS")),
+                          (l2_prefetch, ("ENABLED", "MAX_BYTES"))):
         for name in names:
             monkeypatch.setattr(module, name, getattr(module, name))
 
@@ -86,3 +88,11 @@ def test_the_per_split_side_sets_the_batches_that_take_it(monkeypatch, flags, up
     backend = TritonAttentionBackend.for_dtype(torch.bfloat16)
     assert backend.program_per_split_up_to == up_to
     assert backend.decode_options.get("merge_by_last_program", False) == ("--merge-by-last-program" in flags)
+
+
+@pytest.mark.parametrize("flags,mib", [(["--prefetch-weights"], 32), (["--prefetch-weights", "8"], 8)])
+def test_the_prefetch_side_turns_it_on_at_its_size(flags, mib):
+    """gpu_owed.sh's prefetch sides: `--prefetch-weights [MIB]` (32 MiB, o_proj's whole, unless said)."""
+    assert not l2_prefetch.ENABLED
+    _turned("", *flags)
+    assert l2_prefetch.ENABLED and l2_prefetch.MAX_BYTES == mib << 20

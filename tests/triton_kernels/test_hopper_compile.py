@@ -50,6 +50,13 @@ def test_kernels_compile_for_sm90_without_spills(dependent_launch):
     # it before touching memory (every kernel of a decode step but the prefill kernel's)
     waiting = {c["kernel"] for c in compiled if c["waits_first"]}
     assert waiting == (EXPECTED_KERNELS - {"_prefill_kernel"} if dependent_launch else set())
+    # the norm and rotary launches with a weight to prefetch ask L2 for it (kernels/l2_prefetch.py),
+    # and only they: still waiting before they read or write (the prefetch may come first)
+    prefetching = [c for c in compiled if c["l2_prefetches"]]
+    assert {(c["label"], c["kernel"]) for c in prefetching} == {
+        ("layer ops, prefetching the next weight", "_rms_norm_kernel"),
+        ("layer ops, prefetching the next weight", "_rotary_kv_write_kernel")}
+    assert all(c["waits_first"] == dependent_launch for c in prefetching)
 
 
 def test_steps_of_any_shape_share_the_compiled_kernels():
