@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import torch
 
+import kernels.l2_prefetch as l2_prefetch  # its ENABLED read at each launch (ab_decode.py sets it)
 from kernels.attention_interface import AttentionMetadata
 from kernels.decode_attention import DEFAULT_PARTITION_SIZE, decode_attention
 from kernels.kv_cache_write import _kv_cache_write_kernel, write_kv_cache
@@ -117,7 +118,7 @@ class TritonAttentionBackend:
             return decode_attention(query, k_cache, v_cache, meta.block_tables, meta.seq_lens,
                                     scale, max_seq_len, self.partition_size, split_size=self.split_size,
                                     program_per_split=meta.num_seqs <= self.program_per_split_up_to,
-                                    **self.decode_options)
+                                    kv_evict_first=l2_prefetch.ENABLED, **self.decode_options)
         return prefill_attention(query, k_cache, v_cache, meta.block_tables, meta.query_start_loc,
                                  meta.context_lens, scale, meta.max_query_len,
                                  self.prefill_block_n, self.prefill_rows)

@@ -83,13 +83,14 @@ DOTS = ("fp32", "qk16", "16")
 
 @triton.jit
 def load_kv_tile_raw(cache_ptr, table_ptr, tok, n_mask, kv_head, offs_d, d_mask,
-                     stride_cb, stride_cs, stride_ch, BLOCK_SIZE: tl.constexpr):
+                     stride_cb, stride_cs, stride_ch, BLOCK_SIZE: tl.constexpr, EVICTION: tl.constexpr = ""):
     """K or V of tokens `tok` [BLOCK_N] of one KV head, through the block table, in the
-    cache's dtype."""
+    cache's dtype. EVICTION: L2's policy for its lines ("evict_first": read once, and not to
+    push out what is kept there)."""
     block = tl.load(table_ptr + tok // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)
     row = block * stride_cb + (tok % BLOCK_SIZE).to(tl.int64) * stride_cs + kv_head * stride_ch
     ptrs = cache_ptr + row[:, None] + offs_d[None, :]
-    return tl.load(ptrs, mask=n_mask[:, None] & d_mask[None, :], other=0.0)
+    return tl.load(ptrs, mask=n_mask[:, None] & d_mask[None, :], other=0.0, eviction_policy=EVICTION)
 
 
 @triton.jit
@@ -105,7 +106,7 @@ def _attend(q, q16, k_cache_ptr, v_cache_ptr, table_ptr, start, end, kv_head, of
             d_mask, scale_log2, stride_cb, stride_cs, stride_ch,
             BLOCK_SIZE: tl.constexpr, SPLIT: tl.constexpr, BLOCK_G: tl.constexpr,
             BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr, QK16: tl.constexpr,
-            PV16: tl.constexpr):
+            PV16: tl.constexpr, KV_EVICTION: tl.constexpr):
     """Keys [start, end) (at least one; `start` on a split boundary), one split per tile: each
     split's softmax state folded in order into the state returned. Only that state is carried
     from tile to tile, as in a plain online softmax (registers, hence programs per SM, as
@@ -117,9 +118,9 @@ def _attend(q, q16, k_cache_ptr, v_cache_ptr, table_ptr, start, end, kv_head, of
         tok = split_start + offs_n
         n_mask = tok < end
         k = load_kv_tile_raw(k_cache_ptr, table_ptr, tok, n_mask, kv_head, offs_d, d_mask,
-                             stride_cb, stride_cs, stride_ch, BLOCK_SIZE)
+                             stride_cb, stride_cs, stride_ch, BLOCK_SIZE, KV_EVICTION)
         v = load_kv_tile_raw(v_cache_ptr, table_ptr, tok, n_mask, kv_head, offs_d, d_mask,
-                             stride_cb, stride_cs, stride_ch, BLOCK_SIZE)
+                             stride_cb, stride_cs, stride_ch, BLOCK_SIZE, KV_EVICTION)
         # scaled after the dot: a 16-bit q stays exact in tf32; log2 units for exp2
         if QK16:
             s = tl.dot(q16, tl.trans(k)) * scale_log2
@@ -151,7 +152,7 @@ def _decode_split_kernel(
     BLOCK_SIZE: tl.constexpr, PARTITION: tl.constexpr, SPLIT: tl.constexpr, PER_SPLIT: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, DIRECT: tl.constexpr,
     DOT_PRECISION: tl.constexpr, HEAD_MAJOR: tl.constexpr, QK16: tl.constexpr, PV16: tl.constexpr,
-    MERGE_LAST: tl.constexpr, DEPENDENT_LAUNCH: tl.constexpr,
+    MERGE_LAST: tl.constexpr, DEPENDENT_LAUNCH: tl.constexpr, KV_EVICTION: tl.constexpr,
 ):
     wait_for_predecessor(DEPENDENT_LAUNCH)
     if HEAD_MAJOR:  # grid (kv_heads, units, batch)
@@ -181,7 +182,7 @@ def _decode_split_kernel(
         q16 = q_raw.to(k_cache_ptr.dtype.element_ty)
         m, l, acc = _attend(q, q16, k_cache_ptr, v_cache_ptr, block_tables_ptr + b * stride_bt, start, end,
                             kv_head, offs_d, d_mask, scale_log2, stride_cb, stride_cs, stride_ch, BLOCK_SIZE,
-                            SPLIT, BLOCK_G, BLOCK_D, DOT_PRECISION, QK16, PV16)
+                            SPLIT, BLOCK_G, BLOCK_D, DOT_PRECISION, QK16, PV16, KV_EVICTION)
         if DIRECT:  # the sequence's only partition: its output
             # folded into the empty state first, as the merge folds every partition: the
             # same operations, so the same bits as a sequence the merge finishes
@@ -263,7 +264,8 @@ def decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
                      out: torch.Tensor | None = None,
                      num_warps: int = 4, num_stages: int | None = None, head_major: bool = False,
                      dots: str = "fp32", split_size: int | None = None,
-                     program_per_split: bool = False, merge_by_last_program: bool = False) -> torch.Tensor:
+                     program_per_split: bool = False, merge_by_last_program: bool = False,
+                     kv_evict_first: bool = False) -> torch.Tensor:
     """query [B, heads, head_dim] -> [B, heads, head_dim].
 
     k_cache/v_cache [num_blocks, block_size, kv_heads, head_dim]; block_tables [B, W] int32;
@@ -273,6 +275,8 @@ def decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
     partition) divides partition_size. program_per_split: which grid (the module's docstring;
     the same bits either way). merge_by_last_program: where states need merging, the last
     program of each (sequence, KV head) merges them instead of a merge kernel (the same bits).
+    kv_evict_first: K/V's lines marked first out of L2 (each is read once a step), so that the
+    weights prefetched into it (`kernels/l2_prefetch.py`) stay there (the same bits).
     num_warps, num_stages, head_major and dots: see the module's docstring.
     """
     assert dots in DOTS, f"dots must be one of {DOTS}"
@@ -317,7 +321,7 @@ def decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
         PER_SPLIT=program_per_split, BLOCK_G=block_g, BLOCK_D=block_d,
         DIRECT=direct, DOT_PRECISION=dot_precision(k_cache.dtype), HEAD_MAJOR=head_major,
         QK16=sixteen and dots in ("qk16", "16"), PV16=sixteen and dots == "16", MERGE_LAST=merge_last,
-        **launch, **dependent_launch,
+        KV_EVICTION="evict_first" if kv_evict_first else "", **launch, **dependent_launch,
     )
     if not direct and not merge_last:
         _decode_merge_kernel[(batch, num_kv_heads)](

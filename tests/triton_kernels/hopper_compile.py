@@ -65,6 +65,7 @@ class Compiled:
     tensor_cores: str  # the dots' instructions: "wgmma" (Hopper's warpgroup MMA), "mma" (sm_80's), or ""
     l1_loads_after_arrival: int  # global loads through L1 after the first atomic (kernels/arrival_counts.py)
     l2_prefetches: int  # cp.async.bulk.prefetch.L2 instructions (kernels/l2_prefetch.py)
+    l2_evict_first: bool  # loads with an L2 evict-first policy (decode attention's K/V, while prefetching)
 
 
 def _signature(launch: Launch) -> tuple[dict, dict, dict]:
@@ -108,7 +109,7 @@ def compile_for_hopper(launch: Launch, source: ASTSource) -> Compiled:
     ptx = compiled.asm["ptx"]
     return Compiled(launch.label, launch.kernel.__name__, used["REG"], used["LOCAL"], compiled.metadata.shared,
                     ptx.count("cp.async."), _waits_first(ptx), _tensor_cores(ptx), _l1_loads_after_arrival(ptx),
-                    ptx.count("cp.async.bulk.prefetch.L2.global"))
+                    ptx.count("cp.async.bulk.prefetch.L2.global"), "createpolicy.fractional.L2::evict_first" in ptx)
 
 
 def _l1_loads_after_arrival(ptx: str) -> int:
@@ -205,6 +206,8 @@ def caught_launches(dependent_launch: bool = False) -> list[Launch]:
         catcher.label = "decode, a program per split, merged by the last"
         decode_attention(query, k_cache, v_cache, tables, seq_lens, 0.1, reach, program_per_split=True,
                          merge_by_last_program=True, **decode)
+        catcher.label = "decode, K/V evict-first (while prefetching weights)"
+        decode_attention(query, k_cache, v_cache, tables, seq_lens, 0.1, reach, kv_evict_first=True, **decode)
         catcher.label = "decode, fp32 (the engine's exact mode)"
         decode_attention(query.float(), k_cache.float(), v_cache.float(), tables, seq_lens, 0.1, 8 * reach,
                          program_per_split=False)

@@ -41,7 +41,7 @@ def test_kernels_compile_for_sm90_without_spills(dependent_launch):
     pipelined = [c for c in compiled if c["kernel"] in ("_decode_split_kernel", "_filtered_sample_kernel",
                                                         "_skinny_linear_kernel", "_gate_up_silu_kernel")
                  or (c["kernel"] == "_decode_merge_kernel" and c["label"] == "decode, a program per split")]
-    assert len(pipelined) == 12 and all(c["async_copies"] for c in pipelined), pipelined
+    assert len(pipelined) == 13 and all(c["async_copies"] for c in pipelined), pipelined
     # the last program to arrive reads parts other SMs wrote: from L2, never a stale L1 line
     # (the pipeliner's asynchronous copies of 4-byte values go through L1: cp.async.ca)
     arriving = [c for c in compiled if "merged by the last" in c["label"] or "split-K" in c["label"]]
@@ -57,6 +57,8 @@ def test_kernels_compile_for_sm90_without_spills(dependent_launch):
         ("layer ops, prefetching the next weight", "_rms_norm_kernel"),
         ("layer ops, prefetching the next weight", "_rotary_kv_write_kernel")}
     assert all(c["waits_first"] == dependent_launch for c in prefetching)
+    # and decode attention's K/V then leave L2 first, in that launch only
+    assert {c["label"] for c in compiled if c["l2_evict_first"]} == {"decode, K/V evict-first (while prefetching weights)"}
 
 
 def test_steps_of_any_shape_share_the_compiled_kernels():

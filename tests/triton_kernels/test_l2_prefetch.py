@@ -76,3 +76,20 @@ def test_rotary_write_kv_with_prefetching_programs_writes_what_it_wrote_without(
     assert torch.equal(q_p, q)
     assert torch.equal(caches_p.isnan(), caches.isnan()) and torch.equal(caches_p.nan_to_num(), caches.nan_to_num())
     assert caches.isnan().sum() == caches.numel() - 2 * 2 * kv_heads * head_dim  # two tokens' K and V written
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_decode_attention_with_kv_evicted_first_gives_the_same_output(dtype):
+    """While weights are prefetched, decode attention's K/V loads carry L2's evict-first policy
+    (an sm_90 hint, in test_hopper_compile.py): nothing else changes."""
+    from kernels.decode_attention import decode_attention
+    gen = torch.Generator().manual_seed(6)
+    batch, heads, kv_heads, head_dim, block = 2, 4, 2, 16, 4
+    caches = torch.randn(2, 8, block, kv_heads, head_dim, generator=gen).to(dtype)
+    caches[:, 6:] = float("nan")  # blocks no table names
+    tables = torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=torch.int32)
+    seq_lens = torch.tensor([9, 12], dtype=torch.int32)
+    query = torch.randn(batch, heads, head_dim, generator=gen).to(dtype)
+    outs = [decode_attention(query, caches[0], caches[1], tables, seq_lens, 0.25, 12, partition_size=8,
+                             split_size=4, kv_evict_first=evict) for evict in (False, True)]
+    assert not outs[0].isnan().any() and torch.equal(outs[1], outs[0])
