@@ -6,11 +6,23 @@ import pytest
 import torch
 
 from app.engine.selection.distribution import filter_logits, row_probs
-from app.engine.selection.draw import draw_top_k, draw_top_p_by_rejection, draw_with_uniforms, top_k_floor
+from app.engine.selection.draw import (draw_top_k, draw_top_p_by_rejection, draw_top_p_on_cpu, draw_with_uniforms,
+                                       top_k_floor)
 from app.engine.selection.draws import DRAW_ROUNDS
 from app.engine.selection.verify import sample_inverse_cdf
 
 P_THRESHOLD = 1e-3
+
+
+def _cpu_kernel():
+    from kernels.cpu import cpu_ops
+    if cpu_ops() is None:
+        pytest.skip("the CPU kernels do not build here")
+    return draw_top_p_on_cpu
+
+
+# The torch steps, and the same steps in C++ (kernels/cpu/draw.cpp, what the CPU draws with)
+TOP_P_DRAWS = [pytest.param(lambda: draw_top_p_by_rejection, id="torch"), pytest.param(_cpu_kernel, id="cpp")]
 
 
 def settings(rows: int, rounds: int, seed: int = 1):
@@ -42,12 +54,28 @@ def test_one_round_draws_the_reference_token():
         reference(logits, *args).tolist()
 
 
-def test_one_round_of_top_p_draws_the_reference_token():
+@pytest.mark.parametrize("draw", TOP_P_DRAWS)
+def test_one_round_of_top_p_draws_the_reference_token(draw):
     logits = random_logits(64, 700, seed=6)
     temperature, _, top_p, min_p, u = settings(64, rounds=1)
     no_k = torch.zeros(64, dtype=torch.long)
-    assert draw_top_p_by_rejection(logits, temperature, top_p, min_p, u).tolist() == \
+    assert draw()(logits, temperature, top_p, min_p, u).tolist() == \
         reference(logits, temperature, no_k, top_p, min_p, u).tolist()
+
+
+@pytest.mark.parametrize("rounds", [1, 2, DRAW_ROUNDS])
+def test_the_cpu_kernel_draws_the_torch_steps_tokens(rounds):
+    """The same uniforms, the same tokens, for rows of every setting, masked tokens (a grammar's
+    -inf) included, and flat rows that redraw until the last round's cut."""
+    cpu_draw = _cpu_kernel()
+    logits = random_logits(512, 900, seed=8)
+    logits[100:140] *= 0.02  # flat: most draws fall outside a small nucleus
+    logits[200:210, ::2] = float("-inf")
+    temperature, _, top_p, min_p, u = settings(512, rounds, seed=3)
+    top_p[100:140] = 0.05
+    got = cpu_draw(logits, temperature, top_p, min_p, u)
+    assert got.tolist() == draw_top_p_by_rejection(logits, temperature, top_p, min_p, u).tolist()
+    assert not bool(torch.isinf(logits.gather(1, got[:, None])).any()), "a masked token was drawn"
 
 
 def test_rows_without_top_p_draw_the_reference_token():
@@ -81,20 +109,24 @@ def test_top_k_floor_is_the_kth_largest_logit_and_minus_inf_without_a_cut():
     assert top_k_floor(logits, torch.tensor([4, 9, 1]), max_top_k=9).tolist() == [float("-inf")] * 2 + [4.0]
 
 
+@pytest.mark.parametrize("draw", TOP_P_DRAWS)
 @pytest.mark.parametrize("top_p,min_p,scale,top_k", [(0.6, 0.0, 0.3, 0), (0.5, 0.3, 1.0, 0),
                                                      (0.95, 0.0, 1.0, 0), (0.8, 0.0, 0.3, 7)])
 @pytest.mark.parametrize("rounds", [2, DRAW_ROUNDS])
-def test_top_p_by_rejection_follows_the_nucleus(top_p, min_p, scale, top_k, rounds):
+def test_top_p_by_rejection_follows_the_nucleus(top_p, min_p, scale, top_k, rounds, draw):
     """Flat rows need several redraws; with 2 rounds, one redraw and then the cut nucleus. With
-    a top-k floor (the CUDA kernel's cut), the nucleus is of the top-k distribution."""
+    a top-k floor (the CUDA kernel's cut; the torch steps only), the nucleus is of the top-k
+    distribution."""
+    if top_k and draw() is not draw_top_p_by_rejection:
+        pytest.skip("the CPU draws top-k rows from their k largest (draw_top_k), without a floor")
     n = 6000
     logits = torch.tensor([2.0, 1.5, 1.2, 1.0, 0.9, 0.5, 0.0, -0.5, -1.0, -3.0]) * scale
     vocab = len(logits)
     u = torch.rand(n, rounds, generator=torch.Generator().manual_seed(rounds), dtype=torch.float64)
     rows = logits.repeat(n, 1)
     floor = top_k_floor(rows, torch.full((n,), top_k), top_k) if top_k else None
-    got = draw_top_p_by_rejection(rows, torch.ones(n), torch.full((n,), top_p), torch.full((n,), min_p),
-                                  u, floor)
+    settings_ = (rows, torch.ones(n), torch.full((n,), top_p), torch.full((n,), min_p), u)
+    got = draw()(*settings_, floor) if floor is not None else draw()(*settings_)
     expected = filter_logits(logits[None], torch.tensor([top_k]), torch.tensor([top_p]),
                              torch.tensor([min_p]))[0].softmax(-1).double() * n
     observed = torch.bincount(got, minlength=vocab).double()
@@ -105,15 +137,16 @@ def test_top_p_by_rejection_follows_the_nucleus(top_p, min_p, scale, top_k, roun
     assert float(torch.special.gammaincc(torch.tensor(df / 2), stat / 2)) > P_THRESHOLD
 
 
+@pytest.mark.parametrize("draw", TOP_P_DRAWS)
 @pytest.mark.parametrize("top_p", [5e-324, 1e-30, 1e-6])
 @pytest.mark.parametrize("rounds", [1, 2, DRAW_ROUNDS])
-def test_a_vanishing_top_p_draws_the_most_likely_token(top_p, rounds):
+def test_a_vanishing_top_p_draws_the_most_likely_token(top_p, rounds, draw):
     """The nucleus always holds the most likely token, even where top_p times the row's mass
     is 0 in fp32 (the API accepts any top_p > 0; 5e-324 once sent the server a 500)."""
     logits = random_logits(16, 300, seed=7)
     temperature, _, _, _, u = settings(16, rounds)
     top_p_rows = torch.full((16,), top_p)
-    got = draw_top_p_by_rejection(logits, temperature, top_p_rows, torch.zeros(16), u)
+    got = draw()(logits, temperature, top_p_rows, torch.zeros(16), u)
     assert got.tolist() == logits.argmax(-1).tolist()
 
 

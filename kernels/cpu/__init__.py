@@ -2,8 +2,8 @@
 (torch.utils.cpp_extension; the build is cached under ~/.cache/torch_extensions, one build
 directory per checkout, python and torch, so checkouts side by side do not rebuild over each
 other):
-paged attention for decode and verify rows (paged_attention.cpp) and the fused elementwise
-work of a decoder layer (layer_ops.cpp).
+paged attention for decode and verify rows (paged_attention.cpp), the fused elementwise
+work of a decoder layer (layer_ops.cpp), and a sampled row's draw (draw.cpp).
 
 `cpu_ops()` is the `torch.ops.specserve_cpu` namespace, or None when it cannot be built here
 (no compiler, say): callers then keep the plain-PyTorch path, which computes the same thing
@@ -24,7 +24,7 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-SOURCES = [Path(__file__).with_name(name) for name in ("paged_attention.cpp", "layer_ops.cpp")]
+SOURCES = [Path(__file__).with_name(name) for name in ("paged_attention.cpp", "layer_ops.cpp", "draw.cpp")]
 # -ffast-math for the vectorised exp (the sources keep clear of infinities and NaN); compile
 # flags only, so the process's floating-point mode is left alone. OpenMP for at::parallel_for:
 # the library links libgomp.so.1 by name, which resolves to the copy torch has already loaded,

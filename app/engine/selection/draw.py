@@ -17,7 +17,7 @@ rows of a 128k vocabulary on an H200, and 13 of 23 ms for 64 rows of 4096 on one
   on their k largest logits, in vocabulary order (faster there than the rejection steps).
 
 On CUDA this is one Triton program per row (`kernels/filtered_sampling.py`); on the CPU the same
-steps in torch ops. Round 0 uses the row's SAMPLE uniform, so a row without top-p
+steps in C++ (`kernels/cpu/draw.cpp`, fp32 logits), or in torch ops where it does not build. Round 0 uses the row's SAMPLE uniform, so a row without top-p
 draws the reference's token for it. Which steps a row takes depends on its own settings and
 the device alone, so a seeded request draws the same tokens alone or in any batch.
 """
@@ -71,13 +71,32 @@ def _draw_on_cpu(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
                  ) -> torch.Tensor:
     """Picking rows costs nothing on the CPU, so each row is drawn one way only."""
     if not max_top_k:
-        return draw_top_p_by_rejection(logits, temperature, top_p, min_p, u)
+        return draw_top_p_on_cpu(logits, temperature, top_p, min_p, u)
     tokens = torch.empty(logits.shape[0], dtype=torch.long)
     k, p = (top_k > 0).nonzero()[:, 0], (top_k == 0).nonzero()[:, 0]
     if len(k):
         tokens[k] = draw_top_k(logits[k], temperature[k], top_k[k], top_p[k], min_p[k], max_top_k, u[k, 0])
     if len(p):
-        tokens[p] = draw_top_p_by_rejection(logits[p], temperature[p], top_p[p], min_p[p], u[p])
+        tokens[p] = draw_top_p_on_cpu(logits[p], temperature[p], top_p[p], min_p[p], u[p])
+    return tokens
+
+
+def draw_top_p_on_cpu(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
+                      min_p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """`draw_top_p_by_rejection` in one C++ pass over each row a step (kernels/cpu/draw.cpp),
+    where it builds and the logits are fp32; the rows whose every redraw fell outside the
+    nucleus are cut and drawn here, as the torch steps do."""
+    from kernels.cpu import cpu_ops
+    ops = cpu_ops()
+    if ops is None or logits.dtype != torch.float32:
+        return draw_top_p_by_rejection(logits, temperature, top_p, min_p, u)
+    tokens = ops.draw_top_p_by_rejection(logits.contiguous(), temperature.float().contiguous(),
+                                         top_p.float().contiguous(), min_p.float().contiguous(),
+                                         u.double().contiguous())
+    cut = (tokens < 0).nonzero()[:, 0]
+    if len(cut):
+        x, _, drawable = scaled_weights(logits[cut], temperature[cut], min_p[cut])
+        tokens[cut] = draw_from_cut_nucleus(x, drawable, top_p[cut], u[cut, -1])
     return tokens
 
 
@@ -96,15 +115,8 @@ def draw_top_p_by_rejection(logits: torch.Tensor, temperature: torch.Tensor, top
                             ) -> torch.Tensor:
     """The torch version of the kernel: the same rounds, uniforms and cuts. `floor`: [R] raw
     logits below which a row draws nothing (its top-k cut), or None."""
-    x = logits.float() / temperature[:, None]
-    if floor is not None:
-        x = x.masked_fill(x < (floor / temperature)[:, None], float("-inf"))
-    top = x.amax(-1, keepdim=True)
-    weight = (x - top).exp()
+    x, weight, drawable = scaled_weights(logits, temperature, min_p, floor)
     goal = nucleus_goal(top_p, weight.sum(-1))
-    drawable = weight
-    if bool((min_p > 0).any()):  # else a pass over every row that cuts nothing
-        drawable = weight.masked_fill(x < top + min_p.log()[:, None], 0.0)
     token = sample_inverse_cdf(drawable, u[:, 0])
     pending = (top_p < 1).nonzero()[:, 0]  # rows whose last draw is not yet known to be kept
     rounds = u.shape[1]
@@ -119,10 +131,30 @@ def draw_top_p_by_rejection(logits: torch.Tensor, temperature: torch.Tensor, top
             token[pending] = sample_inverse_cdf(drawable[pending].masked_fill(x[pending] <= pivot, 0.0),
                                                 u[pending, r])
     if len(pending):
-        nucleus = filter_logits(x[pending], torch.zeros_like(pending), top_p[pending],
-                                torch.zeros_like(top_p[pending])).isfinite()
-        token[pending] = sample_inverse_cdf(drawable[pending] * nucleus, u[pending, rounds - 1])
+        token[pending] = draw_from_cut_nucleus(x[pending], drawable[pending], top_p[pending], u[pending, rounds - 1])
     return token
+
+
+def scaled_weights(logits: torch.Tensor, temperature: torch.Tensor, min_p: torch.Tensor,
+                   floor: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(x, weight, drawable) of rows: the logits over temperature (-inf below `floor`), their
+    weights exp(x - max), and those weights with min-p's cut."""
+    x = logits.float() / temperature[:, None]
+    if floor is not None:
+        x = x.masked_fill(x < (floor / temperature)[:, None], float("-inf"))
+    top = x.amax(-1, keepdim=True)
+    weight = (x - top).exp()
+    drawable = weight
+    if bool((min_p > 0).any()):  # else a pass over every row that cuts nothing
+        drawable = weight.masked_fill(x < top + min_p.log()[:, None], 0.0)
+    return x, weight, drawable
+
+
+def draw_from_cut_nucleus(x: torch.Tensor, drawable: torch.Tensor, top_p: torch.Tensor, u: torch.Tensor
+                          ) -> torch.Tensor:
+    """The last round: the nucleus cut as the reference cuts it (a sort), drawn from with `u`."""
+    nucleus = filter_logits(x, torch.zeros_like(top_p, dtype=torch.long), top_p, torch.zeros_like(top_p)).isfinite()
+    return sample_inverse_cdf(drawable * nucleus, u)
 
 
 def nucleus_goal(top_p: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
