@@ -149,3 +149,19 @@ def test_greedy_rows_choose_alike_from_16_bit_logits_and_only_such_steps_skip_th
     guided.guide = object()
     for other in (sampled, penalised, guided):
         assert RowLayout.build({greedy[0]: 1, other: 1}, torch.device(device)).needs_fp32_logits
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_row_argmax_is_each_rows_first_largest_logit(dtype):
+    """The CPU's greedy choice goes through `max` (faster there than `argmax`): it must still be
+    the first of tied largest logits (bf16 logits tie often), and NaN where a row has one."""
+    import numpy as np
+
+    from app.engine.selection.argmax import row_argmax
+    gen = torch.Generator().manual_seed(2)
+    logits = torch.randint(-3, 4, (300, 1000), generator=gen).to(dtype)  # every row ties at its max
+    logits[5, :] = float("-inf")
+    logits[5, 700] = 2.0
+    logits[7, 40] = float("nan")
+    want = np.argmax(np.where(np.isnan(logits.float().numpy()), np.inf, logits.float().numpy()), axis=-1)
+    assert row_argmax(logits).tolist() == want.tolist()

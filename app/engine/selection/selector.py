@@ -14,6 +14,7 @@ import torch
 
 from app.engine.guided_rows import mask_guided_rows
 from app.engine.selection import transfer
+from app.engine.selection.argmax import row_argmax
 from app.engine.selection.distribution import row_probs
 from app.engine.selection.draw import draw_tokens
 from app.engine.selection.draws import ACCEPT, SAMPLE, step_key, uniforms
@@ -50,7 +51,7 @@ def choose(logits: torch.Tensor, layout: RowLayout, unseeded_key: int, argmax: t
     if layout.penalties is not None:
         logits = apply_penalties(logits, layout.penalties)
     if argmax is None:
-        argmax = logits.argmax(-1)
+        argmax = row_argmax(logits)
     if layout.all_greedy:  # no draws needed
         return verify(layout.verify, None, argmax, None, None)
     s = layout.sampling
