@@ -60,7 +60,8 @@ def _has_bulk_prefetch(device_index: int) -> bool:
 def prefetch_for(weight: torch.Tensor | None) -> Prefetch:
     """What a kernel before `weight`'s product should prefetch of it: its first bytes up to
     MAX_BYTES, in PROGRAMS extra programs; NO_PREFETCH where it is off or cannot run."""
-    if weight is None or not ENABLED or weight.device.type != "cuda" or not weight.is_contiguous():
+    if (weight is None or not ENABLED or weight.device.type != "cuda" or not weight.is_contiguous()
+            or weight.data_ptr() % ALIGN):
         return NO_PREFETCH
     index = weight.device.index if weight.device.index is not None else torch.cuda.current_device()
     if not _has_bulk_prefetch(index):
