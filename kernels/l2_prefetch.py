@@ -15,9 +15,10 @@ Which kernels issue what (`app.models.layer_ops.TritonLayerOps`): the RMSNorm be
 gate_up_proj and the lm_head prefetches their weights, and rotary with the KV write o_proj's.
 While it is on, decode attention marks its K/V lines first out of L2 (each is read once a step):
 at batch 256 it streams ~143 MB a layer between rotary and o_proj, which would otherwise push
-o_proj's prefetched lines out of a 50 MB L2 before o_proj reads them. Off by default (`ENABLED`) until a GPU times it (`benchmarks/ab_decode.py --prefetch-weights`).
-Each prefetch is capped at `MAX_BYTES`: a prefetch larger than the window only helps if L2 still
-holds the lines when the GEMM reaches them (~50 MB of L2 on an H100).
+o_proj's prefetched lines out of a 50 MB L2 before o_proj reads them. Off by default
+(`ENABLED`) until a GPU times it (`benchmarks/ab_decode.py --prefetch-weights`). Each prefetch
+is capped at `MAX_BYTES`: a prefetch larger than the window only helps if L2 still holds the
+lines when the GEMM reaches them (~50 MB of L2 on an H100).
 
 The prefetching programs need sm_90 (the bulk prefetch): before Hopper a launch gets none.
 Under Triton's interpreter (the CPU tests) they compute their ranges but issue nothing.

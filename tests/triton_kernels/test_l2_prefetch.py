@@ -63,7 +63,7 @@ def test_rotary_write_kv_with_prefetching_programs_writes_what_it_wrote_without(
     gen = torch.Generator().manual_seed(4)
     tokens, heads, kv_heads, head_dim, block = 3, 4, 2, 16, 4
     qkv = torch.randn(tokens, heads + 2 * kv_heads, head_dim, generator=gen).to(dtype)
-    cos, sin = torch.randn(tokens, head_dim, generator=gen).to(dtype), torch.randn(tokens, head_dim, generator=gen).to(dtype)
+    cos, sin = (torch.randn(tokens, head_dim, generator=gen).to(dtype) for _ in range(2))
     slots = torch.tensor([1, -1, 6])  # a padding row writes no K/V
     weight = torch.zeros(32, 64, dtype=dtype)
     results = []
