@@ -2,7 +2,9 @@
 """One side of a decode A/B on a GPU: the engine of the tree this runs from (its own
 `app/` and `benchmarks/decode.py`, so run it with the other tree's copy from that tree's root),
 Llama-3-8B shape from a checkpoint `benchmarks/decode.py` wrote, bf16, prompt 128 (`--prompt-len`),
-128 new tokens, overlapped scheduling. Prints decode tok/s per batch size, the best of `--repeats`.
+128 new tokens, overlapped scheduling. Prints decode tok/s per batch size, the best of `--repeats`,
+and its MBU as `benchmarks/decode.py` computes it (against the copy bandwidth measured at start),
+so that a side's figure can be held against issue 17's goals as it is.
 
     python benchmarks/ab_decode.py --label new --model-dir /tmp/l3
     (cd gpu_run/base && python ../../benchmarks/ab_decode.py --label base --model-dir /tmp/l3)
@@ -34,7 +36,8 @@ sys.path.insert(0, os.getcwd())  # the tree under test: the working directory's,
 
 from app.config import EngineConfig  # noqa: E402
 from app.engine.engine import LLMEngine  # noqa: E402
-from benchmarks.decode import run_engine  # noqa: E402
+from benchmarks.decode import run_engine, step_bytes  # noqa: E402
+from benchmarks.kernels import copy_bandwidth  # noqa: E402
 
 KV_BYTES_PER_TOKEN = 32 * 2 * 8 * 128 * 2  # Llama-3-8B in bf16
 
@@ -85,6 +88,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     turn_choices(args)
+    copy_bw = copy_bandwidth()
     most = max(args.batch_sizes + args.sampled_batch_sizes)
     kv_gib = most * (args.prompt_len + 144) * KV_BYTES_PER_TOKEN / 2**30 * 1.2 + 1
     engine = LLMEngine(EngineConfig(model=args.model_dir, dtype="bfloat16", device="cuda", kv_cache_memory_gib=kv_gib,
@@ -92,10 +96,12 @@ def main() -> None:
     run_engine(engine, 2, 16, 8, "warmup")
     cells = [(b, False) for b in args.batch_sizes] + [(b, True) for b in args.sampled_batch_sizes]
     for batch, sampled in cells:
-        best = max(run_engine(engine, batch, args.prompt_len, 128, f"{args.label}-{batch}-{sampled}-{r}",
-                              sampled)["decode_tok_s"] for r in range(args.repeats))
+        best = max((run_engine(engine, batch, args.prompt_len, 128, f"{args.label}-{batch}-{sampled}-{r}", sampled)
+                    for r in range(args.repeats)), key=lambda run: run["decode_tok_s"])
+        mbu = step_bytes(engine.runner.model, batch, args.prompt_len + 128 / 2) * best["steps_s"] / copy_bw
         print(f"{args.label} max_model_len {args.max_model_len} prompt {args.prompt_len} batch {batch:3d} "
-              f"{'sampled' if sampled else 'greedy '}: decode {best:9.1f} tok/s", flush=True)
+              f"{'sampled' if sampled else 'greedy '}: decode {best['decode_tok_s']:9.1f} tok/s  MBU {100 * mbu:5.1f}% "
+              f"(copy {copy_bw / 1e9:.0f} GB/s)", flush=True)
 
 
 def turn_choices(args: argparse.Namespace) -> None:

@@ -96,3 +96,20 @@ def test_the_prefetch_side_turns_it_on_at_its_size(flags, mib):
     assert not l2_prefetch.ENABLED
     _turned("", *flags)
     assert l2_prefetch.ENABLED and l2_prefetch.MAX_BYTES == mib << 20
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["llama3", "qwen2-tied"])
+def test_ab_decode_counts_a_steps_bytes_as_decode_py_does(tmp_path, tied):
+    """ab_decode's MBU takes the engine's own model (fused projections) where decode.py takes
+    transformers' on the same checkpoint: the same bytes a step, so the sides' MBU can be held
+    against issue 17's goal as decode.py's is."""
+    from transformers import AutoModelForCausalLM
+
+    from app.models.loader import load_model
+    from benchmarks.decode import step_bytes
+    from tests.checkpoints import write_random_llama3, write_random_qwen2
+    path = (write_random_qwen2 if tied else write_random_llama3)(tmp_path)
+    ours = load_model(path, torch.float32, torch.device("cpu"))
+    theirs = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32)
+    for batch, context in ((1, 192.0), (256, 192.0)):
+        assert step_bytes(ours, batch, context) == step_bytes(theirs, batch, context)
