@@ -86,7 +86,9 @@
 #     echo /gpu_run/ >> .git/info/exclude; rm -rf gpu_run; mkdir -p gpu_run/base
 #     git archive 1f65e0e | tar -x -C gpu_run/base
 #     rm -rf gpu_run/*/checkpoints gpu_run/*/tests gpu_run/*/benchmarks/results
-# What to do with the results: if the per-split grid wins at batch 1 ("ab") or at long contexts
+# What to do with the results (each "ab" line also carries its MBU against the copy measured in
+# that process, as decode.py computes it: a batch-1 side at 85% or more meets issue 17's goal
+# with what it turns on): if the per-split grid wins at batch 1 ("ab") or at long contexts
 # ("long"), take it for small batches (TUNED_16BIT_DECODE's program_per_split_up_to, with
 # merge_by_last_program in its decode_options; the bits are the same), and at 256 too if it
 # wins there; if "attention256" finds a split size or stage count that beats splits of 64 at
