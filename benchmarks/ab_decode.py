@@ -22,8 +22,8 @@ of cuBLAS, with `--skinny-projections`/`--skinny-config` to try others than its 
 `--cublas-linear`, that kernel off (it is on by default from the commit that turned it on);
 `--gate-up-silu`, the gate_up projection and SiLU x up in one kernel for up to 256 rows
 (`--gate-up-silu-max-rows` fewer; `--gate-up-silu-config` other tiles); `--prefetch-weights
-[MIB]`, the norms and the rotary kernel asking the next projection's first MIB of weights into
-L2 (`kernels/l2_prefetch.py`).
+[MIB [NORM_MIB]]`, the rotary kernel and the norms asking the next projection's first MIB (the
+norms NORM_MIB) of weights into L2 (`kernels/l2_prefetch.py`).
 """
 
 from __future__ import annotations
@@ -75,9 +75,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         metavar=("ROWS", "BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_STAGES", "WARPS"),
                         help="with --gate-up-silu: these tiles for the row configuration of up to ROWS rows "
                              "(benchmarks/linears.py's choice); repeatable")
-    parser.add_argument("--prefetch-weights", type=float, nargs="?", const=32.0, default=0.0, metavar="MIB",
-                        help="the kernels before each projection prefetch its first MIB of weights into L2 "
-                             "(without MIB: 32, o_proj's whole)")
+    parser.add_argument("--prefetch-weights", type=float, nargs="*", metavar="MIB",
+                        help="the kernels before each projection prefetch its first MIB of weights into L2: "
+                             "rotary (o_proj's, over attention) and the norms (qkv_proj's, gate_up_proj's, the "
+                             "lm_head's); a second MIB for the norms; none: 32, o_proj's whole")
     parser.add_argument("--skinny-rows-config", nargs="+", action="append", default=[],
                         metavar="PROJECTION ROWS BLOCK_M BLOCK_N BLOCK_K NUM_STAGES WARPS SPLIT_K | PROJECTION ROWS cublas",
                         help="the skinny kernel for PROJECTION at batches up to ROWS (past the row configuration "
@@ -125,10 +126,13 @@ def turn_choices(args: argparse.Namespace) -> None:
             configs = dict(skinny.ROW_CONFIGS.get(projection, ((skinny.MAX_ROWS, None),)))  # new: cuBLAS up to 16
             configs[int(rows)] = None if tiles == ["cublas"] else dict(zip(skinny.TILE_KEYS, map(int, tiles)))
             skinny.ROW_CONFIGS = {**skinny.ROW_CONFIGS, projection: tuple(sorted(configs.items()))}
-    if args.prefetch_weights:
+    if args.prefetch_weights is not None:
         import kernels.l2_prefetch as l2_prefetch
+        assert len(args.prefetch_weights) <= 2, "--prefetch-weights [MIB [NORM_MIB]]"
+        mib = args.prefetch_weights or [32.0]
+        attention, norm = mib[0], mib[-1]
         l2_prefetch.ENABLED = True
-        l2_prefetch.MAX_BYTES = int(args.prefetch_weights * 2**20)
+        l2_prefetch.MAX_BYTES = {"attention": int(attention * 2**20), "norm": int(norm * 2**20)}
     if args.plain_launch:
         import kernels.dependent_launch
         kernels.dependent_launch.ENABLED = False

@@ -17,8 +17,9 @@ While it is on, decode attention marks its K/V lines first out of L2 (each is re
 at batch 256 it streams ~143 MB a layer between rotary and o_proj, which would otherwise push
 o_proj's prefetched lines out of a 50 MB L2 before o_proj reads them. Off by default
 (`ENABLED`) until a GPU times it (`benchmarks/ab_decode.py --prefetch-weights`). Each prefetch
-is capped at `MAX_BYTES`: a prefetch larger than the window only helps if L2 still holds the
-lines when the GEMM reaches them (~50 MB of L2 on an H100).
+is capped by its window's `MAX_BYTES`: ~2 us of a norm before qkv_proj or gate_up_proj, ~10 us
+of rotary and attention before o_proj. A prefetch larger than its window only helps if L2
+still holds the lines when the GEMM reaches them (~50 MB of L2 on an H100).
 
 The prefetching programs need sm_90 (the bulk prefetch): before Hopper a launch gets none.
 Under Triton's interpreter (the CPU tests) they compute their ranges but issue nothing.
@@ -35,7 +36,9 @@ import triton
 import triton.language as tl
 
 ENABLED = False
-MAX_BYTES = 32 << 20  # o_proj's weights of Llama-3-8B in bf16, whole
+# By window: what a prefetch issued there may ask for (32 MiB: o_proj's weights of Llama-3-8B
+# in bf16, whole; ~11 us at an H100's copy rate)
+MAX_BYTES = {"attention": 32 << 20, "norm": 32 << 20}
 PROGRAMS = 64  # spread over SMs: one SM's copy engine alone would issue the lines too slowly
 ALIGN = 16  # the bulk prefetch's unit: its address and size are multiples of 16 bytes
 ISSUE = tl.constexpr(os.environ.get("TRITON_INTERPRET") != "1")  # the interpreter runs no PTX
@@ -58,16 +61,17 @@ def _has_bulk_prefetch(device_index: int) -> bool:
     return torch.cuda.get_device_capability(device_index)[0] >= 9
 
 
-def prefetch_for(weight: torch.Tensor | None) -> Prefetch:
-    """What a kernel before `weight`'s product should prefetch of it: its first bytes up to
-    MAX_BYTES, in PROGRAMS extra programs; NO_PREFETCH where it is off or cannot run."""
+def prefetch_for(weight: torch.Tensor | None, window: str) -> Prefetch:
+    """What a kernel before `weight`'s product should prefetch of it: its first bytes up to the
+    window's MAX_BYTES ("attention", "norm"), in PROGRAMS extra programs; NO_PREFETCH where it
+    is off or cannot run."""
     if (weight is None or not ENABLED or weight.device.type != "cuda" or not weight.is_contiguous()
             or weight.data_ptr() % ALIGN):
         return NO_PREFETCH
     index = weight.device.index if weight.device.index is not None else torch.cuda.current_device()
     if not _has_bulk_prefetch(index):
         return NO_PREFETCH
-    nbytes = min(weight.numel() * weight.element_size(), MAX_BYTES) // ALIGN * ALIGN
+    nbytes = min(weight.numel() * weight.element_size(), MAX_BYTES[window]) // ALIGN * ALIGN
     return Prefetch(weight, nbytes, PROGRAMS) if nbytes else NO_PREFETCH
 
 

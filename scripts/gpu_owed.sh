@@ -53,8 +53,9 @@
 #   1,024 launched 16 programs a sequence and head, ~12 of them only to exit)
 #   (--merge-by-last-program: a kernel fewer a layer; the b1 trace's merge kernel took 3.0 us a
 #   layer, ~0.1 ms of the step, before its boundary); the next projection's weights prefetched
-#   into L2 by the norms and the rotary kernel (--prefetch-weights 32 at batches 1 and 256, 8 at
-#   batch 1: kernels/l2_prefetch.py; in the decode_b1 trace rotary, attention and the norms
+#   into L2 by the norms and the rotary kernel (--prefetch-weights 32 at batches 1 and 256, and
+#   at batch 1 32 MiB over attention but 8 over a norm's ~2 us, "32 8": kernels/l2_prefetch.py;
+#   in the decode_b1 trace rotary, attention and the norms
 #   took ~16 us a layer in which the memory idles, and o_proj's 32 MiB is ~11 us at copy rate:
 #   up to ~0.3-0.5 ms of a 6 ms step if L2 keeps the lines until the GEMM reads them); and the
 #   skinny choice (SKINNY_ARGS, or what "linears" chose: each projection its own configuration
@@ -97,7 +98,7 @@
 # torch's choice at every row count up to 16, set kernels/skinny_linear.py's ROW_CONFIGS and
 # CONFIG; where gate_up + SiLU wins the step, turn it on (kernels/gate_up_silu.py's ENABLED) with
 # the tiles "ab" ran, dropping from ROW_CONFIGS the batches where it lost; where a prefetch side
-# wins, turn kernels/l2_prefetch.py's ENABLED on with its MAX_BYTES (the bits do not change; if
+# wins, turn kernels/l2_prefetch.py's ENABLED on with its MAX_BYTES by window (the bits do not change; if
 # it wins at batch 1 but loses at 256, it needs a row limit first); keep what the "ab"
 # lines show faster; where tiles of rows won the step at 256 ("skinny rows choice"), put them in
 # kernels/skinny_linear.py's ROW_CONFIGS. "linears" leaves its choices in /tmp/skinny_choice,
@@ -151,8 +152,8 @@ from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&
           --sampled-batch-sizes --program-per-split --merge-by-last-program 2>&1 | grep "decode "
         timeout 90 python3 benchmarks/ab_decode.py --label "prefetch-32-$round" --batch-sizes 1 256 \
           --sampled-batch-sizes --prefetch-weights 32 2>&1 | grep "decode "
-        timeout 60 python3 benchmarks/ab_decode.py --label "prefetch-8-$round" --batch-sizes 1 \
-          --sampled-batch-sizes --prefetch-weights 8 2>&1 | grep "decode "
+        timeout 60 python3 benchmarks/ab_decode.py --label "prefetch-32-8-$round" --batch-sizes 1 \
+          --sampled-batch-sizes --prefetch-weights 32 8 2>&1 | grep "decode "
         [ -z "$SKINNY_ARGS$SKINNY_ROWS_ARGS" ] || timeout 90 python3 benchmarks/ab_decode.py \
           --label "skinny-choice-$round" --batch-sizes $skinny_batches --sampled-batch-sizes --skinny-linear \
           $SKINNY_ARGS $SKINNY_ROWS_ARGS 2>&1 \

@@ -71,17 +71,18 @@ class TritonLayerOps(TorchLayerOps):
         self._gate_up_silu = gate_up_silu  # the module: its ENABLED is read at each call
 
     def add_rms_norm(self, x, residual, norm, next_linear=None):
-        prefetch = self._prefetch(next_linear)
+        prefetch = self._prefetch(next_linear, "norm")
         if residual is None:
             return self._rms_norm(x, norm.weight, norm.eps, prefetch=prefetch), x
         return self._rms_norm(x, norm.weight, norm.eps, residual=residual, prefetch=prefetch)
 
     def rotary_write_kv(self, q, k, v, cos, sin, kv_cache, meta, backend, next_linear=None):
         return self._rotary_write_kv(q, k, v, cos, sin, kv_cache[0], kv_cache[1], meta.slot_mapping,
-                                     self._prefetch(next_linear))
+                                     self._prefetch(next_linear, "attention"))
 
-    def _prefetch(self, next_linear):
-        return self._prefetch_for(None if next_linear is None else next_linear.weight)
+    def _prefetch(self, next_linear, window: str):
+        """The next projection's weights, to ask into L2 during `window` (kernels/l2_prefetch.py)."""
+        return self._prefetch_for(None if next_linear is None else next_linear.weight, window)
 
     def gate_up_silu(self, x, gate_up_proj):
         """Up to 256 rows in 16-bit: the projection and the activation in one kernel, where it is on."""

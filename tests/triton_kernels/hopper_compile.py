@@ -224,8 +224,8 @@ def caught_launches(dependent_launch: bool = False) -> list[Launch]:
         rotary_write_kv(q, k, v, cos, cos.clone(), k_cache, v_cache, torch.arange(batch, dtype=torch.int64))
         silu_and_mul(torch.zeros(batch, 2 * intermediate, **bf16))
         catcher.label = "layer ops, prefetching the next weight"
-        next_weight = torch.zeros(hidden, hidden, **bf16)  # o_proj's: MAX_BYTES of it
-        prefetch = Prefetch(next_weight, MAX_BYTES, PROGRAMS)
+        next_weight = torch.zeros(hidden, hidden, **bf16)  # o_proj's, over attention
+        prefetch = Prefetch(next_weight, MAX_BYTES["attention"], PROGRAMS)
         rms_norm(x, torch.ones(hidden, **bf16), 1e-5, residual=torch.zeros_like(x), prefetch=prefetch)
         rotary_write_kv(q, k, v, cos, cos.clone(), k_cache, v_cache, torch.arange(batch, dtype=torch.int64),
                         prefetch=prefetch)

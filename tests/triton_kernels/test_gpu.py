@@ -285,7 +285,7 @@ def test_weights_prefetched_into_l2_give_the_same_tokens(checkpoint, monkeypatch
     monkeypatch.setattr(kernels.l2_prefetch, "ENABLED", True)
     engine = LLMEngine(config)
     o_proj = engine.runner.model.model.layers[0].self_attn.o_proj
-    prefetch = prefetch_for(o_proj.weight)
+    prefetch = prefetch_for(o_proj.weight, "attention")
     assert (prefetch.programs, prefetch.nbytes) == (kernels.l2_prefetch.PROGRAMS, o_proj.weight.nbytes)
     assert engine.generate(batch, params) == without
 

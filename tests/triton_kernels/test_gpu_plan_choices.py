@@ -90,12 +90,13 @@ def test_the_per_split_side_sets_the_batches_that_take_it(monkeypatch, flags, up
     assert backend.decode_options.get("merge_by_last_program", False) == ("--merge-by-last-program" in flags)
 
 
-@pytest.mark.parametrize("flags,mib", [(["--prefetch-weights"], 32), (["--prefetch-weights", "8"], 8)])
-def test_the_prefetch_side_turns_it_on_at_its_size(flags, mib):
-    """gpu_owed.sh's prefetch sides: `--prefetch-weights [MIB]` (32 MiB, o_proj's whole, unless said)."""
+@pytest.mark.parametrize("flags,attention,norm", [([], 32, 32), (["8"], 8, 8), (["32", "8"], 32, 8)])
+def test_the_prefetch_sides_turn_it_on_at_their_sizes(flags, attention, norm):
+    """gpu_owed.sh's prefetch sides: `--prefetch-weights [MIB [NORM_MIB]]` (32 MiB, o_proj's
+    whole, unless said; the norms' windows as rotary's unless said)."""
     assert not l2_prefetch.ENABLED
-    _turned("", *flags)
-    assert l2_prefetch.ENABLED and l2_prefetch.MAX_BYTES == mib << 20
+    _turned("", "--prefetch-weights", *flags)
+    assert l2_prefetch.ENABLED and l2_prefetch.MAX_BYTES == {"attention": attention << 20, "norm": norm << 20}
 
 
 @pytest.mark.parametrize("tied", [False, True], ids=["llama3", "qwen2-tied"])

@@ -40,8 +40,8 @@ def test_ranges_cover_the_bytes_once_in_16_byte_units(nbytes, shares, lanes):
 
 
 def test_prefetching_needs_it_on_and_a_cuda_weight():
-    assert prefetch_for(None) == NO_PREFETCH
-    assert prefetch_for(torch.zeros(64, 64, dtype=torch.bfloat16)) == NO_PREFETCH  # off, and on the CPU
+    assert prefetch_for(None, "norm") == NO_PREFETCH
+    assert prefetch_for(torch.zeros(64, 64, dtype=torch.bfloat16), "attention") == NO_PREFETCH  # off, on the CPU
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
