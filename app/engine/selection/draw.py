@@ -19,8 +19,8 @@ rows of a 128k vocabulary on an H200, and 13 of 23 ms for 64 rows of 4096 on one
 On CUDA this is one Triton program per row (`kernels/filtered_sampling.py`); on the CPU the same
 steps in C++ (`kernels/cpu/draw.cpp`, fp32 logits), or in torch ops where it does not build.
 Round 0 uses the row's SAMPLE uniform, so a row without top-p draws the reference's token for
-it. Which steps a row takes depends on its own settings and
-the device alone, so a seeded request draws the same tokens alone or in any batch.
+it. Which steps a row takes depends on its own settings and the device alone, so a seeded
+request draws the same tokens alone or in any batch.
 """
 
 from __future__ import annotations
