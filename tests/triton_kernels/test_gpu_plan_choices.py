@@ -114,3 +114,30 @@ def test_ab_decode_counts_a_steps_bytes_as_decode_py_does(tmp_path, tied):
     theirs = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32)
     for batch, context in ((1, 192.0), (256, 192.0)):
         assert step_bytes(ours, batch, context) == step_bytes(theirs, batch, context)
+
+
+def _ab_decode_commands() -> list[list[str]]:
+    """Every ab_decode.py command line in scripts/gpu_owed.sh, continuation lines joined, with
+    the shell's variables as the script sets them in round 1 (batches 1 and 256 where linears.py
+    chose tiles of rows) and those of the environment unset (linears.py's choices: none)."""
+    import re
+    from pathlib import Path
+    script = (Path(__file__).resolve().parents[2] / "scripts" / "gpu_owed.sh").read_text().replace("\\\n", " ")
+    commands = []
+    for line in script.splitlines():
+        if "ab_decode.py" not in line or line.lstrip().startswith("#"):
+            continue
+        set_by_the_script = {"round": "1", "skinny_batches": "1 256"}
+        line = re.sub(r"\$\{?(\w+)\}?", lambda m: set_by_the_script.get(m.group(1), ""), line)
+        words = shlex.split(line.split("ab_decode.py", 1)[1].split("2>&1")[0])
+        commands.append(words)
+    return commands
+
+
+def test_every_ab_decode_command_of_the_gpu_plan_parses():
+    """A flag misspelt in gpu_owed.sh would cost a GPU session a side (argparse exits); each
+    of its ab_decode.py lines must parse and set the kernels' settings here first."""
+    commands = _ab_decode_commands()
+    assert len(commands) >= 8
+    for words in commands:
+        turn_choices(parse_args(words))
