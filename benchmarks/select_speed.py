@@ -1,8 +1,8 @@
 """The sampled selection's draw, on the logits' device: the reference (sort every row, softmax,
 inverse CDF) against the draw the engine uses (`draw_with_uniforms`: top-p by rejection without
 a sort, top-k rows from their k largest). Ratios are reference / engine, measured in one run.
-On the CPU the rows without top-k also time the rejection's torch steps, which the engine
-draws with where its C++ kernels do not build (`draw_top_p_by_rejection`).
+On the CPU the engine draws in C++ (`kernels/cpu/draw.cpp`); its torch steps, which it draws
+with where those do not build (`draw_top_p_by_rejection`, `draw_top_k`), are timed beside it.
 
     python benchmarks/select_speed.py                    # CUDA when there is one: [R, 128256]
     python benchmarks/select_speed.py --vocab 4096       # the CPU's default model's vocabulary
@@ -21,7 +21,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.engine.selection.distribution import row_probs  # noqa: E402
-from app.engine.selection.draw import draw_top_p_by_rejection, draw_with_uniforms  # noqa: E402
+from app.engine.selection.draw import draw_top_k, draw_top_p_by_rejection, draw_with_uniforms  # noqa: E402
 from app.engine.selection.draws import DRAW_ROUNDS  # noqa: E402
 from app.engine.selection.verify import sample_inverse_cdf  # noqa: E402
 
@@ -72,8 +72,9 @@ def main() -> int:
             engine = median_ms(lambda: draw_with_uniforms(logits, temperature, top_k, top_p, min_p_rows, k, u),
                                device, args.repeats)
             torch_steps = ""
-            if device == "cpu" and not k:
-                steps = median_ms(lambda: draw_top_p_by_rejection(logits, temperature, top_p, min_p_rows, u),
+            if device == "cpu":
+                steps = median_ms(lambda: draw_top_k(logits, temperature, top_k, top_p, min_p_rows, k, u[:, 0])
+                                  if k else draw_top_p_by_rejection(logits, temperature, top_p, min_p_rows, u),
                                   device, args.repeats)
                 torch_steps = f"  torch steps {steps:7.3f} ms ({steps / engine:5.2f}x the engine's)"
             print(f"rows {rows:4d}  {label:30s}: sort {reference:7.3f} ms  engine's draw {engine:7.3f} ms  "

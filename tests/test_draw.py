@@ -6,23 +6,25 @@ import pytest
 import torch
 
 from app.engine.selection.distribution import filter_logits, row_probs
-from app.engine.selection.draw import (draw_top_k, draw_top_p_by_rejection, draw_top_p_on_cpu, draw_with_uniforms,
-                                       top_k_floor)
+from app.engine.selection.draw import (draw_top_k, draw_top_k_on_cpu, draw_top_p_by_rejection, draw_top_p_on_cpu,
+                                       draw_with_uniforms, top_k_floor)
 from app.engine.selection.draws import DRAW_ROUNDS
 from app.engine.selection.verify import sample_inverse_cdf
 
 P_THRESHOLD = 1e-3
 
 
-def _cpu_kernel():
+def _cpu_kernel(draw=draw_top_p_on_cpu):
     from kernels.cpu import cpu_ops
     if cpu_ops() is None:
         pytest.skip("the CPU kernels do not build here")
-    return draw_top_p_on_cpu
+    return draw
 
 
 # The torch steps, and the same steps in C++ (kernels/cpu/draw.cpp, what the CPU draws with)
 TOP_P_DRAWS = [pytest.param(lambda: draw_top_p_by_rejection, id="torch"), pytest.param(_cpu_kernel, id="cpp")]
+TOP_K_DRAWS = [pytest.param(lambda: draw_top_k, id="torch"),
+               pytest.param(lambda: _cpu_kernel(draw_top_k_on_cpu), id="cpp")]
 
 
 def settings(rows: int, rounds: int, seed: int = 1):
@@ -86,7 +88,8 @@ def test_rows_without_top_p_draw_the_reference_token():
     assert got.tolist() == reference(logits, temperature, top_k, top_p, min_p, u).tolist()
 
 
-def test_top_k_rows_draw_the_reference_token_from_their_k_largest():
+@pytest.mark.parametrize("draw", TOP_K_DRAWS)
+def test_top_k_rows_draw_the_reference_token_from_their_k_largest(draw):
     """k from 2 to past the vocabulary, with top-p and min-p after it."""
     rows, vocab = 400, 300
     g = torch.Generator().manual_seed(5)
@@ -98,7 +101,7 @@ def test_top_k_rows_draw_the_reference_token_from_their_k_largest():
     min_p = torch.where(torch.rand(rows, generator=g) < 0.5, 0.0, 0.1)
     temperature = torch.rand(rows, generator=g) + 0.4
     u = torch.rand(rows, 1, generator=g, dtype=torch.float64)
-    got = draw_top_k(logits, temperature, top_k, top_p, min_p, int(top_k.max()), u[:, 0])
+    got = draw()(logits, temperature, top_k, top_p, min_p, int(top_k.max()), u[:, 0])
     assert got.tolist() == reference(logits, temperature, top_k, top_p, min_p, u).tolist()
 
 

@@ -14,10 +14,12 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -116,9 +118,93 @@ at::Tensor draw_top_p_by_rejection(const at::Tensor& logits, const at::Tensor& t
   return tokens;
 }
 
+// One row with a top-k cut: the reference's draw (app/engine/selection/draw.py's draw_top_k)
+// on the row's k largest logits: top-p on their distribution, then min-p, then the inverse CDF
+// of the survivors in vocabulary order. Ties at the k-th value are kept in an arbitrary order,
+// as torch's topk keeps them.
+int64_t draw_top_k_row(const float* logits, int64_t n, float temperature, int64_t top_k, float top_p, float min_p,
+                       double u, std::vector<std::pair<float, int64_t>>& kept, std::vector<float>& weights) {
+  // the k largest in one scan (by the raw logits: a positive temperature keeps their order):
+  // tokens above a threshold are kept, and when 2k are, cut back to the k largest, whose
+  // smallest becomes the threshold that most later tokens do not pass
+  const auto larger = [](const std::pair<float, int64_t>& a, const std::pair<float, int64_t>& b) {
+    return a.first > b.first;
+  };
+  const auto keep_largest = [&](int64_t count) {
+    std::nth_element(kept.begin(), kept.begin() + (count - 1), kept.end(), larger);
+    kept.resize(count);
+  };
+  kept.clear();
+  float threshold = -FLT_MAX;
+  for (int64_t j = 0; j < n; ++j) {
+    const float v = logits[j];
+    if (v > threshold && finite_bits(v)) {
+      kept.emplace_back(v, j);
+      if (static_cast<int64_t>(kept.size()) >= 2 * top_k + 64) {
+        keep_largest(top_k);
+        threshold = kept[top_k - 1].first;
+      }
+    }
+  }
+  if (static_cast<int64_t>(kept.size()) > top_k) keep_largest(top_k);
+  const int64_t k = static_cast<int64_t>(kept.size());
+  TORCH_CHECK(k > 0, "draw_top_k: a row without a finite logit");
+  std::sort(kept.begin(), kept.end(), larger);
+  for (auto& [x, token] : kept) x /= temperature;  // now the reference's logits over temperature
+  const float top = kept[0].first;
+  double mass = 0.0;
+  for (const auto& [x, token] : kept) mass += std::exp(std::max(x - top, -110.0f));
+  const float min_x = min_p > 0.0f ? top + std::log(min_p) : -FLT_MAX;
+  double before = 0.0;  // the top-k distribution's mass above a token
+  int64_t survivors = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    const float w = std::exp(std::max(kept[i].first - top, -110.0f));
+    const bool in_nucleus = i == 0 || before / mass < static_cast<double>(top_p);
+    before += w;
+    if (in_nucleus && !(kept[i].first < min_x)) kept[survivors++] = kept[i];
+  }
+  kept.resize(survivors);
+  std::sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  weights.resize(survivors);
+  for (int64_t i = 0; i < survivors; ++i) weights[i] = std::exp(std::max(kept[i].first - top, -110.0f));
+  return kept[inverse_cdf(weights.data(), survivors, u)].second;
+}
+
+// logits [R, V] fp32; temperature (> 0), top_p, min_p [R] fp32; top_k [R] int64 (> 0); u [R]
+// float64 -> [R] int64 tokens.
+at::Tensor draw_top_k(const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& top_k,
+                      const at::Tensor& top_p, const at::Tensor& min_p, const at::Tensor& u) {
+  TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.is_contiguous(),
+              "draw_top_k: logits [R, V] fp32, contiguous");
+  const int64_t rows = logits.size(0), n = logits.size(1);
+  for (const at::Tensor* t : {&temperature, &top_p, &min_p})
+    TORCH_CHECK(t->scalar_type() == at::kFloat && t->is_contiguous() && t->numel() == rows,
+                "draw_top_k: temperature, top_p and min_p [R] fp32");
+  TORCH_CHECK(top_k.scalar_type() == at::kLong && top_k.is_contiguous() && top_k.numel() == rows,
+              "draw_top_k: top_k [R] int64");
+  TORCH_CHECK(u.scalar_type() == at::kDouble && u.is_contiguous() && u.numel() == rows, "draw_top_k: u [R] float64");
+  at::Tensor tokens = at::empty({rows}, logits.options().dtype(at::kLong));
+  const float* lp = logits.data_ptr<float>();
+  const float *tp = temperature.data_ptr<float>(), *pp = top_p.data_ptr<float>(), *mp = min_p.data_ptr<float>();
+  const int64_t* kp = top_k.data_ptr<int64_t>();
+  const double* up = u.data_ptr<double>();
+  int64_t* out = tokens.data_ptr<int64_t>();
+  at::parallel_for(0, rows, ROWS_PER_TASK, [&](int64_t begin, int64_t end) {
+    std::vector<std::pair<float, int64_t>> kept;
+    std::vector<float> weights;
+    for (int64_t row = begin; row < end; ++row) {
+      TORCH_CHECK(kp[row] > 0, "draw_top_k: a row without a top-k cut");
+      out[row] = draw_top_k_row(lp + row * n, n, tp[row], kp[row], pp[row], mp[row], up[row], kept, weights);
+    }
+  });
+  return tokens;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(specserve_cpu, m) {
   m.def("draw_top_p_by_rejection(Tensor logits, Tensor temperature, Tensor top_p, Tensor min_p, Tensor u) -> Tensor",
         &draw_top_p_by_rejection);
+  m.def("draw_top_k(Tensor logits, Tensor temperature, Tensor top_k, Tensor top_p, Tensor min_p, Tensor u) -> Tensor",
+        &draw_top_k);
 }

@@ -76,7 +76,7 @@ def _draw_on_cpu(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
     tokens = torch.empty(logits.shape[0], dtype=torch.long)
     k, p = (top_k > 0).nonzero()[:, 0], (top_k == 0).nonzero()[:, 0]
     if len(k):
-        tokens[k] = draw_top_k(logits[k], temperature[k], top_k[k], top_p[k], min_p[k], max_top_k, u[k, 0])
+        tokens[k] = draw_top_k_on_cpu(logits[k], temperature[k], top_k[k], top_p[k], min_p[k], max_top_k, u[k, 0])
     if len(p):
         tokens[p] = draw_top_p_on_cpu(logits[p], temperature[p], top_p[p], min_p[p], u[p])
     return tokens
@@ -99,6 +99,19 @@ def draw_top_p_on_cpu(logits: torch.Tensor, temperature: torch.Tensor, top_p: to
         x, _, drawable = scaled_weights(logits[cut], temperature[cut], min_p[cut])
         tokens[cut] = draw_from_cut_nucleus(x, drawable, top_p[cut], u[cut, -1])
     return tokens
+
+
+def draw_top_k_on_cpu(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+                      top_p: torch.Tensor, min_p: torch.Tensor, max_top_k: int, u: torch.Tensor
+                      ) -> torch.Tensor:
+    """`draw_top_k` row by row in C++ (kernels/cpu/draw.cpp) where it builds and the logits are
+    fp32: each row's own k largest, partially sorted, instead of a batched topk and sorts."""
+    from kernels.cpu import cpu_ops
+    ops = cpu_ops()
+    if ops is None or logits.dtype != torch.float32:
+        return draw_top_k(logits, temperature, top_k, top_p, min_p, max_top_k, u)
+    return ops.draw_top_k(logits.contiguous(), temperature.float().contiguous(), top_k.long().contiguous(),
+                          top_p.float().contiguous(), min_p.float().contiguous(), u.double().contiguous())
 
 
 def top_k_floor(logits: torch.Tensor, top_k: torch.Tensor, max_top_k: int) -> torch.Tensor:
