@@ -55,6 +55,16 @@ int64_t inverse_cdf(const float* weights, int64_t n, double u) {
   return last_with_mass;  // the sum in order came out below the total in parts
 }
 
+// logits [R, V] fp32, contiguous; each row's temperature, top_p and min_p [R] fp32.
+void check_rows(const char* op, const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& top_p,
+                const at::Tensor& min_p) {
+  TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.is_contiguous(),
+              op, ": logits [R, V] fp32, contiguous");
+  for (const at::Tensor* t : {&temperature, &top_p, &min_p})
+    TORCH_CHECK(t->scalar_type() == at::kFloat && t->is_contiguous() && t->numel() == logits.size(0),
+                op, ": temperature, top_p and min_p [R] fp32");
+}
+
 // One row: the draw of round 0, then a check and a redraw above the pivot per round; the
 // reference's loop, row by row. Scratch: x, weight and drawable, n floats each.
 int64_t draw_row(const float* logits, int64_t n, float temperature, float top_p, float min_p, const double* u,
@@ -95,12 +105,8 @@ int64_t draw_row(const float* logits, int64_t n, float temperature, float top_p,
 // -> [R] int64 tokens, FINAL_CUT where every redraw fell outside the nucleus.
 at::Tensor draw_top_p_by_rejection(const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& top_p,
                                    const at::Tensor& min_p, const at::Tensor& u) {
-  TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.is_contiguous(),
-              "draw_top_p_by_rejection: logits [R, V] fp32, contiguous");
+  check_rows("draw_top_p_by_rejection", logits, temperature, top_p, min_p);
   const int64_t rows = logits.size(0), n = logits.size(1);
-  for (const at::Tensor* t : {&temperature, &top_p, &min_p})
-    TORCH_CHECK(t->scalar_type() == at::kFloat && t->is_contiguous() && t->numel() == rows,
-                "draw_top_p_by_rejection: temperature, top_p and min_p [R] fp32");
   TORCH_CHECK(u.dim() == 2 && u.size(0) == rows && u.scalar_type() == at::kDouble && u.is_contiguous(),
               "draw_top_p_by_rejection: u [R, rounds] float64");
   at::Tensor tokens = at::empty({rows}, logits.options().dtype(at::kLong));
@@ -174,12 +180,8 @@ int64_t draw_top_k_row(const float* logits, int64_t n, float temperature, int64_
 // float64 -> [R] int64 tokens.
 at::Tensor draw_top_k(const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& top_k,
                       const at::Tensor& top_p, const at::Tensor& min_p, const at::Tensor& u) {
-  TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.is_contiguous(),
-              "draw_top_k: logits [R, V] fp32, contiguous");
+  check_rows("draw_top_k", logits, temperature, top_p, min_p);
   const int64_t rows = logits.size(0), n = logits.size(1);
-  for (const at::Tensor* t : {&temperature, &top_p, &min_p})
-    TORCH_CHECK(t->scalar_type() == at::kFloat && t->is_contiguous() && t->numel() == rows,
-                "draw_top_k: temperature, top_p and min_p [R] fp32");
   TORCH_CHECK(top_k.scalar_type() == at::kLong && top_k.is_contiguous() && top_k.numel() == rows,
               "draw_top_k: top_k [R] int64");
   TORCH_CHECK(u.scalar_type() == at::kDouble && u.is_contiguous() && u.numel() == rows, "draw_top_k: u [R] float64");
