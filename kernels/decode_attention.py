@@ -191,7 +191,7 @@ def _decode_split_kernel(
             store_output(l_out, acc_out, out_ptr, b, heads, offs_d, g_mask, d_mask, stride_ob, stride_oh)
         else:  # a split's or a partition's state, for the merge
             store_state(m, l, acc, part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d, g_mask,
-                         d_mask, stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
+                        d_mask, stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
             if MERGE_LAST:  # the sequence's last unit to arrive merges (kernels/arrival_counts.py)
                 tl.debug_barrier()  # every thread's part of the state written before the count says so
                 if HEAD_MAJOR:
@@ -204,8 +204,8 @@ def _decode_split_kernel(
                     units = tl.cdiv(seq_len, PARTITION)
                 if tl.atomic_add(count, 1, sem="acq_rel") == units - 1:
                     l_out, acc_out = merged(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, seq_len, offs_d,
-                                             g_mask, d_mask, stride_pb, stride_ph, stride_ps, stride_lb,
-                                             stride_lh, PARTITION, SPLIT, PER_SPLIT, BLOCK_G, BLOCK_D, True)
+                                            g_mask, d_mask, stride_pb, stride_ph, stride_ps, stride_lb,
+                                            stride_lh, PARTITION, SPLIT, PER_SPLIT, BLOCK_G, BLOCK_D, True)
                     tl.atomic_xchg(count, 0)
                     store_output(l_out, acc_out, out_ptr, b, heads, offs_d, g_mask, d_mask, stride_ob, stride_oh)
     elif (DIRECT or (MERGE_LAST and unit == 0)) and seq_len == 0:
@@ -233,8 +233,8 @@ def _decode_merge_kernel(
     d_mask = offs_d < head_dim
     heads = kv_head * group_size + offs_g
     l, acc = merged(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, seq_len, offs_d, g_mask, d_mask,
-                     stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, PARTITION, SPLIT, PER_SPLIT,
-                     BLOCK_G, BLOCK_D, False)
+                    stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, PARTITION, SPLIT, PER_SPLIT,
+                    BLOCK_G, BLOCK_D, False)
     store_output(l, acc, out_ptr, b, heads, offs_d, g_mask, d_mask, stride_ob, stride_oh)
 
 

@@ -95,9 +95,10 @@ def gate_up_silu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     return out
 
 
-def takes(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether `gate_up_silu` takes this product: on, rows within ROW_CONFIGS, 16-bit weights."""
-    return ENABLED and weight.dtype in SIXTEEN_BIT and tiles_for_product(ROW_CONFIGS, x) is not None
+def tiles_taking(x: torch.Tensor, weight: torch.Tensor) -> dict | None:
+    """The tiles `gate_up_silu` takes this product with, or None where it does not take it
+    (off, rows past ROW_CONFIGS, weights not 16-bit)."""
+    return tiles_for_product(ROW_CONFIGS, x) if ENABLED and weight.dtype in SIXTEEN_BIT else None
 
 
 def warm_up_batches() -> set[int]:

@@ -44,9 +44,9 @@ def state_ptrs(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d,
 
 @triton.jit
 def store_state(m, l, acc, part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d, g_mask, d_mask,
-                 stride_pb, stride_ph, stride_ps, stride_lb, stride_lh):
+                stride_pb, stride_ph, stride_ps, stride_lb, stride_lh):
     acc_ptrs, m_ptrs, l_ptrs = state_ptrs(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d,
-                                           stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
+                                          stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
     tl.store(acc_ptrs, acc, mask=g_mask[:, None] & d_mask[None, :])
     tl.store(m_ptrs, m, mask=g_mask)
     tl.store(l_ptrs, l, mask=g_mask)
@@ -58,7 +58,7 @@ def load_state(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d, g_m
     """FROM_L2: states other SMs wrote during this kernel (the last program's merge): read past
     this SM's L1, which does not see them."""
     acc_ptrs, m_ptrs, l_ptrs = state_ptrs(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d,
-                                           stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
+                                          stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
     # padded rows of the group: a finite max, so folding them makes no NaN
     if FROM_L2:
         acc = tl.load(acc_ptrs, mask=g_mask[:, None] & d_mask[None, :], other=0.0, cache_modifier=".cg")
@@ -80,9 +80,9 @@ def store_output(l, acc, out_ptr, b, heads, offs_d, g_mask, d_mask, stride_ob, s
 
 @triton.jit
 def merged(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, seq_len, offs_d, g_mask, d_mask,
-            stride_pb, stride_ph, stride_ps, stride_lb, stride_lh,
-            PARTITION: tl.constexpr, SPLIT: tl.constexpr, PER_SPLIT: tl.constexpr,
-            BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, FROM_L2: tl.constexpr):
+           stride_pb, stride_ph, stride_ps, stride_lb, stride_lh,
+           PARTITION: tl.constexpr, SPLIT: tl.constexpr, PER_SPLIT: tl.constexpr,
+           BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, FROM_L2: tl.constexpr):
     """A sequence's states folded, as the split kernel would fold them: splits into partitions
     (a program per split), partitions into the sequence's (mass, unnormalised output)."""
     partitions = tl.cdiv(seq_len, PARTITION)
@@ -98,10 +98,10 @@ def merged(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, seq_len, offs_d, g_ma
             for s in tl.range(first, tl.minimum(first + splits_per_partition, splits),
                               num_stages=1 if FROM_L2 else 3):
                 m_s, l_s, acc_s = load_state(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, s, offs_d, g_mask,
-                                           d_mask, stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, FROM_L2)
+                                             d_mask, stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, FROM_L2)
                 m_p, l_p, acc_p = fold(m_p, l_p, acc_p, m_s, l_s, acc_s)
         else:
             m_p, l_p, acc_p = load_state(part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, p, offs_d, g_mask, d_mask,
-                                       stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, FROM_L2)
+                                         stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, FROM_L2)
         m, l, acc = fold(m, l, acc, m_p, l_p, acc_p)
     return l, acc

@@ -112,16 +112,20 @@ def test_top_k_floor_is_the_kth_largest_logit_and_minus_inf_without_a_cut():
     assert top_k_floor(logits, torch.tensor([4, 9, 1]), max_top_k=9).tolist() == [float("-inf")] * 2 + [4.0]
 
 
-@pytest.mark.parametrize("draw", TOP_P_DRAWS)
-@pytest.mark.parametrize("top_p,min_p,scale,top_k", [(0.6, 0.0, 0.3, 0), (0.5, 0.3, 1.0, 0),
-                                                     (0.95, 0.0, 1.0, 0), (0.8, 0.0, 0.3, 7)])
+NUCLEUS_CASES = [(0.6, 0.0, 0.3, 0), (0.5, 0.3, 1.0, 0), (0.95, 0.0, 1.0, 0)]
+# A top-k floor is the CUDA kernel's cut, which the torch steps mirror; the CPU draws top-k rows
+# from their k largest instead (draw_top_k), so its C++ draw takes no floor.
+FLOOR_CASE = (0.8, 0.0, 0.3, 7)
+
+
+@pytest.mark.parametrize("draw,top_p,min_p,scale,top_k",
+                         [pytest.param(draw.values[0], *case, id=f"{draw.id}-{case}")
+                          for draw in TOP_P_DRAWS for case in NUCLEUS_CASES]
+                         + [pytest.param(TOP_P_DRAWS[0].values[0], *FLOOR_CASE, id=f"torch-{FLOOR_CASE}")])
 @pytest.mark.parametrize("rounds", [2, DRAW_ROUNDS])
 def test_top_p_by_rejection_follows_the_nucleus(top_p, min_p, scale, top_k, rounds, draw):
     """Flat rows need several redraws; with 2 rounds, one redraw and then the cut nucleus. With
-    a top-k floor (the CUDA kernel's cut; the torch steps only), the nucleus is of the top-k
-    distribution."""
-    if top_k and draw() is not draw_top_p_by_rejection:
-        pytest.skip("the CPU draws top-k rows from their k largest (draw_top_k), without a floor")
+    a top-k floor (the torch steps only), the nucleus is of the top-k distribution."""
     n = 6000
     logits = torch.tensor([2.0, 1.5, 1.2, 1.0, 0.9, 0.5, 0.0, -0.5, -1.0, -3.0]) * scale
     vocab = len(logits)

@@ -86,8 +86,9 @@ class TritonLayerOps(TorchLayerOps):
 
     def gate_up_silu(self, x, gate_up_proj):
         """Up to 256 rows in 16-bit: the projection and the activation in one kernel, where it is on."""
-        if self._gate_up_silu.takes(x, gate_up_proj.weight):
-            return self._gate_up_silu.gate_up_silu(x, gate_up_proj.weight, gate_up_proj.bias)
+        tiles = self._gate_up_silu.tiles_taking(x, gate_up_proj.weight)
+        if tiles is not None:
+            return self._gate_up_silu.gate_up_silu(x, gate_up_proj.weight, gate_up_proj.bias, tiles)
         return self.silu_and_mul(gate_up_proj(x))
 
 

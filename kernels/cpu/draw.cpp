@@ -33,6 +33,10 @@ bool finite_bits(float value) {
   return (bits & 0x7f800000u) != 0x7f800000u;
 }
 
+// exp(x - top), a token's weight against the row's largest; clamped, so that no infinity
+// reaches exp (fp32's exp is 0 below about -103.3 anyway).
+float weight_below(float x, float top) { return std::exp(std::max(x - top, -110.0f)); }
+
 // The first token whose running sum of `weights` passes u x their total: the reference's
 // sample_inverse_cdf (a float64 CDF and searchsorted) with the total taken in four parts.
 int64_t inverse_cdf(const float* weights, int64_t n, double u) {
@@ -79,8 +83,7 @@ int64_t draw_row(const float* logits, int64_t n, float temperature, float top_p,
   double mass = 0.0;
   const float min_x = min_p > 0.0f ? top + std::log(min_p) : -FLT_MAX;
   for (int64_t j = 0; j < n; ++j) {
-    // clamped: no infinity reaches exp (fp32's exp is 0 below about -103.3 anyway)
-    const float w = weight[j] > 0.0f ? std::exp(std::max(x[j] - top, -110.0f)) : 0.0f;
+    const float w = weight[j] > 0.0f ? weight_below(x[j], top) : 0.0f;
     weight[j] = w;
     mass += w;
     drawable[j] = (min_p > 0.0f && x[j] < min_x) ? 0.0f : w;
@@ -159,12 +162,12 @@ int64_t draw_top_k_row(const float* logits, int64_t n, float temperature, int64_
   for (auto& [x, token] : kept) x /= temperature;  // now the reference's logits over temperature
   const float top = kept[0].first;
   double mass = 0.0;
-  for (const auto& [x, token] : kept) mass += std::exp(std::max(x - top, -110.0f));
+  for (const auto& [x, token] : kept) mass += weight_below(x, top);
   const float min_x = min_p > 0.0f ? top + std::log(min_p) : -FLT_MAX;
   double before = 0.0;  // the top-k distribution's mass above a token
   int64_t survivors = 0;
   for (int64_t i = 0; i < k; ++i) {
-    const float w = std::exp(std::max(kept[i].first - top, -110.0f));
+    const float w = weight_below(kept[i].first, top);
     const bool in_nucleus = i == 0 || before / mass < static_cast<double>(top_p);
     before += w;
     if (in_nucleus && !(kept[i].first < min_x)) kept[survivors++] = kept[i];
@@ -172,7 +175,7 @@ int64_t draw_top_k_row(const float* logits, int64_t n, float temperature, int64_
   kept.resize(survivors);
   std::sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
   weights.resize(survivors);
-  for (int64_t i = 0; i < survivors; ++i) weights[i] = std::exp(std::max(kept[i].first - top, -110.0f));
+  for (int64_t i = 0; i < survivors; ++i) weights[i] = weight_below(kept[i].first, top);
   return kept[inverse_cdf(weights.data(), survivors, u)].second;
 }
 

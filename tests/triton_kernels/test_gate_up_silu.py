@@ -60,7 +60,7 @@ def test_the_layer_ops_take_it_for_16_bit_batches_of_up_to_256_rows_when_on(monk
     monkeypatch.setattr(module, "ENABLED", enabled)
     calls = []
     real = module.gate_up_silu
-    monkeypatch.setattr(module, "gate_up_silu", lambda x, w, b: calls.append(len(x)) or real(x, w, b))
+    monkeypatch.setattr(module, "gate_up_silu", lambda x, w, b, config: calls.append(len(x)) or real(x, w, b, config))
     linear = _GateUp(dtype)
     x = torch.randn(rows, 64, dtype=dtype, device=DEVICE)
     got = TritonLayerOps().gate_up_silu(x, linear)
