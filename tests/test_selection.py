@@ -7,10 +7,11 @@ import pytest
 import torch
 
 from app.engine.request import Request
-from app.engine.selection.distribution import filter_logits
+from app.engine.selection.distribution import filter_logits, row_probs
 from app.engine.selection.draws import ACCEPT, SAMPLE, uniforms
 from app.engine.selection.layout import RowLayout
-from app.engine.selection.selector import Selector
+from app.engine.selection.selector import Selector, choose
+from app.engine.selection.verify import verify
 from app.sampling_params import SamplingParams
 
 LOGITS = torch.tensor([2.0, 1.5, 1.0, 0.5, 0.0, -0.5, -1.0, -3.0])
@@ -118,6 +119,40 @@ def test_seeded_request_without_drafts_draws_alike_beside_drafted_requests(devic
         logits = torch.cat([torch.randn(3, V, generator=g), row])
         assert select([drafted, target], logits.to(device), step=step)[1] == drawn[-1]
     assert len({tuple(t) for t in drawn}) > 3
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_drafted_requests_are_verified_on_their_own_rows_alone(device):
+    """Only the rows of sampled requests with drafts get a distribution (a sort each). Their
+    choices are those of verifying every row of the batch at once: beside a greedy request with
+    drafts and an undrafted one, with drafts from n-gram lookup, a draft model and the grammar
+    (forced: only its last row draws)."""
+    g = torch.Generator().manual_seed(5)
+    counts = set()
+    for step in range(30):
+        cut = dict(top_k=5) if step % 2 else dict(top_p=0.85)
+        reqs = [
+            with_drafts(decoding("greedy", SamplingParams(temperature=0)), [1, 2]),
+            decoding("undrafted", SamplingParams(temperature=0.9, top_p=0.8)),
+            with_drafts(decoding("ngram", SamplingParams(temperature=0.7, **cut)), [3, 1]),
+            with_drafts(decoding("draft", SamplingParams(temperature=1.1, min_p=0.1)), [0, 4, 2],
+                        torch.rand(3, V, generator=g).softmax(-1)),
+            decoding("forced", SamplingParams(temperature=1.0, top_p=0.9)),
+        ]
+        reqs[-1].set_spec([5], forced=True)
+        logits = (torch.randn(13, V, generator=g) * 2).to(device)
+        layout = RowLayout.build({r: r.num_tokens - r.num_computed_tokens for r in reqs}, logits.device)
+        assert layout.verified_requests == [2, 3, 4] and layout.verified_rows == list(range(4, 13))
+        s = layout.sampling
+        key = torch.where(s.seeded, s.key, step)
+        every_row = row_probs(logits, s.temperature, s.top_k, s.top_p, s.min_p, needs_sort=True)
+        accepted, final = verify(layout.verify, every_row, logits.argmax(-1), uniforms(key, s.position, ACCEPT),
+                                 uniforms(key, s.position, SAMPLE), layout.draft_q)
+        chosen_accepted, chosen_final = choose(logits, layout, step)
+        drafted = [0, 2, 3, 4]  # the undrafted request draws its own token (the test above)
+        assert torch.equal(chosen_accepted, accepted) and torch.equal(chosen_final[drafted], final[drafted])
+        counts.update(zip(range(2, 5), accepted[2:].tolist()))
+    assert {(2, 0), (2, 2), (3, 0), (3, 1), (4, 1)} <= counts  # drafts rejected and accepted
 
 
 def test_unseeded_draws_change_with_the_step_and_the_engine_seed():

@@ -11,6 +11,7 @@ host's lists instead (`graph_draws`).
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,7 +66,9 @@ class RowLayout:
     device: torch.device
     host_rows: HostRows
     all_greedy: bool
-    needs_sort: bool  # some sampled row has top-k or top-p
+    verified_requests: list[int]  # the sampled requests with drafts (their index): verified by draws
+    verified_rows: list[int]  # their rows, in order: the only distributions verification reads
+    verified_rows_need_sort: bool  # one of them has top-k or top-p
     max_top_k: int  # the largest top-k of a sampled row (0: none)
     draft_q: torch.Tensor | None  # [D, V] the proposed drafts' distributions, on the device
     logprob_rows: list[int]  # rows whose logprobs are returned (requests that asked)
@@ -75,14 +78,24 @@ class RowLayout:
 
     @functools.cached_property
     def verify(self) -> VerifyRows:
-        host, dev = self.host_rows, self.device
-        n, max_k = len(host.ks), max(host.ks)
-        return VerifyRows(
-            first=to_device(host.firsts, dev, torch.long), num_drafts=to_device(host.ks, dev, torch.long),
-            greedy=to_device(host.greedy, dev, torch.bool), forced=to_device(host.forced, dev, torch.bool),
-            drafts=to_device(host.drafts, dev, torch.long).view(n, max_k),
-            draft_q_row=(to_device(host.draft_q_rows, dev, torch.long).view(n, max_k)
-                         if host.draft_q_rows is not None else None))
+        """Every request's rows: greedy requests and forced drafts are verified by the argmax."""
+        host = self.host_rows
+        return _verify_rows(host.firsts, host.ks, host.greedy, host.forced, host.drafts, host.draft_q_rows,
+                            self.device)
+
+    @functools.cached_property
+    def verified(self) -> VerifyRows:
+        """The sampled requests with drafts alone (`verified_requests`), their rows numbered as
+        they come in `verified_rows`."""
+        host, picked = self.host_rows, self.verified_requests
+        if len(picked) == len(host.ks):
+            return self.verify
+        ks = [host.ks[i] for i in picked]
+        max_k = max(ks)
+        firsts = list(itertools.accumulate((k + 1 for k in ks[:-1]), initial=0))
+        q_rows = None if host.draft_q_rows is None else [host.draft_q_rows[i][:max_k] for i in picked]
+        return _verify_rows(firsts, ks, [False] * len(picked), [host.forced[i] for i in picked],
+                            [host.drafts[i][:max_k] for i in picked], q_rows, self.device)
 
     @functools.cached_property
     def sampling(self) -> SamplingRows | None:
@@ -125,7 +138,8 @@ class RowLayout:
         """None when no request is sampled this step (prompt chunks only)."""
         requests, firsts, ks, greedy, forced, drafts = [], [], [], [], [], []
         q_rows, q_parts, logprob_rows, logprob_req, logprob_offset = [], [], [], [], []
-        penalised = []
+        penalised, verified_requests, verified_rows = [], [], []
+        verified_rows_need_sort = False
         num_top = num_q = 0
         row = 0
         for req, num_new in scheduled.items():
@@ -146,6 +160,10 @@ class RowLayout:
                 num_q += k
             else:
                 q_rows.append([-1] * k)
+            if k and not p.greedy:
+                verified_requests.append(len(requests) - 1)
+                verified_rows += range(row, row + rows)
+                verified_rows_need_sort |= p.top_k > 0 or p.top_p < 1
             if p.logprobs is not None:
                 logprob_rows += range(row, row + rows)
                 logprob_req += [len(requests) - 1] * rows
@@ -163,15 +181,25 @@ class RowLayout:
                              None if all_greedy else _sampling_lists(requests, firsts, ks))
         return cls(
             requests=requests, first_rows=firsts, num_rows=row, device=device, host_rows=host_rows,
-            all_greedy=all_greedy,
-            needs_sort=any(not g and (r.params.top_k > 0 or r.params.top_p < 1)
-                           for r, g in zip(requests, greedy)),
+            all_greedy=all_greedy, verified_requests=verified_requests, verified_rows=verified_rows,
+            verified_rows_need_sort=verified_rows_need_sort,
             max_top_k=max((r.params.top_k for r, g in zip(requests, greedy) if not g), default=0),
             draft_q=torch.cat(q_parts).to(device) if q_parts else None, logprob_rows=logprob_rows,
             logprob_index=(to_device([logprob_rows, logprob_req, logprob_offset], device, torch.long)
                            if logprob_rows else None),
             num_top_logprobs=num_top,
             penalties=Penalties.build(penalised, device) if penalised else None)
+
+
+def _verify_rows(firsts: list[int], ks: list[int], greedy: list[bool], forced: list[bool], drafts: list[list[int]],
+                 draft_q_rows: list[list[int]] | None, device: torch.device) -> VerifyRows:
+    n, max_k = len(ks), max(ks)
+    return VerifyRows(
+        first=to_device(firsts, device, torch.long), num_drafts=to_device(ks, device, torch.long),
+        greedy=to_device(greedy, device, torch.bool), forced=to_device(forced, device, torch.bool),
+        drafts=to_device(drafts, device, torch.long).view(n, max_k),
+        draft_q_row=(to_device(draft_q_rows, device, torch.long).view(n, max_k)
+                     if draft_q_rows is not None else None))
 
 
 def _sampling_lists(requests: list[Request], firsts: list[int], ks: list[int]) -> SamplingRows:

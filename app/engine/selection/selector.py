@@ -60,26 +60,48 @@ def choose(logits: torch.Tensor, layout: RowLayout, unseeded_key: int, argmax: t
     if layout.num_rows == len(layout.requests):  # no drafts: each request draws its token, as is
         drawn = draw_tokens(logits, s.temperature, s.top_k, s.top_p, s.min_p, layout.max_top_k, key, s.position)
         return torch.zeros_like(argmax), torch.where(layout.verify.greedy, argmax, drawn)
-    probs = row_probs(logits, s.temperature, s.top_k, s.top_p, s.min_p, layout.needs_sort)
-    return verify(layout.verify, probs, argmax, uniforms(key, s.position, ACCEPT),
-                  uniforms(key, s.position, SAMPLE), layout.draft_q,
-                  _draws_without_drafts(logits, layout, key))
+    if len(layout.verified_requests) == len(layout.requests):
+        return _verify_drafted(logits, argmax, layout, key)
+    # Greedy requests keep their drafts along the argmax chain; a sampled request without drafts
+    # draws its token as in a batch without drafts (so it is the same either way).
+    num_accepted, final = verify(layout.verify, None, argmax, None, None)
+    final = _draw_undrafted(final, logits, layout, key)
+    if layout.verified_requests:
+        accepted, token = _verify_drafted(logits, argmax, layout, key)
+        picked = to_device(layout.verified_requests, logits.device, torch.long)
+        num_accepted, final = num_accepted.index_copy(0, picked, accepted), final.index_copy(0, picked, token)
+    return num_accepted, final
 
 
-def _draws_without_drafts(logits: torch.Tensor, layout: RowLayout, key: torch.Tensor
-                          ) -> torch.Tensor | None:
-    """[n]: the token of each sampled request without drafts, drawn as in a batch without drafts
-    (so it is the same either way), -1 for the others; None when there is no such request."""
+def _verify_drafted(logits: torch.Tensor, argmax: torch.Tensor, layout: RowLayout, key: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(num_accepted, final token) of each sampled request with drafts (`verified_requests`),
+    verified on its own rows' distributions: the only ones a step computes (a sort each, where
+    top-p or top-k is set)."""
+    s = layout.sampling
+    rows = (logits, argmax, key, s.position, s.temperature, s.top_k, s.top_p, s.min_p)
+    if len(layout.verified_rows) < layout.num_rows:
+        index = to_device(layout.verified_rows, logits.device, torch.long)
+        rows = tuple(t[index] for t in rows)
+    logits, argmax, key, position, temperature, top_k, top_p, min_p = rows
+    probs = row_probs(logits, temperature, top_k, top_p, min_p, layout.verified_rows_need_sort)
+    return verify(layout.verified, probs, argmax, uniforms(key, position, ACCEPT), uniforms(key, position, SAMPLE),
+                  layout.draft_q)
+
+
+def _draw_undrafted(final: torch.Tensor, logits: torch.Tensor, layout: RowLayout, key: torch.Tensor
+                    ) -> torch.Tensor:
+    """`final` [n] with each sampled request without drafts taking its own draw."""
     undrafted = [i for i, req in enumerate(layout.requests)
                  if not req.spec_token_ids and not req.params.greedy]
     if not undrafted:
-        return None
+        return final
     index = to_device(undrafted, logits.device, torch.long)
     rows = layout.verify.first[index]
     s = layout.sampling
     tokens = draw_tokens(logits[rows], s.temperature[rows], s.top_k[rows], s.top_p[rows], s.min_p[rows],
                          layout.max_top_k, key[rows], s.position[rows])
-    return torch.full((len(layout.requests),), -1, device=logits.device).index_copy(0, index, tokens)
+    return final.index_copy(0, index, tokens)
 
 
 def logprob_payload(logits: torch.Tensor, layout: RowLayout, num_accepted: torch.Tensor,

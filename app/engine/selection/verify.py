@@ -42,16 +42,14 @@ def sample_inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 
 def verify(rows: VerifyRows, probs: torch.Tensor | None, argmax: torch.Tensor,
-           u_accept: torch.Tensor | None, u_sample: torch.Tensor | None, draft_q: torch.Tensor | None = None,
-           drawn: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+           u_accept: torch.Tensor | None, u_sample: torch.Tensor | None, draft_q: torch.Tensor | None = None
+           ) -> tuple[torch.Tensor, torch.Tensor]:
     """(num_accepted [n], final token [n]) for every request.
 
     probs: [R, V] each sampled row's distribution (None when every request is greedy);
     argmax: [R] each row's greedy token; u_accept, u_sample: [R] uniforms per row (None when
     there are no drafts / every request is greedy);
-    draft_q: [D, V] the draft's distributions that `rows.draft_q_row` points into;
-    drawn: [n] the token of each request without drafts, drawn by the caller (`draw.py`), -1
-    for the others."""
+    draft_q: [D, V] the draft's distributions that `rows.draft_q_row` points into."""
     n, max_k = rows.drafts.shape
     num_rows = argmax.shape[0]
     if max_k == 0 and num_rows == n:  # plain decoding: one row per request, nothing to verify
@@ -95,6 +93,4 @@ def verify(rows: VerifyRows, probs: torch.Tensor | None, argmax: torch.Tensor,
         residual = torch.where((residual.sum(-1) > 0)[:, None], residual, final)
     dist = torch.where(rejected[:, None], residual, final)
     sampled = sample_inverse_cdf(dist, u_sample[final_rows])
-    if drawn is not None:
-        sampled = torch.where(drawn >= 0, drawn, sampled)
     return num_accepted, torch.where(rows.greedy, greedy_final, sampled)
