@@ -236,3 +236,18 @@ async def aenumerate(stream):
     async for item in stream:
         yield i, item
         i += 1
+
+
+def test_building_an_engine_leaves_torch_dynamo_unimported():
+    """Building the model on the meta device once ran arithmetic there (the rotary frequencies,
+    the embedding's init), whose first use imports torch._dynamo: ~1 s of every engine's
+    start-up, a replica's included. A fresh interpreter, so no other test has imported it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    checkpoint = Path(__file__).resolve().parent.parent / "checkpoints" / "tiny-target"
+    code = ("import sys; from app.config import EngineConfig; from app.engine.engine import LLMEngine; "
+            f"LLMEngine(EngineConfig(model={str(checkpoint)!r})); print('torch._dynamo' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split()[-1] == "False"

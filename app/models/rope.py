@@ -9,7 +9,10 @@ import torch
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None) -> torch.Tensor:
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    """On the CPU, as transformers computes them, even where the model is built on the meta
+    device (arithmetic there goes through torch._refs, whose first use imports torch._dynamo)."""
+    positions = torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu")
+    inv_freq = 1.0 / (theta ** (positions.float() / head_dim))
     if scaling is None:
         return inv_freq
     kind = scaling.get("rope_type", scaling.get("type"))
