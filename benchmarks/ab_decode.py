@@ -100,9 +100,16 @@ def main() -> None:
         best = max((run_engine(engine, batch, args.prompt_len, 128, f"{args.label}-{batch}-{sampled}-{r}", sampled)
                     for r in range(args.repeats)), key=lambda run: run["decode_tok_s"])
         mbu = step_bytes(engine.runner.model, batch, args.prompt_len + 128 / 2) * best["steps_s"] / copy_bw
-        print(f"{args.label} max_model_len {args.max_model_len} prompt {args.prompt_len} batch {batch:3d} "
-              f"{'sampled' if sampled else 'greedy '}: decode {best['decode_tok_s']:9.1f} tok/s  MBU {100 * mbu:5.1f}% "
-              f"(copy {copy_bw / 1e9:.0f} GB/s)", flush=True)
+        print(result_line(args.label, args.max_model_len, args.prompt_len, batch, sampled, best["decode_tok_s"],
+                          mbu, copy_bw), flush=True)
+
+
+def result_line(label: str, max_model_len: int, prompt_len: int, batch: int, sampled: bool, tok_s: float,
+                mbu: float, copy_bw: float) -> str:
+    """One side's figure for a cell, as `benchmarks/ab_table.py` reads it back."""
+    return (f"{label} max_model_len {max_model_len} prompt {prompt_len} batch {batch:3d} "
+            f"{'sampled' if sampled else 'greedy '}: decode {tok_s:9.1f} tok/s  MBU {100 * mbu:5.1f}% "
+            f"(copy {copy_bw / 1e9:.0f} GB/s)")
 
 
 def turn_choices(args: argparse.Namespace) -> None:

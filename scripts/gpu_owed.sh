@@ -89,7 +89,8 @@
 #     rm -rf gpu_run/*/checkpoints gpu_run/*/tests gpu_run/*/benchmarks/results
 # What to do with the results (each "ab" line also carries its MBU against the copy measured in
 # that process, as decode.py computes it: a batch-1 side at 85% or more meets issue 17's goal
-# with what it turns on): if the per-split grid wins at batch 1 ("ab") or at long contexts
+# with what it turns on; decode_ab_table.log has each side's ratio to "new" round by round, and
+# the goals): if the per-split grid wins at batch 1 ("ab") or at long contexts
 # ("long"), take it for small batches (TUNED_16BIT_DECODE's program_per_split_up_to, with
 # merge_by_last_program in its decode_options; the bits are the same), and at 256 too if it
 # wins there; if "attention256" finds a split size or stage count that beats splits of 64 at
@@ -166,7 +167,10 @@ from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&
         timeout 60 python3 benchmarks/ab_decode.py --label "long-per-split-merged-by-last-$round" --batch-sizes 1 \
           --sampled-batch-sizes --prompt-len 2048 --program-per-split --merge-by-last-program 2>&1 | grep "decode "
       fi
-    done | tee "$OUT/decode_$part.log" ;;
+    done | tee "$OUT/decode_$part.log"
+    # every side against this tree's own, round by round, and issue 17's goals
+    python3 benchmarks/ab_table.py "$OUT/decode_$part.log" --baseline $([ $part = ab ] && echo new || echo long) \
+      | tee "$OUT/decode_${part}_table.log" ;;
   spec)
     timeout 150 python3 benchmarks/spec.py --batch-sizes 1 4 16 64 --repeats 2 --result-json "$OUT/spec_gpu.json" 2>&1 \
       | grep -v "Warn\|warn_once" | tee "$OUT/spec_gpu.log" ;;

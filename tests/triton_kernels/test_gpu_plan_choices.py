@@ -141,3 +141,25 @@ def test_every_ab_decode_command_of_the_gpu_plan_parses():
     assert len(commands) >= 8
     for words in commands:
         turn_choices(parse_args(words))
+
+
+def test_the_ab_table_reads_back_what_each_side_printed():
+    """`gpu_owed.sh` ends its A/B with `benchmarks/ab_table.py` over the sides' lines: each side's
+    ratio to the baseline's run of the same round, and issue 17's goals on the best round."""
+    from benchmarks.ab_decode import result_line
+    from benchmarks.ab_table import parse, table
+    copy = 3.0e12
+    figures = {("new", 1): (160.0, 0.80), ("new", 2): (170.0, 0.85), ("prefetch-32", 1): (168.0, 0.84),
+               ("prefetch-32", 2): (171.7, 0.858)}
+    lines = [result_line(f"{side}-{r}", 8192, 128, 1, False, tok_s, mbu, copy)
+             for (side, r), (tok_s, mbu) in figures.items()]
+    lines += [result_line(f"{side}-1", 8192, 128, 256, False, tok_s, 0.5, copy)
+              for side, tok_s in (("new", 24000.0), ("prefetch-32", 25200.0))]
+    runs = parse(["skinny: (the defaults)", *lines])
+    assert len(runs) == 6 and {run.cell for run in runs} == {(128, 1, "greedy"), (128, 256, "greedy")}
+    rows = {tuple(row.split()[:3]): row for row in table(runs, "new")[1:]}
+    assert "1.030x (1.010-1.050)" in rows["prefetch-32", "128", "1"]  # 168/160 and 171.7/170
+    assert rows["prefetch-32", "128", "1"].endswith("MBU >= 85%: met (best round)")
+    assert rows["new", "128", "1"].endswith("MBU >= 85%: met (best round)")  # its round 2, 85.0%
+    assert rows["new", "128", "256"].endswith("25,000 tok/s: not met (best round)")
+    assert "1.050x" in rows["prefetch-32", "128", "256"] and rows["prefetch-32", "128", "256"].endswith(": met (best round)")
