@@ -35,10 +35,9 @@ class Sampler:
                 self.draws[req.request_id] = positions[-1] + 1
             else:
                 positions.append(0)
-        if layout.sampling is not None:
-            layout.sampling = replace(layout.sampling, key=torch.tensor(keys, device=logits.device),
-                                      position=torch.tensor(positions, device=logits.device),
-                                      seeded=torch.ones(len(requests), dtype=torch.bool, device=logits.device))
+        if layout.host_rows.sampling is not None:  # one row per request
+            layout.host_rows.sampling = replace(layout.host_rows.sampling, key=keys, position=positions,
+                                                seeded=[True] * len(requests))
         chosen = self.selector(logits.float(), layout, step=0)
         return ([c.token_ids[0] for c in chosen],
                 [c.logprobs[0] if c.logprobs is not None else None for c in chosen])

@@ -157,14 +157,19 @@ def test_a_vanishing_top_p_draws_the_most_likely_token(top_p, rounds, draw):
     assert got.tolist() == logits.argmax(-1).tolist()
 
 
-def test_uniforms_on_the_host_are_the_devices_bit_for_bit():
-    """A CUDA graph that draws reads uniforms the host computed: the same numbers as the
-    tensor hash, for seeded keys, the negative keys of unseeded steps, and large positions."""
+def test_uniforms_are_the_hash_of_key_position_and_stream_bit_for_bit():
+    """Against the hash in Python integers: seeded keys, the negative keys of unseeded steps,
+    large positions, every stream a row draws from. A seeded request's tokens stay what they
+    were as long as these numbers do."""
     import numpy as np
 
-    from app.engine.selection.draws import host_sample_uniforms, request_key, sample_uniforms, step_key
+    from app.engine.selection.draws import ROW_STREAMS, _mix64_host, host_uniforms, request_key, step_key
     keys = [request_key(s) for s in (0, 1, 2**40 + 7, 2**63 - 1)] + [step_key(0, 1), step_key(5, 10**6)]
     positions = [0, 1, 17, 2**31, 5, 123456789]
-    want = sample_uniforms(torch.tensor(keys), torch.tensor(positions), DRAW_ROUNDS)
-    got = host_sample_uniforms(np.array(keys, dtype=np.int64), np.array(positions, dtype=np.int64), DRAW_ROUNDS)
-    assert np.array_equal(got, want.numpy())
+    m = 2**64 - 1
+    want = [[(_mix64_host((_mix64_host((k + 0x9E3779B97F4A7C15) & m) + p * 0xD1B54A32D192ED03
+                           + stream * 0x9E3779B97F4A7C15) & m) >> 11) * 2.0**-53 for stream in ROW_STREAMS]
+            for k, p in zip(keys, positions)]
+    got = host_uniforms(np.array(keys, dtype=np.int64), np.array(positions, dtype=np.int64))
+    assert got.tolist() == want
+    assert got[0, 0] == 0.6524484863740322  # seed 0, position 0, SAMPLE: as drawn since d80866d

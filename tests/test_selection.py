@@ -3,12 +3,13 @@ same for a seeded request alone or in any batch, with or without drafts."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from app.engine.request import Request
 from app.engine.selection.distribution import filter_logits, row_probs
-from app.engine.selection.draws import ACCEPT, SAMPLE, uniforms
+from app.engine.selection.draws import ROW_STREAMS, host_uniforms
 from app.engine.selection.layout import RowLayout
 from app.engine.selection.selector import Selector, choose
 from app.engine.selection.verify import verify
@@ -44,16 +45,16 @@ def decoding(request_id: str, params: SamplingParams, prompt_len: int = 3) -> Re
 @pytest.mark.parametrize("key_varies", [True, False], ids=["across-seeds", "across-positions"])
 def test_uniforms_are_uniform(key_varies):
     n, bins = 50000, 20
-    index = torch.arange(n)
-    key = index if key_varies else torch.full((n,), 7)
-    position = torch.full((n,), 3) if key_varies else index
-    for stream in (ACCEPT, SAMPLE):
-        u = uniforms(key, position, stream)
-        assert ((u >= 0) & (u < 1)).all()
-        observed = torch.bincount((u * bins).long(), minlength=bins).double()
+    index = np.arange(n)
+    key = index if key_varies else np.full(n, 7)
+    position = np.full(n, 3) if key_varies else index
+    u = torch.from_numpy(host_uniforms(key, position))
+    for stream in range(len(ROW_STREAMS)):
+        assert ((u[:, stream] >= 0) & (u[:, stream] < 1)).all()
+        observed = torch.bincount((u[:, stream] * bins).long(), minlength=bins).double()
         assert chi2_pvalue(observed, torch.full((bins,), n / bins, dtype=torch.float64)) > P_THRESHOLD
-    # The two streams of one row are not the same numbers.
-    assert (uniforms(key, position, ACCEPT) != uniforms(key, position, SAMPLE)).float().mean() > 0.99
+    # No two streams of one row are the same numbers.
+    assert all((u[:, a] != u[:, b]).double().mean() > 0.99 for a in range(u.shape[1]) for b in range(a))
 
 
 @pytest.mark.parametrize("params", [
@@ -143,11 +144,9 @@ def test_drafted_requests_are_verified_on_their_own_rows_alone(device):
         logits = (torch.randn(13, V, generator=g) * 2).to(device)
         layout = RowLayout.build({r: r.num_tokens - r.num_computed_tokens for r in reqs}, logits.device)
         assert layout.verified_requests == [2, 3, 4] and layout.verified_rows == list(range(4, 13))
-        s = layout.sampling
-        key = torch.where(s.seeded, s.key, step)
+        s, u = layout.sampling, layout.uniforms(step)
         every_row = row_probs(logits, s.temperature, s.top_k, s.top_p, s.min_p, needs_sort=True)
-        accepted, final = verify(layout.verify, every_row, logits.argmax(-1), uniforms(key, s.position, ACCEPT),
-                                 uniforms(key, s.position, SAMPLE), layout.draft_q)
+        accepted, final = verify(layout.verify, every_row, logits.argmax(-1), u.accept, u.draw[:, 0], layout.draft_q)
         chosen_accepted, chosen_final = choose(logits, layout, step)
         drafted = [0, 2, 3, 4]  # the undrafted request draws its own token (the test above)
         assert torch.equal(chosen_accepted, accepted) and torch.equal(chosen_final[drafted], final[drafted])

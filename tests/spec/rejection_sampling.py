@@ -19,9 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
 import torch
 
-from app.engine.selection.draws import ACCEPT, SAMPLE, uniforms
+from app.engine.selection.draws import RowUniforms
 from app.engine.selection.verify import VerifyRows, verify
 
 
@@ -113,11 +114,10 @@ def rejection_sample(
     for i, gen in enumerate(generators or ()):
         if gen is not None and not greedy[i]:
             keys[i] = int(torch.randint(2**62, (1,), generator=gen))
-    row_key = torch.tensor(keys, device=device).repeat_interleave(k + 1)
-    position = torch.arange(row_key.shape[0], device=device) - torch.tensor(starts, device=device).repeat_interleave(k + 1)
-    num_accepted, final = verify(rows, p, argmax, uniforms(row_key, position, ACCEPT),
-                                 uniforms(row_key, position, SAMPLE),
-                                 draft_probs if any(has_q) else None)
+    row_key = np.repeat(np.array(keys, dtype=np.int64), np.array(num_draft_tokens) + 1)
+    position = np.arange(len(row_key)) - np.repeat(np.array(starts, dtype=np.int64), np.array(num_draft_tokens) + 1)
+    u = RowUniforms.of(row_key, position, device)
+    num_accepted, final = verify(rows, p, argmax, u.accept, u.draw[:, 0], draft_probs if any(has_q) else None)
     accepted_list, finals = num_accepted.tolist(), final.tolist()
     token_ids = [padded[i][:a] + [f] for i, (a, f) in enumerate(zip(accepted_list, finals))]
     return RejectionResult(token_ids, accepted_list)

@@ -25,20 +25,12 @@ request draws the same tokens alone or in any batch.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from app.engine.selection.distribution import filter_logits, row_probs
-from app.engine.selection.draws import DRAW_ROUNDS, sample_uniforms
+from app.engine.selection.draws import RowUniforms
 from app.engine.selection.verify import sample_inverse_cdf
-
-
-def draw_tokens(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
-                top_p: torch.Tensor, min_p: torch.Tensor, max_top_k: int, key: torch.Tensor,
-                position: torch.Tensor) -> torch.Tensor:
-    """[R] one token per row, with uniforms keyed by (key, position). `max_top_k`: the largest
-    top-k of any row (0: none), known on the host."""
-    u = sample_uniforms(key, position, DRAW_ROUNDS)
-    return draw_with_uniforms(logits, temperature, top_k, top_p, min_p, max_top_k, u)
 
 
 def compile_draws(vocab_size: int, device: torch.device) -> None:
@@ -48,9 +40,9 @@ def compile_draws(vocab_size: int, device: torch.device) -> None:
     1.8 s for the compiler on an H100 (2026-11-27, benchmarks/decode.py)."""
     logits = torch.zeros(1, vocab_size, device=device)
     one, zero = torch.ones(1, device=device), torch.zeros(1, device=device)
-    count = torch.zeros(1, dtype=torch.long, device=device)
+    u = RowUniforms.of(np.zeros(1, np.int64), np.zeros(1, np.int64), device).draw  # as a step lays them out
     for top_k in (0, 1):
-        draw_tokens(logits, one, count + top_k, one, zero, top_k, count, count)
+        draw_with_uniforms(logits, one, torch.full((1,), top_k, device=device), one, zero, top_k, u)
 
 
 def draw_with_uniforms(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,

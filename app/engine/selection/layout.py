@@ -10,6 +10,7 @@ host's lists instead (`graph_draws`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ import numpy as np
 import torch
 
 from app.engine.request import Request
-from app.engine.selection.draws import DRAW_ROUNDS, host_sample_uniforms, request_key
+from app.engine.selection.draws import DRAW_ROUNDS, DRAW_STREAMS, RowUniforms, host_uniforms, request_key
 from app.engine.selection.penalties import Penalties
 from app.engine.selection.verify import VerifyRows
 from app.engine.step_inputs import GraphDraws
@@ -28,21 +29,22 @@ from app.engine.to_device import to_device
 @dataclass
 class SamplingRows:
     """Per row: sampling settings and the random key/position of its draws. Built as lists on
-    the host (`_sampling_lists`); `on(device)` gives the tensors selection reads."""
+    the host (`_sampling_lists`); `on(device)` gives the settings as the tensors selection
+    reads. Keys and positions stay on the host, where the step's uniforms are computed
+    (`RowLayout.uniforms`)."""
     temperature: list[float] | torch.Tensor  # 1.0 on greedy rows
     top_k: list[int] | torch.Tensor
     top_p: list[float] | torch.Tensor
     min_p: list[float] | torch.Tensor
-    key: list[int] | torch.Tensor  # int64: the request's seed, or 0 for unseeded rows
-    position: list[int] | torch.Tensor  # int64: the token's position (seeded), or the row (unseeded)
-    seeded: list[bool] | torch.Tensor
+    key: list[int]  # int64: the request's seed, or 0 for unseeded rows
+    position: list[int]  # int64: the token's position (seeded), or the row (unseeded)
+    seeded: list[bool]
 
-    DTYPES = dict(temperature=torch.float32, top_k=torch.long, top_p=torch.float32, min_p=torch.float32,
-                  key=torch.long, position=torch.long, seeded=torch.bool)
+    DTYPES = dict(temperature=torch.float32, top_k=torch.long, top_p=torch.float32, min_p=torch.float32)
 
     def on(self, device: torch.device) -> SamplingRows:
-        return SamplingRows(**{name: to_device(getattr(self, name), device, dtype)
-                               for name, dtype in self.DTYPES.items()})
+        return dataclasses.replace(self, **{name: to_device(getattr(self, name), device, dtype)
+                                            for name, dtype in self.DTYPES.items()})
 
 
 @dataclass
@@ -124,10 +126,21 @@ class RowLayout:
             return GraphDraws(np.zeros(n, np.float32), np.ones(n, np.float32), np.zeros(n, np.float32),
                               np.zeros((n, DRAW_ROUNDS)))
         rows = self.host_rows.sampling
-        key = np.where(rows.seeded, np.array(rows.key, np.int64), unseeded_key)
         return GraphDraws(np.where(self.host_rows.greedy, 0.0, rows.temperature).astype(np.float32),
                           np.array(rows.top_p, np.float32), np.array(rows.min_p, np.float32),
-                          host_sample_uniforms(key, np.array(rows.position, np.int64), DRAW_ROUNDS))
+                          host_uniforms(self._draw_keys(unseeded_key), np.array(rows.position, np.int64),
+                                        DRAW_STREAMS))
+
+    def uniforms(self, unseeded_key: int) -> RowUniforms:
+        """Every row's uniforms this step, on the logits' device: `graph_draws`' keys and
+        positions."""
+        return RowUniforms.of(self._draw_keys(unseeded_key), np.array(self.host_rows.sampling.position, np.int64),
+                              self.device)
+
+    def _draw_keys(self, unseeded_key: int) -> np.ndarray:
+        """Each row's key: its request's seed, or this step's key for unseeded requests."""
+        rows = self.host_rows.sampling
+        return np.where(rows.seeded, np.array(rows.key, np.int64), unseeded_key)
 
     @property
     def guided(self) -> list[tuple[Request, int]]:

@@ -16,8 +16,8 @@ from app.engine.guided_rows import mask_guided_rows
 from app.engine.selection import transfer
 from app.engine.selection.argmax import row_argmax
 from app.engine.selection.distribution import row_probs
-from app.engine.selection.draw import draw_tokens
-from app.engine.selection.draws import ACCEPT, SAMPLE, step_key, uniforms
+from app.engine.selection.draw import draw_with_uniforms
+from app.engine.selection.draws import RowUniforms, step_key
 from app.engine.selection.layout import RowLayout
 from app.engine.selection.penalties import apply_penalties
 from app.engine.selection.verify import verify
@@ -50,46 +50,47 @@ def choose(logits: torch.Tensor, layout: RowLayout, unseeded_key: int, argmax: t
     the logits since)."""
     if layout.penalties is not None:
         logits = apply_penalties(logits, layout.penalties)
+    if layout.all_greedy:  # no draws needed
+        return verify(layout.verify, None, row_argmax(logits) if argmax is None else argmax, None, None)
+    s, u = layout.sampling, layout.uniforms(unseeded_key)
+    if layout.num_rows == len(layout.requests):  # no drafts: each request draws its token, as is
+        drawn = draw_with_uniforms(logits, s.temperature, s.top_k, s.top_p, s.min_p, layout.max_top_k, u.draw)
+        if not any(layout.host_rows.greedy):
+            return torch.zeros_like(drawn), drawn
+        greedy = to_device(layout.host_rows.greedy, logits.device, torch.bool)
+        return torch.zeros_like(drawn), torch.where(greedy, row_argmax(logits) if argmax is None else argmax, drawn)
     if argmax is None:
         argmax = row_argmax(logits)
-    if layout.all_greedy:  # no draws needed
-        return verify(layout.verify, None, argmax, None, None)
-    s = layout.sampling
-    key = torch.where(s.seeded, s.key, unseeded_key)
-
-    if layout.num_rows == len(layout.requests):  # no drafts: each request draws its token, as is
-        drawn = draw_tokens(logits, s.temperature, s.top_k, s.top_p, s.min_p, layout.max_top_k, key, s.position)
-        return torch.zeros_like(argmax), torch.where(layout.verify.greedy, argmax, drawn)
     if len(layout.verified_requests) == len(layout.requests):
-        return _verify_drafted(logits, argmax, layout, key)
+        return _verify_drafted(logits, argmax, layout, u)
     # Greedy requests keep their drafts along the argmax chain; a sampled request without drafts
     # draws its token as in a batch without drafts (so it is the same either way).
     num_accepted, final = verify(layout.verify, None, argmax, None, None)
-    final = _draw_undrafted(final, logits, layout, key)
+    final = _draw_undrafted(final, logits, layout, u)
     if layout.verified_requests:
-        accepted, token = _verify_drafted(logits, argmax, layout, key)
+        accepted, token = _verify_drafted(logits, argmax, layout, u)
         picked = to_device(layout.verified_requests, logits.device, torch.long)
         num_accepted, final = num_accepted.index_copy(0, picked, accepted), final.index_copy(0, picked, token)
     return num_accepted, final
 
 
-def _verify_drafted(logits: torch.Tensor, argmax: torch.Tensor, layout: RowLayout, key: torch.Tensor
+def _verify_drafted(logits: torch.Tensor, argmax: torch.Tensor, layout: RowLayout, u: RowUniforms
                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """(num_accepted, final token) of each sampled request with drafts (`verified_requests`),
     verified on its own rows' distributions: the only ones a step computes (a sort each, where
     top-p or top-k is set)."""
     s = layout.sampling
-    rows = (logits, argmax, key, s.position, s.temperature, s.top_k, s.top_p, s.min_p)
+    rows = (logits, argmax, u.streams, s.temperature, s.top_k, s.top_p, s.min_p)
     if len(layout.verified_rows) < layout.num_rows:
         index = to_device(layout.verified_rows, logits.device, torch.long)
         rows = tuple(t[index] for t in rows)
-    logits, argmax, key, position, temperature, top_k, top_p, min_p = rows
+    logits, argmax, streams, temperature, top_k, top_p, min_p = rows
     probs = row_probs(logits, temperature, top_k, top_p, min_p, layout.verified_rows_need_sort)
-    return verify(layout.verified, probs, argmax, uniforms(key, position, ACCEPT), uniforms(key, position, SAMPLE),
-                  layout.draft_q)
+    u = RowUniforms(streams)
+    return verify(layout.verified, probs, argmax, u.accept, u.draw[:, 0], layout.draft_q)
 
 
-def _draw_undrafted(final: torch.Tensor, logits: torch.Tensor, layout: RowLayout, key: torch.Tensor
+def _draw_undrafted(final: torch.Tensor, logits: torch.Tensor, layout: RowLayout, u: RowUniforms
                     ) -> torch.Tensor:
     """`final` [n] with each sampled request without drafts taking its own draw."""
     undrafted = [i for i, req in enumerate(layout.requests)
@@ -99,8 +100,8 @@ def _draw_undrafted(final: torch.Tensor, logits: torch.Tensor, layout: RowLayout
     index = to_device(undrafted, logits.device, torch.long)
     rows = layout.verify.first[index]
     s = layout.sampling
-    tokens = draw_tokens(logits[rows], s.temperature[rows], s.top_k[rows], s.top_p[rows], s.min_p[rows],
-                         layout.max_top_k, key[rows], s.position[rows])
+    tokens = draw_with_uniforms(logits[rows], s.temperature[rows], s.top_k[rows], s.top_p[rows], s.min_p[rows],
+                                layout.max_top_k, u.rows(rows).draw)
     return final.index_copy(0, index, tokens)
 
 
