@@ -38,25 +38,36 @@ bool finite_bits(float value) {
 float weight_below(float x, float top) { return std::exp(std::max(x - top, -110.0f)); }
 
 // The first token whose running sum of `weights` passes u x their total: the reference's
-// sample_inverse_cdf (a float64 CDF and searchsorted) with the total taken in four parts.
+// sample_inverse_cdf (a float64 CDF and searchsorted). The sums are taken by blocks of
+// CDF_BLOCK tokens, and the walk goes block by block to the one the target falls in, then token
+// by token: ~n / CDF_BLOCK dependent additions instead of ~n / 2.
+constexpr int64_t CDF_BLOCK = 64;
+
 int64_t inverse_cdf(const float* weights, int64_t n, double u) {
-  double parts[4] = {0.0, 0.0, 0.0, 0.0};
-  int64_t j = 0;
-  for (; j + 4 <= n; j += 4)
-    for (int k = 0; k < 4; ++k) parts[k] += static_cast<double>(weights[j + k]);
-  for (; j < n; ++j) parts[0] += static_cast<double>(weights[j]);
-  const double total = (parts[0] + parts[1]) + (parts[2] + parts[3]);
+  const int64_t blocks = (n + CDF_BLOCK - 1) / CDF_BLOCK;
+  thread_local std::vector<double> block_sums;
+  block_sums.resize(blocks);
+  double total = 0.0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    double sum = 0.0;
+    for (int64_t j = b * CDF_BLOCK; j < std::min(n, (b + 1) * CDF_BLOCK); ++j) sum += static_cast<double>(weights[j]);
+    block_sums[b] = sum;
+    total += sum;
+  }
   const double target = std::min(u * total, std::nextafter(total, 0.0));
   double running = 0.0;
-  int64_t last_with_mass = 0;
-  for (j = 0; j < n; ++j) {
+  int64_t b = 0;
+  for (; b + 1 < blocks && running + block_sums[b] <= target; ++b) running += block_sums[b];
+  for (int64_t j = b * CDF_BLOCK; j < n; ++j) {
     if (weights[j] > 0.0f) {
       running += static_cast<double>(weights[j]);
-      last_with_mass = j;
       if (running > target) return j;
     }
   }
-  return last_with_mass;  // the sum in order came out below the total in parts
+  // the sums token by token came out below the block sums': the last token with mass
+  for (int64_t j = n - 1; j > 0; --j)
+    if (weights[j] > 0.0f) return j;
+  return 0;
 }
 
 // logits [R, V] fp32, contiguous; each row's temperature, top_p and min_p [R] fp32.
@@ -71,14 +82,16 @@ void check_rows(const char* op, const at::Tensor& logits, const at::Tensor& temp
 
 // One row: the draw of round 0, then a check and a redraw above the pivot per round; the
 // reference's loop, row by row. Scratch: x, weight and drawable, n floats each.
-int64_t draw_row(const float* logits, int64_t n, float temperature, float top_p, float min_p, const double* u,
-                 int64_t rounds, float* x, float* weight, float* drawable) {
+int64_t draw_row(const float* __restrict__ logits, int64_t n, float temperature, float top_p, float min_p,
+                 const double* u, int64_t rounds, float* __restrict__ x, float* __restrict__ weight,
+                 float* __restrict__ drawable) {
   float top = -FLT_MAX;
-  for (int64_t j = 0; j < n; ++j) {
+  for (int64_t j = 0; j < n; ++j) {  // restrict: no store here can change a logit, so this vectorises
     const bool allowed = finite_bits(logits[j]);
-    x[j] = allowed ? logits[j] / temperature : -FLT_MAX;
+    const float xj = allowed ? logits[j] / temperature : -FLT_MAX;
+    x[j] = xj;
     weight[j] = allowed ? 1.0f : 0.0f;  // a mark until the weights below
-    top = allowed ? std::max(top, x[j]) : top;
+    top = std::max(top, xj);
   }
   double mass = 0.0;
   const float min_x = min_p > 0.0f ? top + std::log(min_p) : -FLT_MAX;
