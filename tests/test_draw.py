@@ -24,7 +24,9 @@ def _cpu_kernel(draw=draw_top_p_on_cpu):
 # The torch steps, and the same steps in C++ (kernels/cpu/draw.cpp, what the CPU draws with)
 TOP_P_DRAWS = [pytest.param(lambda: draw_top_p_by_rejection, id="torch"), pytest.param(_cpu_kernel, id="cpp")]
 TOP_K_DRAWS = [pytest.param(lambda: draw_top_k, id="torch"),
-               pytest.param(lambda: _cpu_kernel(draw_top_k_on_cpu), id="cpp")]
+               pytest.param(lambda: _cpu_kernel(draw_top_k_on_cpu), id="cpp"),
+               pytest.param(lambda: lambda *args: draw_with_uniforms(*args[:-1], args[-1][:, None]),
+                            id="engine")]  # every row with a top-k cut: draw.py's way for such steps
 
 
 def settings(rows: int, rounds: int, seed: int = 1):

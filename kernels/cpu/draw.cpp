@@ -19,12 +19,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <utility>
 #include <vector>
 
 namespace {
 
 constexpr int64_t ROWS_PER_TASK = 8;
+constexpr int64_t SCAN_CHUNK = 16;  // a top-k row's logits by chunks, each with its maximum
 constexpr int64_t FINAL_CUT = -1;  // the row's last uniform is drawn from the cut nucleus (in torch)
 
 bool finite_bits(float value) {
@@ -145,10 +147,13 @@ at::Tensor draw_top_p_by_rejection(const at::Tensor& logits, const at::Tensor& t
 // of the survivors in vocabulary order. Ties at the k-th value are kept in an arbitrary order,
 // as torch's topk keeps them.
 int64_t draw_top_k_row(const float* logits, int64_t n, float temperature, int64_t top_k, float top_p, float min_p,
-                       double u, std::vector<std::pair<float, int64_t>>& kept, std::vector<float>& weights) {
-  // the k largest in one scan (by the raw logits: a positive temperature keeps their order):
-  // tokens above a threshold are kept, and when 2k are, cut back to the k largest, whose
-  // smallest becomes the threshold that most later tokens do not pass
+                       double u, std::vector<std::pair<float, int64_t>>& kept, std::vector<float>& weights,
+                       std::vector<float>& chunk_max, std::vector<float>& order) {
+  // The k largest (by the raw logits: a positive temperature keeps their order). First a floor:
+  // the k-th largest of the chunks' maxima is the largest of k distinct logits, so at least k
+  // logits reach it, and every one of the k largest does. Then one scan of the chunks whose
+  // maximum reaches the threshold: tokens above it are kept, and when 2k are, cut back to the
+  // k largest, whose smallest becomes the threshold.
   const auto larger = [](const std::pair<float, int64_t>& a, const std::pair<float, int64_t>& b) {
     return a.first > b.first;
   };
@@ -156,18 +161,41 @@ int64_t draw_top_k_row(const float* logits, int64_t n, float temperature, int64_
     std::nth_element(kept.begin(), kept.begin() + (count - 1), kept.end(), larger);
     kept.resize(count);
   };
+  const int64_t chunks = n / SCAN_CHUNK;
+  chunk_max.resize(chunks);
+  float* __restrict__ maxima = chunk_max.data();
+  for (int64_t c = 0; c < chunks; ++c) {
+    float lanes[SCAN_CHUNK];
+    for (int64_t i = 0; i < SCAN_CHUNK; ++i) {
+      const float v = logits[c * SCAN_CHUNK + i];
+      lanes[i] = finite_bits(v) ? v : -FLT_MAX;
+    }
+    float largest = lanes[0];
+    for (int64_t i = 1; i < SCAN_CHUNK; ++i) largest = std::max(largest, lanes[i]);
+    maxima[c] = largest;
+  }
+  float threshold = -FLT_MAX;  // a logit passes when above it
+  if (top_k <= chunks) {
+    order.assign(chunk_max.begin(), chunk_max.end());
+    std::nth_element(order.begin(), order.begin() + (top_k - 1), order.end(), std::greater<float>());
+    if (order[top_k - 1] > -FLT_MAX) threshold = std::nextafter(order[top_k - 1], -FLT_MAX);  // reaching the floor
+  }
   kept.clear();
-  float threshold = -FLT_MAX;
-  for (int64_t j = 0; j < n; ++j) {
-    const float v = logits[j];
-    if (v > threshold && finite_bits(v)) {
-      kept.emplace_back(v, j);
-      if (static_cast<int64_t>(kept.size()) >= 2 * top_k + 64) {
-        keep_largest(top_k);
-        threshold = kept[top_k - 1].first;
+  const auto scan = [&](int64_t begin, int64_t end) {
+    for (int64_t j = begin; j < end; ++j) {
+      const float v = logits[j];
+      if (v > threshold && finite_bits(v)) {
+        kept.emplace_back(v, j);
+        if (static_cast<int64_t>(kept.size()) >= 2 * top_k + 64) {
+          keep_largest(top_k);
+          threshold = kept[top_k - 1].first;
+        }
       }
     }
-  }
+  };
+  for (int64_t c = 0; c < chunks; ++c)
+    if (chunk_max[c] > threshold) scan(c * SCAN_CHUNK, (c + 1) * SCAN_CHUNK);
+  scan(chunks * SCAN_CHUNK, n);
   if (static_cast<int64_t>(kept.size()) > top_k) keep_largest(top_k);
   const int64_t k = static_cast<int64_t>(kept.size());
   TORCH_CHECK(k > 0, "draw_top_k: a row without a finite logit");
@@ -209,10 +237,11 @@ at::Tensor draw_top_k(const at::Tensor& logits, const at::Tensor& temperature, c
   int64_t* out = tokens.data_ptr<int64_t>();
   at::parallel_for(0, rows, ROWS_PER_TASK, [&](int64_t begin, int64_t end) {
     std::vector<std::pair<float, int64_t>> kept;
-    std::vector<float> weights;
+    std::vector<float> weights, chunk_max, order;
     for (int64_t row = begin; row < end; ++row) {
       TORCH_CHECK(kp[row] > 0, "draw_top_k: a row without a top-k cut");
-      out[row] = draw_top_k_row(lp + row * n, n, tp[row], kp[row], pp[row], mp[row], up[row], kept, weights);
+      out[row] = draw_top_k_row(lp + row * n, n, tp[row], kp[row], pp[row], mp[row], up[row], kept, weights,
+                                chunk_max, order);
     }
   });
   return tokens;

@@ -65,6 +65,8 @@ def _draw_on_cpu(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
     """Picking rows costs nothing on the CPU, so each row is drawn one way only."""
     if not max_top_k:
         return draw_top_p_on_cpu(logits, temperature, top_p, min_p, u)
+    if bool((top_k > 0).all()):  # no rows to pick: no copies of them
+        return draw_top_k_on_cpu(logits, temperature, top_k, top_p, min_p, max_top_k, u[:, 0])
     tokens = torch.empty(logits.shape[0], dtype=torch.long)
     k, p = (top_k > 0).nonzero()[:, 0], (top_k == 0).nonzero()[:, 0]
     if len(k):
