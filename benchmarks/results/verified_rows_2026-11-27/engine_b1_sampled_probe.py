@@ -3,6 +3,8 @@ tokens, adaptive), random 128-token prompts (serving.py's) and grounded ones: ho
 draft, and the time in selection."""
 import sys, time, random
 sys.path.insert(0, sys.argv[1])
+from pathlib import Path  # noqa: E402
+CHECKPOINT = Path(__file__).resolve().parents[3] / "checkpoints" / "tiny-target"  # this repository's
 import torch
 from transformers import AutoTokenizer
 from app.config import EngineConfig
@@ -11,7 +13,7 @@ from app.sampling_params import SamplingParams
 from app.engine.selection import selector as sel
 from benchmarks.grounded_prompts import input_grounded_texts
 torch.set_num_threads(1)
-model = "/work/main/checkpoints/tiny-target"
+model = str(CHECKPOINT)
 tok = AutoTokenizer.from_pretrained(model)
 engine = LLMEngine(EngineConfig(model=model, speculative_method=(sys.argv[2] if len(sys.argv) > 2 else None), prompt_lookup_min=3))
 spent = [0.0]

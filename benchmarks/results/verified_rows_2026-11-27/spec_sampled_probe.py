@@ -3,6 +3,8 @@ on a GPU, adaptive off), batches of 8 and 16: half the prompts input-grounded (d
 half open-ended; temperature 0.8, top_p 0.95. Output tok/s; the tree is argv[1]."""
 import sys, time
 sys.path.insert(0, sys.argv[1])
+from pathlib import Path  # noqa: E402
+CHECKPOINT = Path(__file__).resolve().parents[3] / "checkpoints" / "tiny-target"  # this repository's
 import torch
 from transformers import AutoTokenizer
 from app.config import EngineConfig
@@ -10,7 +12,7 @@ from app.engine.engine import LLMEngine
 from app.sampling_params import SamplingParams
 from benchmarks.grounded_prompts import input_grounded_texts, open_ended_texts
 torch.set_num_threads(2)
-model = "/work/main/checkpoints/tiny-target"
+model = str(CHECKPOINT)
 tok = AutoTokenizer.from_pretrained(model)
 engine = LLMEngine(EngineConfig(model=model, num_kv_blocks=4096, max_num_seqs=16, speculative_method="ngram",
                                 prompt_lookup_min=3, adaptive_speculation=False, speculation_schedule={1: 4, 32: 0}))
