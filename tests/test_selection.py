@@ -30,9 +30,14 @@ def chi2_pvalue(observed: torch.Tensor, expected: torch.Tensor) -> float:
     return float(torch.special.gammaincc(torch.tensor(df / 2), stat.double() / 2))
 
 
+def layout_of(requests: list[Request], device: torch.device) -> RowLayout:
+    """The step that computes each request's known tokens (its drafts too), rows in order."""
+    return RowLayout.build({r: r.num_tokens - r.num_computed_tokens for r in requests}, device)
+
+
 def select(requests: list[Request], logits: torch.Tensor, step: int = 0, seed: int = 0) -> list[list[int]]:
     """Each request's chosen tokens (accepted drafts + its own) from rows laid out in order."""
-    layout = RowLayout.build({r: r.num_tokens - r.num_computed_tokens for r in requests}, logits.device)
+    layout = layout_of(requests, logits.device)
     return [c.token_ids for c in Selector(seed)(logits, layout, step)]
 
 
@@ -142,7 +147,7 @@ def test_drafted_requests_are_verified_on_their_own_rows_alone(device):
         ]
         reqs[-1].set_spec([5], forced=True)
         logits = (torch.randn(13, V, generator=g) * 2).to(device)
-        layout = RowLayout.build({r: r.num_tokens - r.num_computed_tokens for r in reqs}, logits.device)
+        layout = layout_of(reqs, logits.device)
         assert layout.verified_requests == [2, 3, 4] and layout.verified_rows == list(range(4, 13))
         s, u = layout.sampling, layout.uniforms(step)
         every_row = row_probs(logits, s.temperature, s.top_k, s.top_p, s.min_p, needs_sort=True)

@@ -247,9 +247,7 @@ class LLMEngine:
 
     @property
     def tokenizer(self):
-        """The checkpoint's tokenizer, loaded on first use (jump-forward tokenizes forced text).
-        transformers too is imported then: ~0.5 s of an engine process's start that only guided
-        requests need."""
+        """The checkpoint's tokenizer, and transformers, loaded on first use (guided requests)."""
         if self._tokenizer is None:
             from transformers import AutoTokenizer
             self._tokenizer = AutoTokenizer.from_pretrained(self.config.model)

@@ -71,6 +71,7 @@ class RowLayout:
     verified_requests: list[int]  # the sampled requests with drafts (their index): verified by draws
     verified_rows: list[int]  # their rows, in order: the only distributions verification reads
     verified_rows_need_sort: bool  # one of them has top-k or top-p
+    undrafted_requests: list[int]  # the sampled requests without drafts: each draws its own token
     max_top_k: int  # the largest top-k of a sampled row (0: none)
     draft_q: torch.Tensor | None  # [D, V] the proposed drafts' distributions, on the device
     logprob_rows: list[int]  # rows whose logprobs are returned (requests that asked)
@@ -151,7 +152,7 @@ class RowLayout:
         """None when no request is sampled this step (prompt chunks only)."""
         requests, firsts, ks, greedy, forced, drafts = [], [], [], [], [], []
         q_rows, q_parts, logprob_rows, logprob_req, logprob_offset = [], [], [], [], []
-        penalised, verified_requests, verified_rows = [], [], []
+        penalised, verified_requests, verified_rows, undrafted_requests = [], [], [], []
         verified_rows_need_sort = False
         num_top = num_q = 0
         row = 0
@@ -177,6 +178,8 @@ class RowLayout:
                 verified_requests.append(len(requests) - 1)
                 verified_rows += range(row, row + rows)
                 verified_rows_need_sort |= p.top_k > 0 or p.top_p < 1
+            elif not p.greedy:
+                undrafted_requests.append(len(requests) - 1)
             if p.logprobs is not None:
                 logprob_rows += range(row, row + rows)
                 logprob_req += [len(requests) - 1] * rows
@@ -195,7 +198,7 @@ class RowLayout:
         return cls(
             requests=requests, first_rows=firsts, num_rows=row, device=device, host_rows=host_rows,
             all_greedy=all_greedy, verified_requests=verified_requests, verified_rows=verified_rows,
-            verified_rows_need_sort=verified_rows_need_sort,
+            verified_rows_need_sort=verified_rows_need_sort, undrafted_requests=undrafted_requests,
             max_top_k=max((r.params.top_k for r, g in zip(requests, greedy) if not g), default=0),
             draft_q=torch.cat(q_parts).to(device) if q_parts else None, logprob_rows=logprob_rows,
             logprob_index=(to_device([logprob_rows, logprob_req, logprob_offset], device, torch.long)

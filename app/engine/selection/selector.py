@@ -50,17 +50,17 @@ def choose(logits: torch.Tensor, layout: RowLayout, unseeded_key: int, argmax: t
     the logits since)."""
     if layout.penalties is not None:
         logits = apply_penalties(logits, layout.penalties)
-    if layout.all_greedy:  # no draws needed
-        return verify(layout.verify, None, row_argmax(logits) if argmax is None else argmax, None, None)
-    s, u = layout.sampling, layout.uniforms(unseeded_key)
-    if layout.num_rows == len(layout.requests):  # no drafts: each request draws its token, as is
-        drawn = draw_with_uniforms(logits, s.temperature, s.top_k, s.top_p, s.min_p, layout.max_top_k, u.draw)
-        if not any(layout.host_rows.greedy):
-            return torch.zeros_like(drawn), drawn
-        greedy = to_device(layout.host_rows.greedy, logits.device, torch.bool)
-        return torch.zeros_like(drawn), torch.where(greedy, row_argmax(logits) if argmax is None else argmax, drawn)
-    if argmax is None:
+    drafts, some_greedy = layout.num_rows > len(layout.requests), any(layout.host_rows.greedy)
+    if argmax is None and (drafts or some_greedy):  # only draws read no argmax
         argmax = row_argmax(logits)
+    if layout.all_greedy:  # no draws needed
+        return verify(layout.verify, None, argmax, None, None)
+    s, u = layout.sampling, layout.uniforms(unseeded_key)
+    if not drafts:  # each request draws its token, as is
+        drawn = draw_with_uniforms(logits, s.temperature, s.top_k, s.top_p, s.min_p, layout.max_top_k, u.draw)
+        if some_greedy:
+            drawn = torch.where(to_device(layout.host_rows.greedy, logits.device, torch.bool), argmax, drawn)
+        return torch.zeros_like(drawn), drawn
     if len(layout.verified_requests) == len(layout.requests):
         return _verify_drafted(logits, argmax, layout, u)
     # Greedy requests keep their drafts along the argmax chain; a sampled request without drafts
@@ -92,17 +92,16 @@ def _verify_drafted(logits: torch.Tensor, argmax: torch.Tensor, layout: RowLayou
 
 def _draw_undrafted(final: torch.Tensor, logits: torch.Tensor, layout: RowLayout, u: RowUniforms
                     ) -> torch.Tensor:
-    """`final` [n] with each sampled request without drafts taking its own draw."""
-    undrafted = [i for i, req in enumerate(layout.requests)
-                 if not req.spec_token_ids and not req.params.greedy]
-    if not undrafted:
+    """`final` [n] with each sampled request without drafts (`undrafted_requests`) taking its own
+    draw."""
+    picked = layout.undrafted_requests
+    if not picked:
         return final
-    index = to_device(undrafted, logits.device, torch.long)
-    rows = layout.verify.first[index]
+    rows = to_device([layout.first_rows[i] for i in picked], logits.device, torch.long)
     s = layout.sampling
     tokens = draw_with_uniforms(logits[rows], s.temperature[rows], s.top_k[rows], s.top_p[rows], s.min_p[rows],
                                 layout.max_top_k, u.rows(rows).draw)
-    return final.index_copy(0, index, tokens)
+    return final.index_copy(0, to_device(picked, logits.device, torch.long), tokens)
 
 
 def logprob_payload(logits: torch.Tensor, layout: RowLayout, num_accepted: torch.Tensor,
