@@ -72,6 +72,9 @@ int64_t inverse_cdf(const float* weights, int64_t n, double u) {
   return 0;
 }
 
+// A greedy row (temperature 0) draws as at temperature 1: its caller takes the argmax instead.
+float positive(float temperature) { return temperature > 0.0f ? temperature : 1.0f; }
+
 // logits [R, V] fp32, contiguous; each row's temperature, top_p and min_p [R] fp32.
 void check_rows(const char* op, const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& top_p,
                 const at::Tensor& min_p) {
@@ -119,25 +122,25 @@ int64_t draw_row(const float* __restrict__ logits, int64_t n, float temperature,
   return FINAL_CUT;
 }
 
-// logits [R, V] fp32; temperature (> 0), top_p, min_p [R] fp32; u [R, rounds] float64.
+// logits [R, V] fp32; temperature, top_p, min_p [R] fp32; u [R, rounds] float64, rows at any stride.
 // -> [R] int64 tokens, FINAL_CUT where every redraw fell outside the nucleus.
 at::Tensor draw_top_p_by_rejection(const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& top_p,
                                    const at::Tensor& min_p, const at::Tensor& u) {
   check_rows("draw_top_p_by_rejection", logits, temperature, top_p, min_p);
   const int64_t rows = logits.size(0), n = logits.size(1);
-  TORCH_CHECK(u.dim() == 2 && u.size(0) == rows && u.scalar_type() == at::kDouble && u.is_contiguous(),
-              "draw_top_p_by_rejection: u [R, rounds] float64");
+  TORCH_CHECK(u.dim() == 2 && u.size(0) == rows && u.scalar_type() == at::kDouble && u.stride(1) == 1,
+              "draw_top_p_by_rejection: u [R, rounds] float64, its rounds side by side");
   at::Tensor tokens = at::empty({rows}, logits.options().dtype(at::kLong));
   const float* lp = logits.data_ptr<float>();
   const float *tp = temperature.data_ptr<float>(), *pp = top_p.data_ptr<float>(), *mp = min_p.data_ptr<float>();
   const double* up = u.data_ptr<double>();
   int64_t* out = tokens.data_ptr<int64_t>();
-  const int64_t rounds = u.size(1);
+  const int64_t rounds = u.size(1), u_stride = u.stride(0);
   at::parallel_for(0, rows, ROWS_PER_TASK, [&](int64_t begin, int64_t end) {
     std::vector<float> scratch(3 * n);
     for (int64_t row = begin; row < end; ++row)
-      out[row] = draw_row(lp + row * n, n, tp[row], pp[row], mp[row], up + row * rounds, rounds, scratch.data(),
-                          scratch.data() + n, scratch.data() + 2 * n);
+      out[row] = draw_row(lp + row * n, n, positive(tp[row]), pp[row], mp[row], up + row * u_stride, rounds,
+                          scratch.data(), scratch.data() + n, scratch.data() + 2 * n);
   });
   return tokens;
 }
@@ -220,31 +223,133 @@ int64_t draw_top_k_row(const float* logits, int64_t n, float temperature, int64_
   return kept[inverse_cdf(weights.data(), survivors, u)].second;
 }
 
-// logits [R, V] fp32; temperature (> 0), top_p, min_p [R] fp32; top_k [R] int64 (> 0); u [R]
-// float64 -> [R] int64 tokens.
+// logits [R, V] fp32; temperature, top_p, min_p [R] fp32; top_k [R] int64 (> 0); u [R] float64
+// at any stride -> [R] int64 tokens.
 at::Tensor draw_top_k(const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& top_k,
                       const at::Tensor& top_p, const at::Tensor& min_p, const at::Tensor& u) {
   check_rows("draw_top_k", logits, temperature, top_p, min_p);
   const int64_t rows = logits.size(0), n = logits.size(1);
   TORCH_CHECK(top_k.scalar_type() == at::kLong && top_k.is_contiguous() && top_k.numel() == rows,
               "draw_top_k: top_k [R] int64");
-  TORCH_CHECK(u.scalar_type() == at::kDouble && u.is_contiguous() && u.numel() == rows, "draw_top_k: u [R] float64");
+  TORCH_CHECK(u.scalar_type() == at::kDouble && u.dim() == 1 && u.size(0) == rows, "draw_top_k: u [R] float64");
   at::Tensor tokens = at::empty({rows}, logits.options().dtype(at::kLong));
   const float* lp = logits.data_ptr<float>();
   const float *tp = temperature.data_ptr<float>(), *pp = top_p.data_ptr<float>(), *mp = min_p.data_ptr<float>();
   const int64_t* kp = top_k.data_ptr<int64_t>();
   const double* up = u.data_ptr<double>();
+  const int64_t u_stride = u.stride(0);
   int64_t* out = tokens.data_ptr<int64_t>();
   at::parallel_for(0, rows, ROWS_PER_TASK, [&](int64_t begin, int64_t end) {
     std::vector<std::pair<float, int64_t>> kept;
     std::vector<float> weights, chunk_max, order;
     for (int64_t row = begin; row < end; ++row) {
       TORCH_CHECK(kp[row] > 0, "draw_top_k: a row without a top-k cut");
-      out[row] = draw_top_k_row(lp + row * n, n, tp[row], kp[row], pp[row], mp[row], up[row], kept, weights,
-                                chunk_max, order);
+      out[row] = draw_top_k_row(lp + row * n, n, positive(tp[row]), kp[row], pp[row], mp[row], up[row * u_stride],
+                                kept, weights, chunk_max, order);
     }
   });
   return tokens;
+}
+
+// The distribution a drafted row is verified against: app/engine/selection/distribution.py's
+// row_probs (the reference, which sorts the row for top-k and top-p) in a few passes over the
+// row and a sort of a few of its tokens. The nucleus is the tokens whose mass strictly above is
+// below top_p x the row's (top-k) mass, as the draws define it. Tokens go in buckets by how far
+// they lie below the row's largest logit, so no larger logit is in a later bucket: the buckets
+// whose running mass stays below that goal are in the nucleus, those after the one that reaches
+// it are out, and only that one's tokens are sorted to find the cut. Ties at a cut are all
+// kept (the reference keeps an arbitrary order of them), as the CUDA draws keep them.
+constexpr int64_t NUCLEUS_BUCKETS = 256;
+constexpr float BUCKET_SPAN = 16.0f;  // logits further below the largest share the last bucket
+
+void filtered_probs_row(const float* __restrict__ logits, int64_t n, float temperature, int64_t top_k, float top_p,
+                        float min_p, float* __restrict__ out, float* __restrict__ x, uint8_t* __restrict__ bucket,
+                        std::vector<float>& values, std::vector<std::pair<float, int64_t>>& boundary) {
+  float top = -FLT_MAX;
+  int64_t finite = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const bool allowed = finite_bits(logits[j]);
+    x[j] = allowed ? logits[j] / temperature : -FLT_MAX;
+    finite += allowed;
+    top = std::max(top, x[j]);
+  }
+  TORCH_CHECK(finite > 0, "filtered_probs: a row without a finite logit");
+  float floor = -FLT_MAX;  // top-k keeps the logits at or above it
+  if (top_k > 0 && top_k < finite) {
+    values.clear();
+    for (int64_t j = 0; j < n; ++j)
+      if (finite_bits(logits[j])) values.push_back(x[j]);
+    std::nth_element(values.begin(), values.begin() + (top_k - 1), values.end(), std::greater<float>());
+    floor = values[top_k - 1];
+  }
+  const float min_x = min_p > 0.0f ? top + std::log(min_p) : -FLT_MAX;
+  double mass = 0.0;
+  for (int64_t j = 0; j < n; ++j) {  // -FLT_MAX, a non-finite logit, is below any floor
+    out[j] = x[j] >= floor && x[j] > -FLT_MAX ? weight_below(x[j], top) : 0.0f;
+    mass += out[j];
+  }
+  if (top_p < 1.0f) {
+    const float per_unit = NUCLEUS_BUCKETS / BUCKET_SPAN;
+    double bucket_mass[NUCLEUS_BUCKETS] = {};
+    for (int64_t j = 0; j < n; ++j) {
+      bucket[j] = static_cast<uint8_t>(std::min<int64_t>(
+          NUCLEUS_BUCKETS - 1, static_cast<int64_t>(std::min(top - x[j], BUCKET_SPAN) * per_unit)));
+      bucket_mass[bucket[j]] += out[j];
+    }
+    const double goal = std::max(static_cast<double>(top_p) * mass, static_cast<double>(FLT_MIN));
+    double above = 0.0;
+    int64_t cut_bucket = 0;  // top-p keeps the buckets before it, and its logits above cut_above
+    for (; cut_bucket < NUCLEUS_BUCKETS && above + bucket_mass[cut_bucket] < goal; ++cut_bucket)
+      above += bucket_mass[cut_bucket];
+    float cut_above = -FLT_MAX;
+    if (cut_bucket < NUCLEUS_BUCKETS) {
+      boundary.clear();
+      for (int64_t j = 0; j < n; ++j)
+        if (bucket[j] == cut_bucket && out[j] > 0.0f) boundary.emplace_back(x[j], j);
+      std::sort(boundary.begin(), boundary.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+      for (size_t i = 0; i < boundary.size();) {  // a group of equal logits at a time
+        const float group = boundary[i].first;
+        if (!(above < goal)) {  // the mass above reaches the goal: this group and all below are out
+          cut_above = group;
+          break;
+        }
+        for (; i < boundary.size() && boundary[i].first == group; ++i) above += out[boundary[i].second];
+      }
+    }
+    for (int64_t j = 0; j < n; ++j)
+      if (bucket[j] > cut_bucket || (bucket[j] == cut_bucket && !(x[j] > cut_above))) out[j] = 0.0f;
+  }
+  double kept = 0.0;
+  for (int64_t j = 0; j < n; ++j) {
+    if (x[j] < min_x) out[j] = 0.0f;
+    kept += out[j];
+  }
+  const float scale = static_cast<float>(1.0 / kept);
+  for (int64_t j = 0; j < n; ++j) out[j] *= scale;
+}
+
+// logits [R, V] fp32; temperature, top_p, min_p [R] fp32; top_k [R] int64 (0: no cut)
+// -> [R, V] fp32 probabilities.
+at::Tensor filtered_probs(const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& top_k,
+                          const at::Tensor& top_p, const at::Tensor& min_p) {
+  check_rows("filtered_probs", logits, temperature, top_p, min_p);
+  const int64_t rows = logits.size(0), n = logits.size(1);
+  TORCH_CHECK(top_k.scalar_type() == at::kLong && top_k.is_contiguous() && top_k.numel() == rows,
+              "filtered_probs: top_k [R] int64");
+  at::Tensor probs = at::empty({rows, n}, logits.options());
+  const float* lp = logits.data_ptr<float>();
+  const float *tp = temperature.data_ptr<float>(), *pp = top_p.data_ptr<float>(), *mp = min_p.data_ptr<float>();
+  const int64_t* kp = top_k.data_ptr<int64_t>();
+  float* out = probs.data_ptr<float>();
+  at::parallel_for(0, rows, ROWS_PER_TASK, [&](int64_t begin, int64_t end) {
+    std::vector<float> x(n), values;
+    std::vector<uint8_t> bucket(n);
+    std::vector<std::pair<float, int64_t>> boundary;
+    for (int64_t row = begin; row < end; ++row)
+      filtered_probs_row(lp + row * n, n, positive(tp[row]), kp[row], pp[row], mp[row], out + row * n, x.data(),
+                         bucket.data(), values, boundary);
+  });
+  return probs;
 }
 
 }  // namespace
@@ -254,4 +359,6 @@ TORCH_LIBRARY_FRAGMENT(specserve_cpu, m) {
         &draw_top_p_by_rejection);
   m.def("draw_top_k(Tensor logits, Tensor temperature, Tensor top_k, Tensor top_p, Tensor min_p, Tensor u) -> Tensor",
         &draw_top_k);
+  m.def("filtered_probs(Tensor logits, Tensor temperature, Tensor top_k, Tensor top_p, Tensor min_p) -> Tensor",
+        &filtered_probs);
 }

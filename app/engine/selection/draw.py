@@ -52,7 +52,6 @@ def draw_with_uniforms(logits: torch.Tensor, temperature: torch.Tensor, top_k: t
     is greedy and draws nothing: its token is undefined, for the caller's argmax (a CUDA graph
     that chooses for greedy and sampled rows alike)."""
     if not logits.is_cuda:
-        temperature = temperature.where(temperature > 0, 1.0)
         return _draw_on_cpu(logits, temperature, top_k, top_p, min_p, max_top_k, u)
     from kernels.filtered_sampling import filtered_sample
     floor = top_k_floor(logits, top_k, max_top_k) if max_top_k else None
@@ -87,16 +86,16 @@ def draw_top_p_on_cpu(logits: torch.Tensor, temperature: torch.Tensor, top_p: to
                       min_p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """`draw_top_p_by_rejection` in one C++ pass over each row a step (kernels/cpu/draw.cpp),
     where it builds and the logits are fp32; the rows whose every redraw fell outside the
-    nucleus are cut and drawn here, as the torch steps do."""
+    nucleus are cut and drawn here, as the torch steps do. A greedy row (temperature 0) draws
+    as at temperature 1, for its caller's argmax."""
     ops = _cpu_draws(logits)
     if ops is None:
-        return draw_top_p_by_rejection(logits, temperature, top_p, min_p, u)
+        return draw_top_p_by_rejection(logits, _positive(temperature), top_p, min_p, u)
     tokens = ops.draw_top_p_by_rejection(logits.contiguous(), temperature.float().contiguous(),
-                                         top_p.float().contiguous(), min_p.float().contiguous(),
-                                         u.double().contiguous())
+                                         top_p.float().contiguous(), min_p.float().contiguous(), u.double())
     cut = (tokens < 0).nonzero()[:, 0]
     if len(cut):
-        x, _, drawable = scaled_weights(logits[cut], temperature[cut], min_p[cut])
+        x, _, drawable = scaled_weights(logits[cut], _positive(temperature[cut]), min_p[cut])
         tokens[cut] = draw_from_cut_nucleus(x, drawable, top_p[cut], u[cut, -1])
     return tokens
 
@@ -108,9 +107,14 @@ def draw_top_k_on_cpu(logits: torch.Tensor, temperature: torch.Tensor, top_k: to
     fp32: each row's own k largest, partially sorted, instead of a batched topk and sorts."""
     ops = _cpu_draws(logits)
     if ops is None:
-        return draw_top_k(logits, temperature, top_k, top_p, min_p, max_top_k, u)
+        return draw_top_k(logits, _positive(temperature), top_k, top_p, min_p, max_top_k, u)
     return ops.draw_top_k(logits.contiguous(), temperature.float().contiguous(), top_k.long().contiguous(),
-                          top_p.float().contiguous(), min_p.float().contiguous(), u.double().contiguous())
+                          top_p.float().contiguous(), min_p.float().contiguous(), u.double())
+
+
+def _positive(temperature: torch.Tensor) -> torch.Tensor:
+    """A greedy row's temperature (0) as 1, so that its draw is defined; the C++ draws do the same."""
+    return temperature.where(temperature > 0, 1.0)
 
 
 def top_k_floor(logits: torch.Tensor, top_k: torch.Tensor, max_top_k: int) -> torch.Tensor:

@@ -15,7 +15,7 @@ import torch
 from app.engine.guided_rows import mask_guided_rows
 from app.engine.selection import transfer
 from app.engine.selection.argmax import row_argmax
-from app.engine.selection.distribution import row_probs
+from app.engine.selection.distribution import filtered_probs
 from app.engine.selection.draw import draw_with_uniforms
 from app.engine.selection.draws import RowUniforms, step_key
 from app.engine.selection.layout import RowLayout
@@ -50,10 +50,12 @@ def choose(logits: torch.Tensor, layout: RowLayout, unseeded_key: int, argmax: t
     the logits since)."""
     if layout.penalties is not None:
         logits = apply_penalties(logits, layout.penalties)
-    drafts, some_greedy = layout.num_rows > len(layout.requests), any(layout.host_rows.greedy)
+    drafts, some_greedy = layout.has_drafts, any(layout.host_rows.greedy)
     if argmax is None and (drafts or some_greedy):  # only draws read no argmax
         argmax = row_argmax(logits)
     if layout.all_greedy:  # no draws needed
+        if not drafts:
+            return torch.zeros_like(argmax), argmax
         return verify(layout.verify, None, argmax, None, None)
     s, u = layout.sampling, layout.uniforms(unseeded_key)
     if not drafts:  # each request draws its token, as is
@@ -77,15 +79,15 @@ def choose(logits: torch.Tensor, layout: RowLayout, unseeded_key: int, argmax: t
 def _verify_drafted(logits: torch.Tensor, argmax: torch.Tensor, layout: RowLayout, u: RowUniforms
                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """(num_accepted, final token) of each sampled request with drafts (`verified_requests`),
-    verified on its own rows' distributions: the only ones a step computes (a sort each, where
-    top-p or top-k is set)."""
+    verified on its own rows' distributions: the only ones a step computes (on a GPU a sort
+    each, where top-p or top-k is set)."""
     s = layout.sampling
     rows = (logits, argmax, u.streams, s.temperature, s.top_k, s.top_p, s.min_p)
     if len(layout.verified_rows) < layout.num_rows:
         index = to_device(layout.verified_rows, logits.device, torch.long)
         rows = tuple(t[index] for t in rows)
     logits, argmax, streams, temperature, top_k, top_p, min_p = rows
-    probs = row_probs(logits, temperature, top_k, top_p, min_p, layout.verified_rows_need_sort)
+    probs = filtered_probs(logits, temperature, top_k, top_p, min_p, layout.verified_rows_need_sort)
     u = RowUniforms(streams)
     return verify(layout.verified, probs, argmax, u.accept, u.draw[:, 0], layout.draft_q)
 
@@ -113,8 +115,8 @@ def logprob_payload(logits: torch.Tensor, layout: RowLayout, num_accepted: torch
     rows, req, offset = layout.logprob_index
     logprobs = logits[rows].float().log_softmax(-1)
     token = final[req]
-    drafts = layout.verify.drafts
-    if drafts.shape[1]:
+    if layout.has_drafts:
+        drafts = layout.verify.drafts
         draft = drafts[req, offset.clamp(max=drafts.shape[1] - 1)]
         token = torch.where(offset < num_accepted[req], draft, token)
     chosen = logprobs.gather(1, token[:, None])[:, 0]
