@@ -7,6 +7,7 @@ import functools
 import pytest
 import torch
 
+from app.engine.selection.verify import VerifyRows, verify, verify_by_argmax_on_host
 from tests.spec.rejection_sampling import RejectionSampler, rejection_sample
 
 V, K, N = 6, 3, 20000
@@ -49,6 +50,24 @@ def test_greedy_equals_argmax_chain_cut_at_first_mismatch():
         assert out == greedy_reference(r, d)
         assert len(out) == acc + 1 and out[:acc] == d[:acc]
     assert res.num_accepted[4] == 4 and len(res.token_ids[4]) == 5  # all accepted: + bonus
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_hosts_argmax_chain_is_verifys(seed):
+    """The CPU keeps greedy requests and forced drafts along the argmax chain in Python
+    (`verify_by_argmax_on_host`); `verify` with no distributions is what the device does."""
+    g = torch.Generator().manual_seed(seed)
+    ks = torch.randint(0, 5, (9,), generator=g).tolist()
+    forced = (torch.rand(9, generator=g) < 0.2).tolist()
+    firsts = [sum(k + 1 for k in ks[:i]) for i in range(len(ks))]
+    argmax = torch.randint(0, 3, (sum(k + 1 for k in ks),), generator=g)  # 3 tokens: drafts often match
+    max_k = max(ks)
+    drafts = [torch.randint(0, 3, (k,), generator=g).tolist() + [0] * (max_k - k) for k in ks]
+    rows = VerifyRows(first=torch.tensor(firsts), num_drafts=torch.tensor(ks), greedy=torch.ones(9, dtype=torch.bool),
+                      forced=torch.tensor(forced), drafts=torch.tensor(drafts).view(9, max_k))
+    accepted, final = verify(rows, None, argmax, None, None)
+    assert verify_by_argmax_on_host(firsts, ks, forced, drafts, argmax.tolist()) == (accepted.tolist(), final.tolist())
+    assert 0 < sum(accepted.tolist()) < sum(ks)  # some drafts kept, some not
 
 
 def test_greedy_rows_unaffected_by_sampled_rows_in_the_batch():

@@ -20,7 +20,7 @@ from app.engine.selection.draw import draw_with_uniforms
 from app.engine.selection.draws import RowUniforms, step_key
 from app.engine.selection.layout import RowLayout
 from app.engine.selection.penalties import apply_penalties
-from app.engine.selection.verify import verify
+from app.engine.selection.verify import verify, verify_by_argmax_on_host
 from app.engine.to_device import to_device
 from app.outputs import TokenLogprob
 
@@ -56,7 +56,7 @@ def choose(logits: torch.Tensor, layout: RowLayout, unseeded_key: int, argmax: t
     if layout.all_greedy:  # no draws needed
         if not drafts:
             return torch.zeros_like(argmax), argmax
-        return verify(layout.verify, None, argmax, None, None)
+        return _verify_by_argmax(argmax, layout)
     s, u = layout.sampling, layout.uniforms(unseeded_key)
     if not drafts:  # each request draws its token, as is
         drawn = draw_with_uniforms(logits, s.temperature, s.top_k, s.top_p, s.min_p, layout.max_top_k, u.draw)
@@ -67,13 +67,24 @@ def choose(logits: torch.Tensor, layout: RowLayout, unseeded_key: int, argmax: t
         return _verify_drafted(logits, argmax, layout, u)
     # Greedy requests keep their drafts along the argmax chain; a sampled request without drafts
     # draws its token as in a batch without drafts (so it is the same either way).
-    num_accepted, final = verify(layout.verify, None, argmax, None, None)
+    num_accepted, final = _verify_by_argmax(argmax, layout)
     final = _draw_undrafted(final, logits, layout, u)
     if layout.verified_requests:
         accepted, token = _verify_drafted(logits, argmax, layout, u)
         picked = to_device(layout.verified_requests, logits.device, torch.long)
         num_accepted, final = num_accepted.index_copy(0, picked, accepted), final.index_copy(0, picked, token)
     return num_accepted, final
+
+
+def _verify_by_argmax(argmax: torch.Tensor, layout: RowLayout) -> tuple[torch.Tensor, torch.Tensor]:
+    """(num_accepted, final token) of every request kept along the argmax chain: greedy
+    requests, and forced drafts. On the host where the argmax is there already."""
+    if argmax.device.type != "cpu":
+        return verify(layout.verify, None, argmax, None, None)
+    host = layout.host_rows
+    on_host = argmax.numpy().tolist()  # a view of the CPU's tensor: no copy, nothing to wait for
+    accepted, final = verify_by_argmax_on_host(host.firsts, host.ks, host.forced, host.drafts, on_host)
+    return torch.tensor(accepted), torch.tensor(final)
 
 
 def _verify_drafted(logits: torch.Tensor, argmax: torch.Tensor, layout: RowLayout, u: RowUniforms

@@ -41,6 +41,21 @@ def sample_inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.searchsorted(cdf, target, right=True)[:, 0]
 
 
+def verify_by_argmax_on_host(firsts: list[int], ks: list[int], forced: list[bool], drafts: list[list[int]],
+                             argmax: list[int]) -> tuple[list[int], list[int]]:
+    """`verify` with no distributions (every request kept along the argmax chain), over host
+    lists: for logits already on the host (the CPU), where ~20 small tensor ops took ~0.3 ms of
+    a batch-1 step with the caches cold after the forward (2026-11-28)."""
+    accepted, final = [], []
+    for first, k, is_forced, row_drafts in zip(firsts, ks, forced, drafts):
+        a = 0
+        while a < k and (is_forced or row_drafts[a] == argmax[first + a]):
+            a += 1
+        accepted.append(a)
+        final.append(argmax[first + a])
+    return accepted, final
+
+
 def verify(rows: VerifyRows, probs: torch.Tensor | None, argmax: torch.Tensor,
            u_accept: torch.Tensor | None, u_sample: torch.Tensor | None, draft_q: torch.Tensor | None = None
            ) -> tuple[torch.Tensor, torch.Tensor]:
