@@ -21,9 +21,10 @@ def random_rows(rows: int, vocab: int, scale: float, seed: int):
     logits[::3, torch.randperm(vocab, generator=g)[: vocab // 3]] = float("-inf")  # a grammar's mask
     logits[::3, 0] = 1.0  # every row keeps a token
     temperature = torch.rand(rows, generator=g) * 1.5 + 0.3
-    top_k = torch.tensor([0, 5, 0, 40, 2, 0, 3, 0, 1000, 0])[torch.arange(rows) % 10]
-    top_p = torch.tensor([0.95, 1.0, 0.9, 0.5, 1.0, 0.99, 0.3, 0.7, 0.999, 1e-30])[torch.arange(rows) % 10]
-    min_p = torch.tensor([0.0, 0.0, 0.0, 0.05, 0.0, 0.2, 0.0, 0.01, 0.0, 0.0])[torch.arange(rows) % 10]
+    setting = torch.arange(rows) % 11  # the last: temperature alone, no cut
+    top_k = torch.tensor([0, 5, 0, 40, 2, 0, 3, 0, 1000, 0, 0])[setting]
+    top_p = torch.tensor([0.95, 1.0, 0.9, 0.5, 1.0, 0.99, 0.3, 0.7, 0.999, 1e-30, 1.0])[setting]
+    min_p = torch.tensor([0.0, 0.0, 0.0, 0.05, 0.0, 0.2, 0.0, 0.01, 0.0, 0.0, 0.0])[setting]
     return logits, temperature, top_k, top_p, min_p
 
 
@@ -33,12 +34,12 @@ def test_the_cpu_distribution_is_the_reference_on_rows_without_ties(vocab, scale
     """Sums run in another order than the reference's fp32 cumsum, so a token at a cut could
     differ only within rounding; the reference also cuts a tail of ~1e-9 at top_p = 1, where
     its fp32 cumsum reaches 1.0 early. So: the same tokens above 1e-6, and within 2e-6 in all."""
-    args = random_rows(20, vocab, scale, seed=vocab)
+    args = random_rows(22, vocab, scale, seed=vocab)
     expected = row_probs(*args, needs_sort=True).double()
     got = filtered_probs(*args, needs_sort=True).double()
     assert torch.equal(got > 1e-6, expected > 1e-6)
     assert (got - expected).abs().sum(-1).max() < 4e-6
-    assert torch.allclose(got.sum(-1), torch.ones(20, dtype=torch.float64), atol=1e-5)
+    assert torch.allclose(got.sum(-1), torch.ones(22, dtype=torch.float64), atol=1e-5)
 
 
 def test_tied_tokens_at_a_cut_are_all_kept():
