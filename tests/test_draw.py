@@ -10,14 +10,13 @@ from app.engine.selection.draw import (draw_top_k, draw_top_k_on_cpu, draw_top_p
                                        draw_with_uniforms, top_k_floor)
 from app.engine.selection.draws import DRAW_ROUNDS
 from app.engine.selection.verify import sample_inverse_cdf
+from tests.cpu_kernels import require_cpu_kernels
 
 P_THRESHOLD = 1e-3
 
 
 def _cpu_kernel(draw=draw_top_p_on_cpu):
-    from kernels.cpu import cpu_ops
-    if cpu_ops() is None:
-        pytest.skip("the CPU kernels do not build here")
+    require_cpu_kernels()
     return draw
 
 

@@ -6,13 +6,12 @@ import pytest
 import torch
 
 from app.engine.selection.distribution import filtered_probs, row_probs
+from tests.cpu_kernels import require_cpu_kernels
 
 
 @pytest.fixture(autouse=True)
 def cpu_kernels():
-    from kernels.cpu import cpu_ops
-    if cpu_ops() is None:
-        pytest.skip("the CPU kernels do not build here")
+    require_cpu_kernels()
 
 
 def random_rows(rows: int, vocab: int, scale: float, seed: int):

@@ -64,14 +64,20 @@ def filtered_probs(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch
     (kernels/cpu/draw.cpp's filtered_probs: 15 against ~130 us for a row of 4,096 on one thread,
     2026-11-28). There ties at a top-k or top-p cut are all kept, as the draws keep them (the
     reference keeps an arbitrary order of them)."""
-    if logits.device.type == "cpu" and logits.dtype == torch.float32:
-        from kernels.cpu import cpu_ops
-        ops = cpu_ops()
-        if ops is not None:
-            return ops.filtered_probs(logits.contiguous(), temperature.float().contiguous(),
-                                      top_k.long().contiguous(), top_p.float().contiguous(),
-                                      min_p.float().contiguous())
-    return row_probs(logits, temperature, top_k, top_p, min_p, needs_sort)
+    ops = cpu_selection_ops(logits)
+    if ops is None:
+        return row_probs(logits, temperature, top_k, top_p, min_p, needs_sort)
+    return ops.filtered_probs(logits.contiguous(), temperature.float().contiguous(), top_k.long().contiguous(),
+                              top_p.float().contiguous(), min_p.float().contiguous())
+
+
+def cpu_selection_ops(logits: torch.Tensor):
+    """kernels/cpu's selection ops (kernels/cpu/draw.cpp) for these logits: for fp32 logits on
+    the CPU where the ops build; else None (the torch steps)."""
+    if logits.device.type != "cpu" or logits.dtype != torch.float32:
+        return None
+    from kernels.cpu import cpu_ops
+    return cpu_ops()
 
 
 def sampling_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:

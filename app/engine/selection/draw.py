@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from app.engine.selection.distribution import filter_logits, row_probs
+from app.engine.selection.distribution import cpu_selection_ops, filter_logits, row_probs
 from app.engine.selection.draws import RowUniforms
 from app.engine.selection.verify import sample_inverse_cdf
 
@@ -75,20 +75,13 @@ def _draw_on_cpu(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
     return tokens
 
 
-def _cpu_draws(logits: torch.Tensor):
-    """kernels/cpu's draw ops for these logits: where they build, and for fp32 logits; else
-    None (the torch steps)."""
-    from kernels.cpu import cpu_ops
-    return cpu_ops() if logits.dtype == torch.float32 else None
-
-
 def draw_top_p_on_cpu(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
                       min_p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """`draw_top_p_by_rejection` in one C++ pass over each row a step (kernels/cpu/draw.cpp),
     where it builds and the logits are fp32; the rows whose every redraw fell outside the
     nucleus are cut and drawn here, as the torch steps do. A greedy row (temperature 0) draws
     as at temperature 1, for its caller's argmax."""
-    ops = _cpu_draws(logits)
+    ops = cpu_selection_ops(logits)
     if ops is None:
         return draw_top_p_by_rejection(logits, _positive(temperature), top_p, min_p, u)
     tokens = ops.draw_top_p_by_rejection(logits.contiguous(), temperature.float().contiguous(),
@@ -105,7 +98,7 @@ def draw_top_k_on_cpu(logits: torch.Tensor, temperature: torch.Tensor, top_k: to
                       ) -> torch.Tensor:
     """`draw_top_k` row by row in C++ (kernels/cpu/draw.cpp) where it builds and the logits are
     fp32: each row's own k largest, partially sorted, instead of a batched topk and sorts."""
-    ops = _cpu_draws(logits)
+    ops = cpu_selection_ops(logits)
     if ops is None:
         return draw_top_k(logits, _positive(temperature), top_k, top_p, min_p, max_top_k, u)
     return ops.draw_top_k(logits.contiguous(), temperature.float().contiguous(), top_k.long().contiguous(),

@@ -10,6 +10,8 @@ resample from p with x zeroed. Forced drafts (jump-forward) are accepted as they
 
 Everything stays on the device: no boolean indexing, no `.item()`, fixed shapes given the
 layout, so it can run inside a CUDA graph.
+`verify_by_argmax_on_host` is the argmax chain alone over host lists, for logits that are on
+the host already (the CPU).
 """
 
 from __future__ import annotations
