@@ -35,6 +35,10 @@ class _GraphArgs(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
     served_model_name: str | None = None  # default: the checkpoint directory's name
+    # The sampling fields a request leaves unset: "model", the checkpoint's generation_config.json
+    # where it sets them (temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens),
+    # as vLLM's default `--generation-config auto` does; "openai", the API's own defaults.
+    sampling_defaults: Literal["model", "openai"] = "model"
     api_keys: list[str] | None = None  # when set, requests need `Authorization: Bearer <key>`
     # (unset: the comma-separated keys in $SPECSERVE_API_KEYS, if any)
     max_request_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1)  # larger bodies get a 413

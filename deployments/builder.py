@@ -23,6 +23,8 @@ from ray.serve.config import RequestRouterConfig
 from deployments.app_args import AppArgs
 from app.config import EngineConfig
 from app.models.config import ModelConfig
+from app.models.generation_config import GenerationDefaults
+from app.sampling_params import SamplingParams
 from deployments.constraint import ConstraintService
 from deployments.draft import DraftModel
 from deployments.ingress import Ingress
@@ -123,7 +125,21 @@ def build_app(args: dict) -> Application:
         target_config, a.front_config(), name, hub, draft, a.engine_process, constraint)  # draft used only when speculative_method is "draft"
     vocab_size = ModelConfig.from_dir(model).vocab_size
     return Ingress.bind(target, hub, model, name, target_config.max_model_len, vocab_size,
-                        api_keys(a), a.max_request_body_bytes)
+                        api_keys(a), a.max_request_body_bytes, request_defaults(a, model))
+
+
+def request_defaults(args: AppArgs, model: str) -> GenerationDefaults:
+    """What fills the fields a request leaves unset (`sampling_defaults`), checked now: a
+    checkpoint's bad default is the server's error at start-up, not a 400 for every request."""
+    if args.sampling_defaults == "openai":
+        return GenerationDefaults()
+    defaults = GenerationDefaults.from_dir(model)
+    try:
+        SamplingParams(**defaults.sampling, max_tokens=defaults.max_tokens or 1)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{model}/generation_config.json: {exc} (sampling_defaults: openai "
+                         "leaves the file's sampling settings out)") from None
+    return defaults
 
 
 def api_keys(args: AppArgs) -> list[str] | None:

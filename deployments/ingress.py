@@ -29,6 +29,7 @@ from transformers import AutoTokenizer
 from app.guided.compiler import CompilerBusy
 from app.guided.errors import GuidedFormatError
 from app.guided.output_format import OutputFormat
+from app.models.generation_config import GenerationDefaults
 from app.outputs import EngineOverloaded
 from app.sampling_params import SamplingParams
 from deployments.choices import Choice, Event, guarded_stream, merge_choices, sse
@@ -66,7 +67,8 @@ install_error_handlers(app)
 class Ingress:
     def __init__(self, target, metrics_hub, model_path: str, served_model_name: str,
                  max_model_len: int, vocab_size: int, api_keys: list[str] | None = None,
-                 max_request_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
+                 max_request_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 defaults: GenerationDefaults = GenerationDefaults()):
         self.target = target
         self.model_path = model_path
         self.model_name = served_model_name
@@ -79,6 +81,10 @@ class Ingress:
         self.metrics.registry.register(RoutingCollector(served_model_name, self.metrics.replica))
         self.max_model_len = max_model_len  # resolved once, by the builder
         self.vocab_size = vocab_size
+        self.defaults = defaults  # what fills the sampling fields a request leaves unset
+        if defaults.sampling or defaults.max_tokens is not None:
+            logger.info("Requests that leave them unset take the model's generation_config.json "
+                        "settings: %s", {**defaults.sampling, "max_tokens": defaults.max_tokens})
         self._token_text: dict[int, str] = {}
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -121,6 +127,7 @@ class Ingress:
                      prompt_logprobs: int | None = None) -> list[Choice]:
         """Check every prompt, then start n engine requests per prompt and await their first outputs."""
         limit = self.max_model_len
+        req = req.with_defaults(self.defaults.sampling)
         params = []  # (choice index, prompt index, prompt ids, sampling params)
         bias = req.token_bias
         if bias and max(bias) >= self.vocab_size:
@@ -133,6 +140,8 @@ class Ingress:
                 raise OpenAIError(400, f"This model's maximum context length is {limit} tokens, but the "
                                        f"prompt has {len(ids)} tokens; shorten it.", param=prompt_param)
             wanted = max_tokens if max_tokens is not None else limit - len(ids)
+            if not req.max_tokens_given and self.defaults.max_tokens is not None:
+                wanted = min(wanted, self.defaults.max_tokens)
             if len(ids) + wanted > limit:
                 raise OpenAIError(400, f"This model's maximum context length is {limit} tokens, but "
                                        f"{len(ids) + wanted} were requested ({len(ids)} in the prompt, "

@@ -152,6 +152,17 @@ class SamplingFields(BaseModel):
             raise ValueError("beam search ranks beams by the model's own log-probabilities; it does not "
                              f"take {', '.join(given)} (leave them unset)")
 
+    def with_defaults(self, sampling: dict[str, float]) -> "SamplingFields":
+        """This request with the sampling fields it leaves unset taken from `sampling` (the
+        model's, app/models/generation_config.py). Beam search takes none: it ranks beams by the
+        model's own log-probabilities."""
+        unset = {name: value for name, value in sampling.items() if name not in self.model_fields_set}
+        return self.model_copy(update=unset) if unset and not self.use_beam_search else self
+
+    @property
+    def max_tokens_given(self) -> bool:
+        return bool({"max_tokens", "max_completion_tokens"} & self.model_fields_set)
+
     @property
     def beam_width(self) -> int:
         return self.n

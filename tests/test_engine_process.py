@@ -294,7 +294,7 @@ def test_every_message_round_trips_across_the_process_boundary():
     fmt = OutputFormat("[0-9]{3}")
     stats = EngineStats(1, 0, 64, 3, 0.05, 10, 4, 0, 10, 5, 7)
     messages = [
-        StartEngine(config(), True), EngineReady(RequestLimits(2048, 16, 64, 4096), [0, 4], stats),
+        StartEngine(config(), True), EngineReady(RequestLimits(2048, 16, 64, 4096), stats),
         EngineFailed("Traceback ..."), AddRequest("r", [1, 2, 3], SamplingParams(max_tokens=4, seed=3), fmt),
         AddRequest("plain", [5], SamplingParams(beam_width=2, temperature=0)), AbortRequest("r"),
         DropFormat(fmt), ReportCache(4096), CacheReport(16, [-5048900421954299991, 7]), Stop(),

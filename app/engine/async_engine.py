@@ -35,11 +35,10 @@ MAX_FORMATS_IN_CORE = 64  # output formats the core keeps; the front drops the o
 
 
 class AsyncEngineFront:
-    """Subclasses set `limits`, `eos_token_ids` and `_stats`, and implement `_submit` (hand a
-    core-loop command over)."""
+    """Subclasses set `limits` and `_stats`, and implement `_submit` (hand a core-loop command
+    over)."""
 
     limits: RequestLimits
-    eos_token_ids: list[int]
     error: str | None = None  # set when the engine is gone for good (then every call raises EngineDied)
 
     def __init__(self, config: EngineConfig, front: FrontConfig):
@@ -162,7 +161,6 @@ class AsyncLLMEngine(AsyncEngineFront):
         super().__init__(config, front)
         self.engine = LLMEngine(config, proposer)
         self.limits = self.engine.limits
-        self.eos_token_ids = list(self.engine.model_config.eos_token_ids)
         self._stats = self.engine.stats()
         self._commands: queue.Queue = queue.Queue()
         self._loop = CoreLoop(self.engine, self._receive, self._publish, self._answer)

@@ -68,7 +68,7 @@ class EngineProcess(AsyncEngineFront):
         self._conn = Connection(ours.detach())
         self._send(StartEngine(config, proposer is not None))
         ready = self._await_ready(startup_timeout_s)
-        self.limits, self.eos_token_ids, self._stats = ready.limits, ready.eos_token_ids, ready.stats
+        self.limits, self._stats = ready.limits, ready.stats
         self._reader = threading.Thread(target=self._read, name="specserve-engine-reader", daemon=True)
         self._reader.start()
 
@@ -255,7 +255,7 @@ def _child_main(fd: int) -> int:
     except Exception:  # noqa: BLE001 - reported to the front, which raises it
         conn.send(EngineFailed(traceback.format_exc()))
         return 1
-    conn.send(EngineReady(engine.limits, list(engine.model_config.eos_token_ids), engine.stats()))
+    conn.send(EngineReady(engine.limits, engine.stats()))
     _ChildLoop(engine, conn, pending).run()
     return 0
 

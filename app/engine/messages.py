@@ -87,7 +87,6 @@ class StartEngine:
 class EngineReady:
     """Child -> front, once the engine is built."""
     limits: RequestLimits
-    eos_token_ids: list[int]
     stats: EngineStats
 
 

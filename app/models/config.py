@@ -1,4 +1,5 @@
-"""The architecture settings specserve reads from a checkpoint's config.json.
+"""The architecture settings specserve reads from a checkpoint's config.json (and the EOS
+tokens generation_config.json adds).
 
 Read as plain JSON (not through transformers) so that any transformers version's spelling
 works: `rope_scaling` + `rope_theta` (4.x) and `rope_parameters` (5.x) alike.
@@ -6,9 +7,12 @@ works: `rope_scaling` + `rope_theta` (4.x) and `rope_parameters` (5.x) alike.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from app.models.generation_config import GenerationDefaults
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 
@@ -35,8 +39,11 @@ class ModelConfig:
 
     @classmethod
     def from_dir(cls, path: str | Path) -> "ModelConfig":
-        raw = json.loads((Path(path) / "config.json").read_text())
-        return cls.from_dict(raw)
+        """config.json's settings; the model's EOS tokens are config.json's and then those only
+        generation_config.json names (app/models/generation_config.py)."""
+        config = cls.from_dict(json.loads((Path(path) / "config.json").read_text()))
+        more = GenerationDefaults.from_dir(path).eos_token_ids
+        return dataclasses.replace(config, eos_token_ids=tuple(dict.fromkeys(config.eos_token_ids + more)))
 
     @classmethod
     def from_dict(cls, raw: dict) -> "ModelConfig":
