@@ -32,6 +32,7 @@ from app.guided.output_format import OutputFormat
 from app.models.generation_config import GenerationDefaults
 from app.outputs import EngineOverloaded
 from app.sampling_params import SamplingParams
+from deployments.chat_prompt import chat_prompt_ids
 from deployments.choices import Choice, Event, guarded_stream, merge_choices, sse
 from deployments.detokenizer import IncrementalDetokenizer
 from deployments.beam_choices import beam_texts
@@ -43,8 +44,8 @@ from deployments.guided_formats import FormatRequestError, RequestedFormat, requ
 from deployments.request_gate import DEFAULT_MAX_BODY_BYTES, GateSettings, RequestGate
 from deployments.metrics import IngressMetrics
 from deployments.prefix_router import RoutingCollector
-from deployments.tool_calls import (ToolStream, parse_calls, render_messages, requested_tool_format,
-                                    syntax_for_template, template_knows_tools)
+from deployments.tool_calls import (ToolStream, parse_calls, requested_tool_format, syntax_for_template,
+                                    template_knows_tools)
 from deployments.tokenize_protocol import (DetokenizeRequest, DetokenizeResponse, TokenizeChatRequest,
                                            TokenizeCompletionRequest, TokenizeResponse)
 from deployments.tool_protocol import FunctionCallDelta, ToolCallDelta
@@ -199,22 +200,7 @@ class Ingress:
                          total_tokens=prompt + completion)
 
     def _chat_prompt(self, body, add_special_tokens: bool = False) -> list[int]:
-        """The prompt ids of a chat (or chat tokenize) request: messages and tools through the
-        model's chat template (deployments/tool_calls.py: render_messages)."""
-        if not getattr(self.tokenizer, "chat_template", None):
-            raise OpenAIError(400, "this model has no chat template; use /v1/completions")
-        messages = render_messages(body.messages, body.tools, self.tool_syntax, self.native_tools)
-        native_tools = ([t.model_dump(exclude_none=True) for t in body.tools]
-                        if body.tools and self.native_tools else None)
-        extra = {"continue_final_message": True} if getattr(body, "continue_final_message", False) else {}
-        try:
-            text = self.tokenizer.apply_chat_template(
-                messages, tools=native_tools, add_generation_prompt=body.add_generation_prompt,
-                tokenize=False, **extra)
-        except Exception as exc:  # noqa: BLE001 - a template that refuses the messages
-            raise OpenAIError(400, f"the chat template could not render the messages: {exc}",
-                              param="messages") from None
-        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+        return chat_prompt_ids(self.tokenizer, body, self.tool_syntax, self.native_tools, add_special_tokens)
 
     # -- routes -------------------------------------------------------------------------------
     @app.get("/health")

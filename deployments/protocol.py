@@ -25,6 +25,11 @@ MAX_N = 16
 MAX_LOGPROBS = 20
 MAX_STOP = 16  # stop strings per request (each one is checked against every new character)
 INT64 = 2 ** 63
+# transformers' `apply_chat_template` arguments, which `chat_template_kwargs` may not set.
+TEMPLATE_CALL_ARGUMENTS = frozenset((
+    "conversation", "messages", "tools", "documents", "chat_template", "add_generation_prompt",
+    "continue_final_message", "tokenize", "padding", "truncation", "max_length", "return_tensors",
+    "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs"))
 # Sampling settings beam search has no use for: refused when a request sets them.
 BEAM_SEARCH_CONFLICTS = ("top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty",
                          "repetition_penalty", "logit_bias")
@@ -267,13 +272,32 @@ class ChatMessage(BaseModel):
         return "".join(part.text for part in self.content)
 
 
-class ChatCompletionRequest(SamplingFields):
+class ChatTemplateFields(BaseModel):
+    """How the messages go through the model's chat template (vLLM's fields, on chat and on
+    chat /tokenize alike)."""
+    add_generation_prompt: bool = True  # open an assistant turn after the messages
+    continue_final_message: bool = False  # leave the last (assistant) message open, to be continued
+    # More variables for the template, e.g. Qwen3's {"enable_thinking": false}.
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _check_template_fields(self) -> "ChatTemplateFields":
+        if self.add_generation_prompt and self.continue_final_message:
+            raise ValueError("continue_final_message needs add_generation_prompt to be false "
+                             "(a final message is continued, or a new assistant turn is opened)")
+        taken = sorted(set(self.chat_template_kwargs or ()) & TEMPLATE_CALL_ARGUMENTS)
+        if taken:
+            raise ValueError(f"chat_template_kwargs cannot set {', '.join(taken)}: the server sets "
+                             "those (add_generation_prompt and continue_final_message are request fields)")
+        return self
+
+
+class ChatCompletionRequest(SamplingFields, ChatTemplateFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
-    add_generation_prompt: bool = True
     tools: list[ToolDefinition] | None = None
     tool_choice: ToolChoice | None = None  # None: "auto" with tools, "none" without
     parallel_tool_calls: bool = True

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from deployments.protocol import ChatMessage
+from deployments.protocol import ChatMessage, ChatTemplateFields
 from deployments.tool_protocol import ToolDefinition
 
 
@@ -16,11 +16,9 @@ class TokenizeCompletionRequest(BaseModel):
     return_token_strs: bool = False
 
 
-class TokenizeChatRequest(BaseModel):
+class TokenizeChatRequest(ChatTemplateFields):
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
-    add_generation_prompt: bool = True
-    continue_final_message: bool = False
     add_special_tokens: bool = False  # the template writes them
     return_token_strs: bool = False
     tools: list[ToolDefinition] | None = None

@@ -71,6 +71,10 @@ CASES = [
      400, "response_format"),
     ("response-format-not-object", COMPLETIONS, dict(json={"prompt": "x", "response_format": "json"}), 400,
      "response_format"),
+    ("chat-template-kwargs-set-tokenize", CHAT, dict(json={"messages": USER, "chat_template_kwargs": {"tokenize": True}}),
+     400, "chat_template_kwargs"),
+    ("chat-continue-and-open-a-turn", CHAT, dict(json={"messages": USER, "continue_final_message": True}), 400,
+     "continue_final_message"),
 ]
 
 

@@ -1,0 +1,26 @@
+"""A chat request's prompt: its messages (and tools) through the model's chat template, with
+the request's template fields (deployments/protocol.py: ChatTemplateFields)."""
+
+from __future__ import annotations
+
+from deployments.openai_errors import OpenAIError
+from deployments.tool_calls import render_messages
+
+
+def chat_prompt_ids(tokenizer, body, tool_syntax, native_tools: bool,
+                    add_special_tokens: bool = False) -> list[int]:
+    """The prompt ids of a chat (or chat /tokenize) request. Tools are written into the messages
+    where the template does not take them itself (deployments/tool_calls.py: render_messages)."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise OpenAIError(400, "this model has no chat template; use /v1/completions")
+    messages = render_messages(body.messages, body.tools, tool_syntax, native_tools)
+    tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools and native_tools else None
+    try:
+        text = tokenizer.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=body.add_generation_prompt,
+            continue_final_message=body.continue_final_message, tokenize=False,
+            **(body.chat_template_kwargs or {}))
+    except Exception as exc:  # noqa: BLE001 - a template that refuses the messages
+        raise OpenAIError(400, f"the chat template could not render the messages: {exc}",
+                          param="messages") from None
+    return tokenizer.encode(text, add_special_tokens=add_special_tokens)

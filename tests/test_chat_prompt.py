@@ -1,0 +1,59 @@
+"""A chat request's template fields reach the model's chat template as vLLM passes them:
+`chat_template_kwargs` as template variables (Qwen3's `enable_thinking`), and
+`continue_final_message` leaves the last assistant message open."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+from transformers import AutoTokenizer
+
+from deployments.chat_prompt import chat_prompt_ids
+from deployments.protocol import ChatCompletionRequest
+from deployments.tokenize_protocol import TokenizeChatRequest
+from tests.checkpoints import DEFAULT_TARGET
+
+# The default target's template, plus a Qwen3-style switch for the thinking block.
+TEMPLATE = ("{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}<|end|>\n"
+            "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n"
+            "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}{% endif %}")
+USER = [{"role": "user", "content": "Add two numbers."}]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    tok = AutoTokenizer.from_pretrained(DEFAULT_TARGET)
+    tok.chat_template = TEMPLATE
+    return tok
+
+
+def prompt_text(tokenizer, request_class, body: dict) -> str:
+    ids = chat_prompt_ids(tokenizer, request_class.model_validate(body), None, native_tools=False)
+    return tokenizer.decode(ids)
+
+
+@pytest.mark.parametrize("request_class", [ChatCompletionRequest, TokenizeChatRequest])
+def test_chat_template_kwargs_are_the_templates_variables(tokenizer, request_class):
+    plain = prompt_text(tokenizer, request_class, {"messages": USER})
+    no_thinking = prompt_text(tokenizer, request_class, {"messages": USER,
+                                                         "chat_template_kwargs": {"enable_thinking": False}})
+    assert plain == "<|user|>\nAdd two numbers.<|end|>\n<|assistant|>\n"
+    assert no_thinking == plain + "<think>\n\n</think>\n\n"
+
+
+@pytest.mark.parametrize("request_class", [ChatCompletionRequest, TokenizeChatRequest])
+def test_continue_final_message_leaves_the_assistant_message_open(tokenizer, request_class):
+    messages = USER + [{"role": "assistant", "content": "def add(a, b):"}]
+    text = prompt_text(tokenizer, request_class, {"messages": messages, "add_generation_prompt": False,
+                                                  "continue_final_message": True})
+    assert text == "<|user|>\nAdd two numbers.<|end|>\n<|assistant|>\ndef add(a, b):"
+
+
+@pytest.mark.parametrize("body,named", [
+    ({"chat_template_kwargs": {"tokenize": True, "add_generation_prompt": False}}, "add_generation_prompt, tokenize"),
+    ({"continue_final_message": True}, "continue_final_message needs add_generation_prompt to be false"),
+])
+@pytest.mark.parametrize("request_class", [ChatCompletionRequest, TokenizeChatRequest])
+def test_template_fields_the_server_owns_or_that_contradict_are_refused(request_class, body, named):
+    with pytest.raises(ValidationError, match=named):
+        request_class.model_validate({"messages": USER, **body})
