@@ -14,6 +14,7 @@ MIN_REPETITION_PENALTY = 1e-3
 @dataclass
 class SamplingParams:
     max_tokens: int = 16
+    min_tokens: int = 0  # vLLM's: until this many are out, no stop token (EOS included) is chosen
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0  # 0 (or -1) means no top-k cut
@@ -42,6 +43,9 @@ class SamplingParams:
             self.top_k = 0
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
+        if not 0 <= self.min_tokens <= self.max_tokens:
+            raise ValueError(f"min_tokens must be between 0 and max_tokens ({self.max_tokens}), "
+                             f"got {self.min_tokens}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if self.temperature < GREEDY_BELOW_TEMPERATURE:

@@ -8,7 +8,9 @@ Two hold-backs, in this order:
    (vLLM's prefix/read offsets: decode a short window, emit only what it added).
 2. Stop strings. Text that could be the start of a stop string is held until the next tokens
    show whether it is one. When a stop string appears the text is cut just before it, the stop
-   string itself is never emitted, and `stopped` is set: the caller ends the request.
+   string itself is never emitted, and `stopped` is set: the caller ends the request. While
+   the first `min_tokens` tokens come out no stop string is looked for, and one that ends
+   inside their text never counts (vLLM's rule).
 
 At the end of a request `finish()` flushes what is still held (a stop string can no longer
 complete, and an incomplete character is emitted as the tokenizer decodes it).
@@ -29,11 +31,14 @@ class Tokenizer(Protocol):
 
 class IncrementalDetokenizer:
     def __init__(self, tokenizer: Tokenizer, prompt_token_ids: Sequence[int] = (),
-                 stop: Sequence[str] = (), skip_special_tokens: bool = True):
+                 stop: Sequence[str] = (), skip_special_tokens: bool = True, min_tokens: int = 0):
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
         self.stop = [s for s in stop if s]
         self._max_stop = max((len(s) for s in self.stop), default=0)
+        self.min_tokens = min_tokens
+        self._num_tokens = 0  # output tokens fed so far
+        self._stop_floor = 0  # a stop string must end after this much text (the first min_tokens' text)
         context = list(prompt_token_ids[-_PROMPT_CONTEXT_TOKENS:])
         self._ids: list[int] = context
         self._prefix_offset = 0
@@ -61,8 +66,11 @@ class IncrementalDetokenizer:
             return ""
         for token_id in token_ids:  # token by token: a stop string ends at the earliest token
             self._ids.append(token_id)
+            self._num_tokens += 1
             self.text += self._decode_new()
-            if self._find_stop():
+            if self._num_tokens <= self.min_tokens:
+                self._stop_floor = len(self.text)
+            elif self._find_stop():
                 break
         return self._take(final=False)
 
@@ -77,13 +85,14 @@ class IncrementalDetokenizer:
         return self._take(final=True)
 
     def _find_stop(self) -> bool:
-        if not self.stop:
+        if not self.stop or self._num_tokens <= self.min_tokens:
             return False
-        # Only where a stop string could newly end: not inside text already handed out.
+        # Only where a stop string could newly end: not inside text already handed out, nor
+        # inside the first min_tokens' text.
         start = max(0, self._emitted - self._max_stop + 1)
         best: tuple[int, str] | None = None
         for s in self.stop:
-            i = self.text.find(s, start)
+            i = self.text.find(s, max(start, self._stop_floor - len(s) + 1))
             if i != -1 and (best is None or i < best[0]):
                 best = (i, s)
         if best is None:

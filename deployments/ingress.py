@@ -152,7 +152,7 @@ class Ingress:
                 try:
                     p = SamplingParams(
                         max_tokens=wanted, temperature=req.temperature, top_p=req.top_p,
-                        top_k=req.top_k, min_p=req.min_p,
+                        top_k=req.top_k, min_p=req.min_p, min_tokens=req.min_tokens,
                         seed=None if req.seed is None else req.seed + j,
                         stop_token_ids=list(req.stop_token_ids or []), ignore_eos=req.ignore_eos,
                         logprobs=logprobs, prompt_logprobs=prompt_logprobs,
@@ -165,6 +165,9 @@ class Ingress:
                     raise OpenAIError(400, str(exc)) from None
                 params.append((len(params), prompt_index, ids, p))
         output_format, format_param = await self._guide(req, tools)
+        if output_format is not None and req.min_tokens:
+            raise OpenAIError(400, f"min_tokens cannot be combined with {format_param}: the format decides "
+                                   "where the output may end", param="min_tokens")
         guided = {} if output_format is None else {"output_format": output_format}
 
         choices: list[Choice] = []
@@ -172,7 +175,7 @@ class Ingress:
         for index, prompt_index, ids, p in params:
             stream = handle.generate.remote(f"{request_id}-{index}", ids,
                                             {**dataclasses.asdict(p), **guided})
-            detok = IncrementalDetokenizer(self.tokenizer, ids, req.stop_strings)
+            detok = IncrementalDetokenizer(self.tokenizer, ids, req.stop_strings, min_tokens=req.min_tokens)
             choices.append(Choice(index, prompt_index, ids, stream, detok,
                                    self.metrics.start_request(len(ids))))
         try:

@@ -2,7 +2,7 @@
 deployments/responses.py.
 
 Field names and defaults are OpenAI's, plus vLLM's extras users already send (`top_k`,
-`min_p`, `ignore_eos`, `stop_token_ids`). Fields are checked for shape here; what depends on
+`min_p`, `min_tokens`, `ignore_eos`, `stop_token_ids`). Fields are checked for shape here; what depends on
 the model (context length, vocabulary) is checked by the ingress and the engine.
 
 Output formats: `response_format` (`json_object`, `json_schema`; `{"type": "text"}` is plain
@@ -31,7 +31,7 @@ TEMPLATE_CALL_ARGUMENTS = frozenset((
     "continue_final_message", "tokenize", "padding", "truncation", "max_length", "return_tensors",
     "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs"))
 # Sampling settings beam search has no use for: refused when a request sets them.
-BEAM_SEARCH_CONFLICTS = ("top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty",
+BEAM_SEARCH_CONFLICTS = ("top_p", "top_k", "min_p", "min_tokens", "seed", "presence_penalty", "frequency_penalty",
                          "repetition_penalty", "logit_bias")
 
 
@@ -90,6 +90,7 @@ class SamplingFields(BaseModel):
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=-1)
     min_p: float = Field(0.0, ge=0, le=1)
+    min_tokens: int = Field(0, ge=0)  # no stop token or stop string ends the output before this many
     n: int = Field(1, ge=1, le=MAX_N)
     seed: int | None = Field(None, ge=-INT64, lt=INT64)
     stop: str | list[str] | None = None

@@ -144,3 +144,19 @@ def test_hugging_face_byte_level_tokenizer_with_prompt_context():
     pieces.append(detok.finish())
     assert all("\ufffd" not in p for p in pieces)
     assert "".join(pieces) == " words ünïcödé 日本語 🙂 "
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 100])
+def test_no_stop_string_counts_that_ends_inside_the_first_min_tokens(chunk):
+    """vLLM's rule: stop strings are looked for once more than `min_tokens` tokens are out, and
+    only where they end after those tokens' text."""
+    tok = ByteTokenizer()
+    ids = tok.encode("a.b.c.d")  # one byte a token: "." ends tokens 2, 4 and 6
+    chunks = [ids[i:i + chunk] for i in range(0, len(ids), chunk)]
+    for min_tokens, expected in [(0, "a"), (1, "a"), (2, "a.b"), (4, "a.b.c"), (6, "a.b.c.d")]:
+        detok = IncrementalDetokenizer(tok, stop=["."], min_tokens=min_tokens)
+        assert "".join(stream(detok, chunks)) == expected, min_tokens
+        assert detok.stopped == (min_tokens < 6)
+    # A stop string that began inside them but ends after them counts.
+    detok = IncrementalDetokenizer(tok, stop=["b.c"], min_tokens=2)
+    assert "".join(stream(detok, chunks)) == "a." and detok.stop_reason == "b.c"

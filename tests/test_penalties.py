@@ -1,5 +1,5 @@
-"""Logit bias and presence, frequency and repetition penalties: on known logits they change each
-row exactly as defined (vLLM's semantics), the sampled distribution follows the penalised
+"""Logit bias, presence, frequency and repetition penalties, and min_tokens: on known logits they
+change each row exactly as defined (vLLM's semantics), the sampled distribution follows the penalised
 logits, the rows that verify drafts count the drafts before them, and greedy decoding with
 penalties equals transformers' (repetition penalty) and stays exact under speculation."""
 
@@ -88,6 +88,42 @@ def test_draft_rows_count_the_drafts_before_them():
         assert torch.allclose(out[j], torch.tensor(expected), atol=1e-6, rtol=0), j
 
 
+def test_rows_before_min_tokens_bar_every_stop_token_and_later_rows_do_not():
+    """Output so far: 4 tokens; rows verify 3 drafts, so they choose tokens 5 to 8. With
+    min_tokens 6 the first two rows bar the request's stop tokens and the model's EOS (-inf);
+    the rows after are the raw logits (no other penalty here)."""
+    req = Request("r", PROMPT, SamplingParams(min_tokens=6, stop_token_ids=[3]), eos_token_ids=(7,))
+    for t in OUTPUT:
+        req.append_token(t)
+    req.num_computed_tokens = req.num_tokens - 1
+    req.set_spec([6, 2, 0])
+    logits = LOGITS.repeat(4, 1)
+    out = penalised([req], logits)
+    barred = LOGITS.clone()
+    barred[[3, 7]] = -torch.inf
+    for j, row in enumerate(out):
+        assert torch.equal(row, barred if j < 2 else LOGITS), j
+    assert req.penalised
+    for t in [6, 2]:
+        req.append_token(t)
+    assert not req.penalised  # nothing to change once min_tokens are out: no penalties built
+
+
+def test_greedy_min_tokens_takes_the_best_token_that_does_not_stop(prompts):
+    engine = LLMEngine(EngineConfig(model=str(DEFAULT_TARGET), num_kv_blocks=128))
+    [free] = engine.generate(prompts[:1], SamplingParams(max_tokens=12, temperature=0, ignore_eos=True))
+    stop = free[2]
+    [stopped] = engine.generate(prompts[:1], SamplingParams(max_tokens=12, temperature=0, stop_token_ids=[stop]))
+    assert stopped == free[:free.index(stop) + 1]
+    [held] = engine.generate(prompts[:1], SamplingParams(max_tokens=12, temperature=0, stop_token_ids=[stop],
+                                                          min_tokens=8))
+    [biased] = engine.generate(prompts[:1], SamplingParams(max_tokens=12, temperature=0, ignore_eos=True,
+                                                            logit_bias={stop: -100}))
+    assert len(held) >= 8 and stop not in held[:8]
+    assert held[:3] == biased[:3] and held[:2] == free[:2]  # at token 3 the next best, as if barred
+    assert held[8:].count(stop) <= 1 and (stop not in held[8:] or held[-1] == stop)  # then it may stop
+
+
 def test_sampling_follows_the_penalised_distribution():
     params = SamplingParams(temperature=0.9, presence_penalty=0.8, frequency_penalty=0.4,
                             repetition_penalty=1.2, logit_bias={7: 3.0})
@@ -128,6 +164,7 @@ GREEDY_PENALISED = [
     SamplingParams(**GREEDY, frequency_penalty=-2.0),
     SamplingParams(**GREEDY, frequency_penalty=0.5, presence_penalty=0.5, logit_bias={13: -100}),
     SamplingParams(**GREEDY, frequency_penalty=2.0, repetition_penalty=0.8, logit_bias={100: 3.0}),
+    SamplingParams(max_tokens=40, temperature=0, min_tokens=30, stop_token_ids=[13, 203]),
 ]
 
 

@@ -98,6 +98,13 @@ class Request:
         return self.num_tokens - self.num_prompt_tokens
 
     @property
+    def penalised(self) -> bool:
+        """Its logits change before this step's choice: a penalty or bias, or stop tokens
+        barred until `min_tokens` are out (app/engine/selection/penalties.py)."""
+        p = self.params
+        return p.penalised or (p.min_tokens > 0 and self.num_output_tokens < p.min_tokens)
+
+    @property
     def is_finished(self) -> bool:
         return self.status == RequestStatus.FINISHED
 

@@ -23,7 +23,7 @@ class StepInFlight:
         the device: no drafts, grammar, beams or penalties (their next step needs this one's
         tokens on the host)."""
         return self.layout is None or all(
-            not r.spec_token_ids and r.guide is None and r.beam_search is None and not r.params.penalised
+            not r.spec_token_ids and r.guide is None and r.beam_search is None and not r.penalised
             for r in self.layout.requests)
 
     def device_inputs(self, batch: dict[Request, int]) -> DeviceInputs | None:

@@ -121,6 +121,29 @@ def test_stop_reason_names_the_stop_token_and_is_null_at_the_length_limit(serve_
         assert last.finish_reason == "length" and last.stop_reason is None
 
 
+def test_min_tokens_holds_stop_tokens_and_stop_strings_back(serve_app, client, engine, tokenizer):
+    """vLLM's `min_tokens`: no stop token (EOS included) is chosen, and no stop string ending in
+    their text counts, until that many tokens are out."""
+    from app.sampling_params import SamplingParams
+
+    ids = tokenizer.encode(PROMPTS[0])
+    free = engine.generate([ids], SamplingParams(max_tokens=16, temperature=0, ignore_eos=True))[0]
+    stop_at = free[2]
+    held = engine.generate([ids], SamplingParams(max_tokens=16, temperature=0, stop_token_ids=[stop_at],
+                                                 min_tokens=8))[0]
+    r = client.completions.create(model=serve_app.model, prompt=ids, max_tokens=16, temperature=0,
+                                  extra_body={"stop_token_ids": [stop_at], "min_tokens": 8})
+    assert r.usage.completion_tokens == len(held) >= 8 and stop_at not in held[:8]
+    stop = tokenizer.decode(free[1:2])
+    if not stop.strip():
+        pytest.skip(f"greedy token 2 is blank: {stop!r}")
+    params = dict(model=serve_app.model, prompt=ids, max_tokens=16, temperature=0, stop=[stop],
+                  extra_body={"ignore_eos": True})
+    early = client.completions.create(**params).choices[0]
+    late = client.completions.create(**{**params, "extra_body": {"ignore_eos": True, "min_tokens": 4}}).choices[0]
+    assert early.finish_reason == "stop" and late.text.startswith(early.text + stop)
+
+
 def test_32_concurrent_streams_finish_with_correct_usage(serve_app, client, tokenizer):
     def run(i: int):
         prompt = f"Request number {i}: {PROMPTS[i % len(PROMPTS)]}"

@@ -80,7 +80,7 @@ class RowLayout:
     logprob_rows: list[int]  # rows whose logprobs are returned (requests that asked)
     logprob_index: torch.Tensor | None  # [3, L] int64 on the device: row, request, offset in it
     num_top_logprobs: int  # the most alternatives any request asked for
-    penalties: Penalties | None = None  # None when no request has a penalty or a logit bias
+    penalties: Penalties | None = None  # None when no request has a penalty, a bias or min_tokens to go
 
     @functools.cached_property
     def verify(self) -> VerifyRows:
@@ -193,7 +193,7 @@ class RowLayout:
                 logprob_req += [len(requests) - 1] * rows
                 logprob_offset += range(rows)
                 num_top = max(num_top, p.logprobs)
-            if p.penalised:
+            if req.penalised:
                 penalised.append((req, row))
             row += rows
         if not requests:

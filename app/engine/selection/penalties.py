@@ -1,9 +1,12 @@
-"""Logit bias and repetition, frequency and presence penalties, batched on the logits' device.
+"""Logit bias, repetition, frequency and presence penalties, and `min_tokens`, batched on the
+logits' device.
 
-vLLM's semantics, in its order: the bias is added first; then a token seen in the prompt or the
-output has a positive logit divided by the repetition penalty and a negative one multiplied by
-it; then the frequency penalty times the token's count in the output, and the presence penalty
-once if it is there at all, are subtracted. Temperature and the filters come after.
+vLLM's semantics, in its order: the bias is added first (and a row before `min_tokens` are out
+gets -inf on every stop token, EOS included, as vLLM's min-tokens processor does); then a token
+seen in the prompt or the output has a positive logit divided by the repetition penalty and a
+negative one multiplied by it; then the frequency penalty times the token's count in the
+output, and the presence penalty once if it is there at all, are subtracted. Temperature and
+the filters come after.
 
 Speculation: the rows of a request verifying k drafts are the distributions at k + 1 successive
 positions, so row j counts the output so far plus the drafts before it. The target's
@@ -16,6 +19,7 @@ logprobs), and nothing is built for a step without such a request.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -50,6 +54,7 @@ class Penalties:
         for i, (req, first) in enumerate(penalised):
             p = req.params
             drafts = req.spec_token_ids
+            barred = sorted(req.stop_token_ids)  # until min_tokens are out
             outputs.append(req.output_token_ids)
             if any_repetition:
                 prompts.append(req.prompt_token_ids)
@@ -58,6 +63,10 @@ class Penalties:
                     bias_row += [len(rows)] * len(p.logit_bias)
                     bias_token += p.logit_bias.keys()
                     bias_value += p.logit_bias.values()
+                if req.num_output_tokens + j < p.min_tokens:
+                    bias_row += [len(rows)] * len(barred)
+                    bias_token += barred
+                    bias_value += [-math.inf] * len(barred)
                 rows.append(first + j)
                 drafts_before.append(drafts[:j] + [PAD] * (max_k - j))
             request += [i] * (len(drafts) + 1)
