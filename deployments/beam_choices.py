@@ -17,15 +17,16 @@ class BeamText:
     stop_reason: str | int | None  # the stop string or the request's own stop token that ended it
 
 
-def beam_texts(choices: list[Choice], n: int, tokenizer, stop_strings: list[str]) -> list[BeamText]:
+def beam_texts(choices: list[Choice], n: int, tokenizer, stop_strings: list[str],
+               include_stop: bool = False) -> list[BeamText]:
     """`choices`: one per prompt, started (a beam search's only output is its first)."""
     texts = []
     for c in choices:
         final = c.first
         beams = final.beams[:n]
         for rank, beam in enumerate(beams):
-            detok = IncrementalDetokenizer(tokenizer, c.prompt_ids, stop_strings)
-            text = detok.add_tokens(beam.token_ids)
+            detok = IncrementalDetokenizer(tokenizer, c.prompt_ids, stop_strings, include_stop=include_stop)
+            text = detok.add_tokens(beam.token_ids, ended_by_stop_token=beam.stop_token_id is not None)
             reason = "stop" if detok.stopped else beam.finish_reason
             if not detok.stopped:
                 text += detok.finish()

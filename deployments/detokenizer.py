@@ -8,7 +8,8 @@ Two hold-backs, in this order:
    (vLLM's prefix/read offsets: decode a short window, emit only what it added).
 2. Stop strings. Text that could be the start of a stop string is held until the next tokens
    show whether it is one. When a stop string appears the text is cut just before it, the stop
-   string itself is never emitted, and `stopped` is set: the caller ends the request. While
+   string itself is not emitted (with `include_stop`, vLLM's `include_stop_str_in_output`, the
+   text is cut just after it), and `stopped` is set: the caller ends the request. While
    the first `min_tokens` tokens come out no stop string is looked for, and one that ends
    inside their text never counts (vLLM's rule).
 
@@ -31,8 +32,10 @@ class Tokenizer(Protocol):
 
 class IncrementalDetokenizer:
     def __init__(self, tokenizer: Tokenizer, prompt_token_ids: Sequence[int] = (),
-                 stop: Sequence[str] = (), skip_special_tokens: bool = True, min_tokens: int = 0):
+                 stop: Sequence[str] = (), skip_special_tokens: bool = True, min_tokens: int = 0,
+                 include_stop: bool = False):
         self.tokenizer = tokenizer
+        self.include_stop = include_stop
         self.skip_special_tokens = skip_special_tokens
         self.stop = [s for s in stop if s]
         self._max_stop = max((len(s) for s in self.stop), default=0)
@@ -60,10 +63,14 @@ class IncrementalDetokenizer:
             return full[len(prefix):]
         return ""
 
-    def add_tokens(self, token_ids: Sequence[int]) -> str:
-        """Feed new output tokens; returns the text that may be sent now (possibly "")."""
+    def add_tokens(self, token_ids: Sequence[int], ended_by_stop_token: bool = False) -> str:
+        """Feed new output tokens; returns the text that may be sent now (possibly "").
+        `ended_by_stop_token`: the last one is a stop token of the request's that ended it; as
+        in vLLM its text is left out, unless `include_stop`."""
         if self.stopped:
             return ""
+        if ended_by_stop_token and not self.include_stop:
+            token_ids = token_ids[:-1]
         for token_id in token_ids:  # token by token: a stop string ends at the earliest token
             self._ids.append(token_id)
             self._num_tokens += 1
@@ -97,7 +104,7 @@ class IncrementalDetokenizer:
                 best = (i, s)
         if best is None:
             return False
-        self.text = self.text[:best[0]]
+        self.text = self.text[:best[0] + (len(best[1]) if self.include_stop else 0)]
         self.stopped, self.stop_reason = True, best[1]
         return True
 

@@ -175,7 +175,8 @@ class Ingress:
         for index, prompt_index, ids, p in params:
             stream = handle.generate.remote(f"{request_id}-{index}", ids,
                                             {**dataclasses.asdict(p), **guided})
-            detok = IncrementalDetokenizer(self.tokenizer, ids, req.stop_strings, min_tokens=req.min_tokens)
+            detok = IncrementalDetokenizer(self.tokenizer, ids, req.stop_strings, min_tokens=req.min_tokens,
+                                           include_stop=req.include_stop_str_in_output)
             choices.append(Choice(index, prompt_index, ids, stream, detok,
                                    self.metrics.start_request(len(ids))))
         try:
@@ -251,7 +252,8 @@ class Ingress:
                                     prompt_logprobs=body.num_prompt_logprobs)
         created = int(time.time())
         if body.use_beam_search:
-            beams = beam_texts(choices, body.n, self.tokenizer, body.stop_strings)
+            beams = beam_texts(choices, body.n, self.tokenizer, body.stop_strings,
+                               body.include_stop_str_in_output)
             return CompletionResponse(
                 id=request_id, created=created, model=self.model_name, usage=self._usage(choices),
                 choices=[CompletionChoice(index=b.index, text=b.text, finish_reason=b.finish_reason,
@@ -322,7 +324,8 @@ class Ingress:
                                     body.num_logprobs, "messages", tools)
         created = int(time.time())
         if body.use_beam_search:
-            beams = beam_texts(choices, body.n, self.tokenizer, body.stop_strings)
+            beams = beam_texts(choices, body.n, self.tokenizer, body.stop_strings,
+                               body.include_stop_str_in_output)
             return ChatCompletionResponse(
                 id=request_id, created=created, model=self.model_name, usage=self._usage(choices),
                 choices=[ChatChoice(index=b.index, message=AssistantMessage(content=b.text),

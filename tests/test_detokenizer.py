@@ -160,3 +160,17 @@ def test_no_stop_string_counts_that_ends_inside_the_first_min_tokens(chunk):
     # A stop string that began inside them but ends after them counts.
     detok = IncrementalDetokenizer(tok, stop=["b.c"], min_tokens=2)
     assert "".join(stream(detok, chunks)) == "a." and detok.stop_reason == "b.c"
+
+
+def test_include_stop_keeps_the_stop_string_and_a_stop_tokens_text():
+    """vLLM's `include_stop_str_in_output`; without it a request's own stop token that ended
+    the output leaves its text out, as vLLM's does."""
+    tok = ByteTokenizer()
+    for include, expected in [(False, "Hello "), (True, "Hello STOP")]:
+        detok = IncrementalDetokenizer(tok, stop=["STOP"], include_stop=include)
+        assert "".join(stream(detok, [tok.encode("Hello ST"), tok.encode("OP and more")])) == expected
+    for include, expected in [(False, "ab"), (True, "ab.")]:
+        detok = IncrementalDetokenizer(tok, include_stop=include)
+        text = detok.add_tokens(tok.encode("a"))
+        text += detok.add_tokens(tok.encode("b."), ended_by_stop_token=True) + detok.finish()
+        assert text == expected

@@ -121,6 +121,32 @@ def test_stop_reason_names_the_stop_token_and_is_null_at_the_length_limit(serve_
         assert last.finish_reason == "length" and last.stop_reason is None
 
 
+def test_stop_text_is_left_out_unless_include_stop_str_in_output(serve_app, client, engine, tokenizer):
+    """As vLLM: the stop string and the text of the request's own stop token that ended the
+    output are not in it, unless `include_stop_str_in_output`."""
+    from app.sampling_params import SamplingParams
+
+    ids = tokenizer.encode(PROMPTS[0])
+    free = engine.generate([ids], SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))[0]
+    stop_at = free[3]
+    before = tokenizer.decode(free[:free.index(stop_at)], skip_special_tokens=True)
+    with_it = tokenizer.decode(free[:free.index(stop_at) + 1], skip_special_tokens=True)
+    if with_it == before:
+        pytest.skip(f"the stop token has no text: {stop_at}")
+    for include, expected in [(False, before), (True, with_it)]:
+        for stream in (False, True):
+            r = client.completions.create(model=serve_app.model, prompt=ids, max_tokens=8, temperature=0,
+                                          stream=stream, extra_body={"stop_token_ids": [stop_at], "ignore_eos": True,
+                                                                     "include_stop_str_in_output": include})
+            chunks = list(r) if stream else [r]
+            assert "".join(c.choices[0].text for c in chunks if c.choices) == expected, (include, stream)
+    stop = with_it[len(before) - 2:len(before) + 1]  # across a token boundary
+    r = client.completions.create(model=serve_app.model, prompt=ids, max_tokens=8, temperature=0, stop=[stop],
+                                  extra_body={"ignore_eos": True, "include_stop_str_in_output": True})
+    text = tokenizer.decode(free, skip_special_tokens=True)
+    assert r.choices[0].text == text[:text.index(stop) + len(stop)] and r.choices[0].stop_reason == stop
+
+
 def test_min_tokens_holds_stop_tokens_and_stop_strings_back(serve_app, client, engine, tokenizer):
     """vLLM's `min_tokens`: no stop token (EOS included) is chosen, and no stop string ending in
     their text counts, until that many tokens are out."""
