@@ -1,12 +1,11 @@
 """Beam search's answer: each prompt's one engine request ends with its best beams, best first;
-the first `n` become that prompt's choices, detokenized with the request's stop strings."""
+the first `n` become that prompt's choices, each detokenized as the prompt's choice would be."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from deployments.choices import Choice
-from deployments.detokenizer import IncrementalDetokenizer
 
 
 @dataclass
@@ -17,16 +16,15 @@ class BeamText:
     stop_reason: str | int | None  # the stop string or the request's own stop token that ended it
 
 
-def beam_texts(choices: list[Choice], n: int, tokenizer, stop_strings: list[str],
-               include_stop: bool = False) -> list[BeamText]:
+def beam_texts(choices: list[Choice], n: int) -> list[BeamText]:
     """`choices`: one per prompt, started (a beam search's only output is its first)."""
     texts = []
     for c in choices:
         final = c.first
         beams = final.beams[:n]
         for rank, beam in enumerate(beams):
-            detok = IncrementalDetokenizer(tokenizer, c.prompt_ids, stop_strings, include_stop=include_stop)
-            text = detok.add_tokens(beam.token_ids, ended_by_stop_token=beam.stop_token_id is not None)
+            detok = c.detok.fresh()
+            text = detok.add_tokens(beam.token_ids)
             reason = "stop" if detok.stopped else beam.finish_reason
             if not detok.stopped:
                 text += detok.finish()

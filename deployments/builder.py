@@ -123,9 +123,10 @@ def build_app(args: dict) -> Application:
     target = TargetModel.options(ray_actor_options=target_resources,
                                  **({"request_router_config": router} if router else {})).bind(
         target_config, a.front_config(), name, hub, draft, a.engine_process, constraint)  # draft used only when speculative_method is "draft"
-    vocab_size = ModelConfig.from_dir(model).vocab_size
-    return Ingress.bind(target, hub, model, name, target_config.max_model_len, vocab_size,
-                        api_keys(a), a.max_request_body_bytes, request_defaults(a, model))
+    model_config = ModelConfig.from_dir(model)
+    return Ingress.bind(target, hub, model, name, target_config.max_model_len, model_config.vocab_size,
+                        api_keys(a), a.max_request_body_bytes, request_defaults(a, model),
+                        model_config.eos_token_ids)
 
 
 def request_defaults(args: AppArgs, model: str) -> GenerationDefaults:

@@ -65,7 +65,7 @@ class Choice:
     def advance(self, out) -> Event | None:
         self.num_output_tokens = max(self.num_output_tokens, out.num_output_tokens)
         self.timer.on_tokens(len(out.new_token_ids))
-        text = self.detok.add_tokens(out.new_token_ids, ended_by_stop_token=out.stop_token_id is not None)
+        text = self.detok.add_tokens(out.new_token_ids)
         if self.detok.stopped:
             self.finish_reason, self.stop_reason = "stop", self.detok.stop_reason
         elif out.finished:

@@ -19,7 +19,7 @@ complete, and an incomplete character is emitted as the tokenizer decodes it).
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Collection, Protocol, Sequence
 
 # Tokens of the prompt decoded with the first output tokens, so that tokenizers whose decoding
 # depends on the previous token (SentencePiece's leading space) decode the first output right.
@@ -33,9 +33,16 @@ class Tokenizer(Protocol):
 class IncrementalDetokenizer:
     def __init__(self, tokenizer: Tokenizer, prompt_token_ids: Sequence[int] = (),
                  stop: Sequence[str] = (), skip_special_tokens: bool = True, min_tokens: int = 0,
-                 include_stop: bool = False):
+                 include_stop: bool = False, stop_token_ids: Collection[int] = frozenset()):
+        """`stop_token_ids`: the tokens that end the request (its own, and the model's EOS unless
+        it ignores EOS). As in vLLM, the one that ends it is not written out, nor is a stop
+        string, unless `include_stop` (vLLM's `include_stop_str_in_output`)."""
+        self._settings = dict(tokenizer=tokenizer, prompt_token_ids=prompt_token_ids, stop=stop,
+                              skip_special_tokens=skip_special_tokens, min_tokens=min_tokens,
+                              include_stop=include_stop, stop_token_ids=stop_token_ids)
         self.tokenizer = tokenizer
         self.include_stop = include_stop
+        self.unwritten_token_ids = frozenset() if include_stop else frozenset(stop_token_ids)
         self.skip_special_tokens = skip_special_tokens
         self.stop = [s for s in stop if s]
         self._max_stop = max((len(s) for s in self.stop), default=0)
@@ -51,6 +58,11 @@ class IncrementalDetokenizer:
         self.stopped = False  # a stop string was found; the request should end
         self.stop_reason: str | None = None  # which stop string
 
+    def fresh(self) -> "IncrementalDetokenizer":
+        """A new detokenizer like this one was at the start: for another text of the same
+        request (one beam of a beam search)."""
+        return IncrementalDetokenizer(**self._settings)
+
     def _decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
 
@@ -63,15 +75,13 @@ class IncrementalDetokenizer:
             return full[len(prefix):]
         return ""
 
-    def add_tokens(self, token_ids: Sequence[int], ended_by_stop_token: bool = False) -> str:
-        """Feed new output tokens; returns the text that may be sent now (possibly "").
-        `ended_by_stop_token`: the last one is a stop token of the request's that ended it; as
-        in vLLM its text is left out, unless `include_stop`."""
+    def add_tokens(self, token_ids: Sequence[int]) -> str:
+        """Feed new output tokens; returns the text that may be sent now (possibly "")."""
         if self.stopped:
             return ""
-        if ended_by_stop_token and not self.include_stop:
-            token_ids = token_ids[:-1]
         for token_id in token_ids:  # token by token: a stop string ends at the earliest token
+            if token_id in self.unwritten_token_ids:  # it ended the request: the last one
+                break
             self._ids.append(token_id)
             self._num_tokens += 1
             self.text += self._decode_new()

@@ -69,7 +69,7 @@ class Ingress:
     def __init__(self, target, metrics_hub, model_path: str, served_model_name: str,
                  max_model_len: int, vocab_size: int, api_keys: list[str] | None = None,
                  max_request_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 defaults: GenerationDefaults = GenerationDefaults()):
+                 defaults: GenerationDefaults = GenerationDefaults(), eos_token_ids: tuple[int, ...] = ()):
         self.target = target
         self.model_path = model_path
         self.model_name = served_model_name
@@ -82,6 +82,7 @@ class Ingress:
         self.metrics.registry.register(RoutingCollector(served_model_name, self.metrics.replica))
         self.max_model_len = max_model_len  # resolved once, by the builder
         self.vocab_size = vocab_size
+        self.eos_token_ids = eos_token_ids  # the model's (config.json's and generation_config.json's)
         self.defaults = defaults  # what fills the sampling fields a request leaves unset
         if defaults.sampling or defaults.max_tokens is not None:
             logger.info("Requests that leave them unset take the model's generation_config.json "
@@ -171,12 +172,13 @@ class Ingress:
         guided = {} if output_format is None else {"output_format": output_format}
 
         choices: list[Choice] = []
+        stop_token_ids = set(req.stop_token_ids or ()) | (set() if req.ignore_eos else set(self.eos_token_ids))
         handle = self.target.options(stream=True)
         for index, prompt_index, ids, p in params:
             stream = handle.generate.remote(f"{request_id}-{index}", ids,
                                             {**dataclasses.asdict(p), **guided})
-            detok = IncrementalDetokenizer(self.tokenizer, ids, req.stop_strings, min_tokens=req.min_tokens,
-                                           include_stop=req.include_stop_str_in_output)
+            detok = IncrementalDetokenizer(self.tokenizer, ids, req.stop_strings, req.skip_special_tokens,
+                                           req.min_tokens, req.include_stop_str_in_output, stop_token_ids)
             choices.append(Choice(index, prompt_index, ids, stream, detok,
                                    self.metrics.start_request(len(ids))))
         try:
@@ -252,8 +254,7 @@ class Ingress:
                                     prompt_logprobs=body.num_prompt_logprobs)
         created = int(time.time())
         if body.use_beam_search:
-            beams = beam_texts(choices, body.n, self.tokenizer, body.stop_strings,
-                               body.include_stop_str_in_output)
+            beams = beam_texts(choices, body.n)
             return CompletionResponse(
                 id=request_id, created=created, model=self.model_name, usage=self._usage(choices),
                 choices=[CompletionChoice(index=b.index, text=b.text, finish_reason=b.finish_reason,
@@ -324,8 +325,7 @@ class Ingress:
                                     body.num_logprobs, "messages", tools)
         created = int(time.time())
         if body.use_beam_search:
-            beams = beam_texts(choices, body.n, self.tokenizer, body.stop_strings,
-                               body.include_stop_str_in_output)
+            beams = beam_texts(choices, body.n)
             return ChatCompletionResponse(
                 id=request_id, created=created, model=self.model_name, usage=self._usage(choices),
                 choices=[ChatChoice(index=b.index, message=AssistantMessage(content=b.text),

@@ -95,6 +95,7 @@ class SamplingFields(BaseModel):
     seed: int | None = Field(None, ge=-INT64, lt=INT64)
     stop: str | list[str] | None = None
     include_stop_str_in_output: bool = False  # vLLM's: keep the stop string (or own stop token's text)
+    skip_special_tokens: bool = True  # vLLM's: false writes special tokens (EOS, template markers) out
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
     speculative_decoding: bool = True  # specserve: False opts this request out of speculation

@@ -162,15 +162,20 @@ def test_no_stop_string_counts_that_ends_inside_the_first_min_tokens(chunk):
     assert "".join(stream(detok, chunks)) == "a." and detok.stop_reason == "b.c"
 
 
-def test_include_stop_keeps_the_stop_string_and_a_stop_tokens_text():
-    """vLLM's `include_stop_str_in_output`; without it a request's own stop token that ended
-    the output leaves its text out, as vLLM's does."""
+def test_include_stop_keeps_the_stop_string_and_the_stop_tokens_text():
+    """vLLM's `include_stop_str_in_output`; without it the stop token that ended the output
+    (a special one too, when special tokens are written) leaves its text out, as in vLLM."""
     tok = ByteTokenizer()
     for include, expected in [(False, "Hello "), (True, "Hello STOP")]:
         detok = IncrementalDetokenizer(tok, stop=["STOP"], include_stop=include)
         assert "".join(stream(detok, [tok.encode("Hello ST"), tok.encode("OP and more")])) == expected
+    ended = [tok.encode("a"), tok.encode("b.")]
     for include, expected in [(False, "ab"), (True, "ab.")]:
-        detok = IncrementalDetokenizer(tok, include_stop=include)
-        text = detok.add_tokens(tok.encode("a"))
-        text += detok.add_tokens(tok.encode("b."), ended_by_stop_token=True) + detok.finish()
-        assert text == expected
+        detok = IncrementalDetokenizer(tok, include_stop=include, stop_token_ids={ord(".")})
+        assert "".join(stream(detok, ended)) == expected
+    for include, expected in [(False, "ab"), (True, "ab<eos>")]:
+        detok = IncrementalDetokenizer(tok, skip_special_tokens=False, include_stop=include,
+                                       stop_token_ids={tok.EOS})
+        assert "".join(stream(detok, [tok.encode("ab") + [tok.EOS]])) == expected
+    detok = IncrementalDetokenizer(tok, stop=["b"], stop_token_ids={ord(".")}).fresh()
+    assert "".join(stream(detok, ended)) == "a"  # a fresh one keeps the settings

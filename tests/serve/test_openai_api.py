@@ -147,6 +147,21 @@ def test_stop_text_is_left_out_unless_include_stop_str_in_output(serve_app, clie
     assert r.choices[0].text == text[:text.index(stop) + len(stop)] and r.choices[0].stop_reason == stop
 
 
+def test_special_tokens_are_written_only_when_asked_and_the_ending_eos_only_when_included(serve_app, client,
+                                                                                          tokenizer):
+    """vLLM's `skip_special_tokens: false` writes special tokens out; the model's EOS that ended
+    the output is still left out, unless `include_stop_str_in_output`."""
+    user, eos = tokenizer.convert_tokens_to_ids(["<|user|>", "<|end|>"])
+
+    def forced(token: int, **extra):
+        return client.completions.create(model=serve_app.model, prompt="x", max_tokens=1,
+                                         logit_bias={str(token): 100}, extra_body=extra).choices[0]
+    assert forced(user).text == "" and forced(user, skip_special_tokens=False).text == "<|user|>"
+    ended = forced(eos, skip_special_tokens=False)
+    assert (ended.text, ended.finish_reason, ended.stop_reason) == ("", "stop", None)
+    assert forced(eos, skip_special_tokens=False, include_stop_str_in_output=True).text == "<|end|>"
+
+
 def test_min_tokens_holds_stop_tokens_and_stop_strings_back(serve_app, client, engine, tokenizer):
     """vLLM's `min_tokens`: no stop token (EOS included) is chosen, and no stop string ending in
     their text counts, until that many tokens are out."""
