@@ -101,3 +101,31 @@ def test_the_server_checks_the_model_defaults_at_start_up_or_leaves_them_out(tmp
     (tmp_path / "generation_config.json").write_text(json.dumps({"top_p": 0}))
     with pytest.raises(ValueError, match="generation_config.json: top_p must be in"):
         request_defaults(AppArgs.model_validate({"model": model}), model)
+
+
+def test_the_tokenizers_eos_token_is_the_models_too(tmp_path):
+    """A fine-tune that moved to ChatML names `<|im_end|>` in tokenizer_config.json alone."""
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "llama", "vocab_size": 64, "hidden_size": 16, "intermediate_size": 32,
+        "num_hidden_layers": 1, "num_attention_heads": 2, "eos_token_id": 2}))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>"}))
+    (tmp_path / "tokenizer.json").write_text(json.dumps({
+        "added_tokens": [{"id": 2, "content": "</s>"}, {"id": 32000, "content": "<|im_end|>"}],
+        "model": {"vocab": {"</s>": 2, "a": 3}}}))
+    assert ModelConfig.from_dir(tmp_path).eos_token_ids == (2, 32000)
+    # transformers 4's spellings: an AddedToken dict, and the ids in added_tokens_decoder
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
+        "eos_token": {"content": "<|im_end|>"}, "added_tokens_decoder": {"7": {"content": "<|im_end|>"}}}))
+    assert ModelConfig.from_dir(tmp_path).eos_token_ids == (2, 7)
+
+
+@pytest.mark.parametrize("make", ["shipped", "trained tokenizer"])
+def test_the_tokenizers_eos_token_is_the_one_transformers_loads(make, tmp_path):
+    from transformers import AutoTokenizer
+
+    from app.models.tokenizer_eos import tokenizer_eos_token_id
+    from tests.checkpoints import DEFAULT_TARGET
+    from tests.serve.conftest import write_checkpoint_with_tokenizer
+
+    path = DEFAULT_TARGET if make == "shipped" else write_checkpoint_with_tokenizer(tmp_path / "ckpt")
+    assert tokenizer_eos_token_id(path) == AutoTokenizer.from_pretrained(path).eos_token_id is not None

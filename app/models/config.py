@@ -1,5 +1,5 @@
 """The architecture settings specserve reads from a checkpoint's config.json (and the EOS
-tokens generation_config.json adds).
+tokens generation_config.json and the tokenizer add).
 
 Read as plain JSON (not through transformers) so that any transformers version's spelling
 works: `rope_scaling` + `rope_theta` (4.x) and `rope_parameters` (5.x) alike.
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.models.generation_config import GenerationDefaults
+from app.models.tokenizer_eos import tokenizer_eos_token_id
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 
@@ -39,11 +40,14 @@ class ModelConfig:
 
     @classmethod
     def from_dir(cls, path: str | Path) -> "ModelConfig":
-        """config.json's settings; the model's EOS tokens are config.json's and then those only
-        generation_config.json names (app/models/generation_config.py)."""
+        """config.json's settings; the model's EOS tokens are config.json's, then those only
+        generation_config.json names (app/models/generation_config.py), then the tokenizer's
+        (app/models/tokenizer_eos.py)."""
         config = cls.from_dict(json.loads((Path(path) / "config.json").read_text()))
-        more = GenerationDefaults.from_dir(path).eos_token_ids
-        return dataclasses.replace(config, eos_token_ids=tuple(dict.fromkeys(config.eos_token_ids + more)))
+        tokenizer_eos = tokenizer_eos_token_id(path)
+        eos = (*config.eos_token_ids, *GenerationDefaults.from_dir(path).eos_token_ids,
+               *(() if tokenizer_eos is None else (tokenizer_eos,)))
+        return dataclasses.replace(config, eos_token_ids=tuple(dict.fromkeys(eos)))
 
     @classmethod
     def from_dict(cls, raw: dict) -> "ModelConfig":
