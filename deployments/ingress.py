@@ -82,7 +82,7 @@ class Ingress:
         self.metrics.registry.register(RoutingCollector(served_model_name, self.metrics.replica))
         self.max_model_len = max_model_len  # resolved once, by the builder
         self.vocab_size = vocab_size
-        self.eos_token_ids = eos_token_ids  # the model's (config.json's and generation_config.json's)
+        self.eos_token_ids = eos_token_ids  # the model's: app/models/config.py, ModelConfig.from_dir
         self.defaults = defaults  # what fills the sampling fields a request leaves unset
         if defaults.sampling or defaults.max_tokens is not None:
             logger.info("Requests that leave them unset take the model's generation_config.json "
@@ -129,15 +129,21 @@ class Ingress:
                      prompt_logprobs: int | None = None) -> list[Choice]:
         """Check every prompt, then start n engine requests per prompt and await their first outputs."""
         limit = self.max_model_len
+        if req.ignored_fields:
+            logger.warning("%s: this server does not read the fields %s; they were ignored", request_id,
+                           ", ".join(req.ignored_fields))
         req = req.with_defaults(self.defaults.sampling)
         params = []  # (choice index, prompt index, prompt ids, sampling params)
         bias = req.token_bias
         if bias and max(bias) >= self.vocab_size:
             raise OpenAIError(400, f"logit_bias: token id {max(bias)} is not in the vocabulary "
                                    f"(ids are in [0, {self.vocab_size}))", param="logit_bias")
+        keep = limit if req.truncate_prompt_tokens == -1 else req.truncate_prompt_tokens
         for prompt_index, ids in enumerate(prompts):
             if not ids:
                 raise OpenAIError(400, "the prompt is empty", param=prompt_param)
+            if keep is not None:
+                ids = ids[-keep:]
             if len(ids) >= limit:
                 raise OpenAIError(400, f"This model's maximum context length is {limit} tokens, but the "
                                        f"prompt has {len(ids)} tokens; shorten it.", param=prompt_param)
@@ -260,9 +266,10 @@ class Ingress:
                 choices=[CompletionChoice(index=b.index, text=b.text, finish_reason=b.finish_reason,
                                           stop_reason=b.stop_reason) for b in beams])
         to_echo = {}  # the prompt text still to put before each choice's first chunk
-        if body.echo:
-            texts = [p if isinstance(p, str) else self.tokenizer.decode(p) for p in body.prompts()]
-            to_echo = {c.index: texts[c.prompt_index] for c in choices}
+        if body.echo:  # the prompt as sent, or as the engine read it when truncated
+            texts = [p if isinstance(p, str) and body.truncate_prompt_tokens is None else None
+                     for p in body.prompts()]
+            to_echo = {c.index: texts[c.prompt_index] or self.tokenizer.decode(c.prompt_ids) for c in choices}
         if body.stream:
             return StreamingResponse(guarded_stream(request_id, choices, self._stream_completion(request_id, created, body, choices, to_echo)),
                                      media_type="text/event-stream")

@@ -83,7 +83,9 @@ class StructuredOutputs(BaseModel):
 
 
 class SamplingFields(BaseModel):
-    """The fields completions and chat share."""
+    """The fields completions and chat share. Others are kept aside (`ignored_fields`): the
+    ingress logs them, as vLLM does, so that a field this server does not read is seen."""
+    model_config = ConfigDict(extra="allow")
 
     model: str | None = None  # None: the one model this app serves
     temperature: float = Field(1.0, ge=0)
@@ -91,6 +93,8 @@ class SamplingFields(BaseModel):
     top_k: int = Field(0, ge=-1)
     min_p: float = Field(0.0, ge=0, le=1)
     min_tokens: int = Field(0, ge=0)  # no stop token or stop string ends the output before this many
+    # vLLM's: keep only a prompt's last this many tokens (-1: the context length)
+    truncate_prompt_tokens: int | None = Field(None, ge=-1)
     n: int = Field(1, ge=1, le=MAX_N)
     seed: int | None = Field(None, ge=-INT64, lt=INT64)
     stop: str | list[str] | None = None
@@ -140,6 +144,8 @@ class SamplingFields(BaseModel):
                 raise ValueError(f"logit_bias: keys must be token ids, got {token!r}")
             if not -100 <= bias <= 100:
                 raise ValueError(f"logit_bias: values must be in [-100, 100], got {bias} for token {token}")
+        if self.truncate_prompt_tokens == 0:
+            raise ValueError("truncate_prompt_tokens must be positive, or -1 for the context length")
         if self.stream_options is not None and not self.stream:
             raise ValueError("stream_options is only allowed when stream is true")
         if self.use_beam_search:
@@ -166,6 +172,10 @@ class SamplingFields(BaseModel):
         model's own log-probabilities."""
         unset = {name: value for name, value in sampling.items() if name not in self.model_fields_set}
         return self.model_copy(update=unset) if unset and not self.use_beam_search else self
+
+    @property
+    def ignored_fields(self) -> list[str]:
+        return sorted(self.model_extra or ())
 
     @property
     def max_tokens_given(self) -> bool:

@@ -57,3 +57,4 @@ def test_continue_final_message_leaves_the_assistant_message_open(tokenizer, req
 def test_template_fields_the_server_owns_or_that_contradict_are_refused(request_class, body, named):
     with pytest.raises(ValidationError, match=named):
         request_class.model_validate({"messages": USER, **body})
+

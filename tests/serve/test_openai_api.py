@@ -162,6 +162,17 @@ def test_special_tokens_are_written_only_when_asked_and_the_ending_eos_only_when
     assert forced(eos, skip_special_tokens=False, include_stop_str_in_output=True).text == "<|end|>"
 
 
+def test_truncate_prompt_tokens_keeps_the_prompts_last_tokens(serve_app, client, engine, tokenizer):
+    """vLLM's `truncate_prompt_tokens`: the engine reads the prompt's last k tokens, usage counts
+    them, and `echo` writes what was read."""
+    ids = tokenizer.encode(PROMPTS[1])
+    expected, _ = engine_text(engine, tokenizer, ids[-4:], 8)
+    r = client.completions.create(model=serve_app.model, prompt=PROMPTS[1], max_tokens=8, temperature=0,
+                                  echo=True, extra_body={"truncate_prompt_tokens": 4})
+    assert len(ids) > 4 and r.usage.prompt_tokens == 4
+    assert r.choices[0].text == tokenizer.decode(ids[-4:]) + expected
+
+
 def test_min_tokens_holds_stop_tokens_and_stop_strings_back(serve_app, client, engine, tokenizer):
     """vLLM's `min_tokens`: no stop token (EOS included) is chosen, and no stop string ending in
     their text counts, until that many tokens are out."""
