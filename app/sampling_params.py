@@ -31,6 +31,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     logit_bias: dict[int, float] | None = None  # token id -> added to its logit, in [-100, 100]
+    allowed_token_ids: list[int] | None = None  # vLLM's: only these tokens may be chosen
     # Beam search (vLLM's `use_beam_search` with `best_of` beams): 1 is none. The output is the
     # best finished hypotheses by cumulative logprob / generated length ** length_penalty, with
     # transformers' `early_stopping` (True, False or "never").
@@ -66,6 +67,10 @@ class SamplingParams:
         if not self.repetition_penalty >= MIN_REPETITION_PENALTY:
             raise ValueError(f"repetition_penalty must be at least {MIN_REPETITION_PENALTY}, "
                              f"got {self.repetition_penalty}")
+        if self.allowed_token_ids is not None and not self.allowed_token_ids:
+            raise ValueError("allowed_token_ids must name at least one token")
+        if any(t < 0 for t in self.allowed_token_ids or ()):
+            raise ValueError(f"allowed_token_ids: token ids must be >= 0, got {min(self.allowed_token_ids)}")
         for token_id, bias in (self.logit_bias or {}).items():
             if token_id < 0:
                 raise ValueError(f"logit_bias: token ids must be >= 0, got {token_id}")
@@ -83,9 +88,9 @@ class SamplingParams:
 
     @property
     def penalised(self) -> bool:
-        """Some penalty or bias changes the logits before selection."""
+        """Some penalty, bias or allowed set changes the logits before selection."""
         return bool(self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1
-                    or self.logit_bias)
+                    or self.logit_bias or self.allowed_token_ids is not None)
 
     @property
     def greedy(self) -> bool:

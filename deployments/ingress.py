@@ -95,6 +95,12 @@ class Ingress:
             raise OpenAIError(404, f"The model `{model}` does not exist; this server serves "
                                    f"`{self.model_name}`.", "not_found_error", "model", "model_not_found")
 
+    def _check_in_vocabulary(self, field: str, token_ids) -> None:
+        outside = [t for t in token_ids or () if not 0 <= t < self.vocab_size]
+        if outside:
+            raise OpenAIError(400, f"{field}: token id {outside[0]} is not in the vocabulary "
+                                   f"(ids are in [0, {self.vocab_size}))", param=field)
+
     def _token_str(self, token_id: int) -> str:
         text = self._token_text.get(token_id)
         if text is None:
@@ -135,9 +141,8 @@ class Ingress:
         req = req.with_defaults(self.defaults.sampling)
         params = []  # (choice index, prompt index, prompt ids, sampling params)
         bias = req.token_bias
-        if bias and max(bias) >= self.vocab_size:
-            raise OpenAIError(400, f"logit_bias: token id {max(bias)} is not in the vocabulary "
-                                   f"(ids are in [0, {self.vocab_size}))", param="logit_bias")
+        self._check_in_vocabulary("logit_bias", bias)
+        self._check_in_vocabulary("allowed_token_ids", req.allowed_token_ids)
         keep = limit if req.truncate_prompt_tokens == -1 else req.truncate_prompt_tokens
         for prompt_index, ids in enumerate(prompts):
             if not ids:
@@ -166,6 +171,7 @@ class Ingress:
                         speculative_decoding=req.speculative_decoding,
                         presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
                         repetition_penalty=req.repetition_penalty, logit_bias=bias,
+                        allowed_token_ids=req.allowed_token_ids,
                         beam_width=req.beam_width if req.use_beam_search else 1,
                         length_penalty=req.length_penalty, early_stopping=req.early_stopping)
                 except ValueError as exc:
@@ -175,6 +181,9 @@ class Ingress:
         if output_format is not None and req.min_tokens:
             raise OpenAIError(400, f"min_tokens cannot be combined with {format_param}: the format decides "
                                    "where the output may end", param="min_tokens")
+        if output_format is not None and req.allowed_token_ids is not None:
+            raise OpenAIError(400, f"allowed_token_ids cannot be combined with {format_param}: the format "
+                                   "decides which tokens may come", param="allowed_token_ids")
         guided = {} if output_format is None else {"output_format": output_format}
 
         choices: list[Choice] = []

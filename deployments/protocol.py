@@ -31,7 +31,7 @@ TEMPLATE_CALL_ARGUMENTS = frozenset((
     "continue_final_message", "tokenize", "padding", "truncation", "max_length", "return_tensors",
     "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs"))
 # Sampling settings beam search has no use for: refused when a request sets them.
-BEAM_SEARCH_CONFLICTS = ("top_p", "top_k", "min_p", "min_tokens", "seed", "presence_penalty", "frequency_penalty",
+BEAM_SEARCH_CONFLICTS = ("top_p", "top_k", "min_p", "min_tokens", "allowed_token_ids", "seed", "presence_penalty", "frequency_penalty",
                          "repetition_penalty", "logit_bias")
 
 
@@ -115,6 +115,7 @@ class SamplingFields(BaseModel):
     frequency_penalty: float = Field(0.0, ge=-2, le=2)
     repetition_penalty: float = Field(1.0, ge=MIN_REPETITION_PENALTY)  # vLLM's extra_body spelling
     logit_bias: dict[str, float] | None = None  # token id (as JSON keys are strings) -> bias
+    allowed_token_ids: list[int] | None = Field(None, min_length=1)  # vLLM's: only these may be chosen
     # vLLM's extra_body beam search: `beam_width` beams (completions: best_of, else n), the n
     # best returned; length_penalty and early_stopping as transformers defines them.
     use_beam_search: bool = False

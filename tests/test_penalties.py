@@ -1,7 +1,8 @@
-"""Logit bias, presence, frequency and repetition penalties, and min_tokens: on known logits they
-change each row exactly as defined (vLLM's semantics), the sampled distribution follows the penalised
-logits, the rows that verify drafts count the drafts before them, and greedy decoding with
-penalties equals transformers' (repetition penalty) and stays exact under speculation."""
+"""Allowed tokens, logit bias, presence, frequency and repetition penalties, and min_tokens: on
+known logits they change each row exactly as defined (vLLM's semantics), the sampled
+distribution follows the penalised logits, the rows that verify drafts count the drafts before
+them, and greedy decoding with penalties equals transformers' (repetition penalty) and stays
+exact under speculation."""
 
 from __future__ import annotations
 
@@ -88,6 +89,32 @@ def test_draft_rows_count_the_drafts_before_them():
         assert torch.allclose(out[j], torch.tensor(expected), atol=1e-6, rtol=0), j
 
 
+def test_allowed_token_ids_leave_only_those_on_every_row_of_the_request():
+    params = SamplingParams(allowed_token_ids=[1, 4, 6], logit_bias={4: 2.0, 5: 9.0})
+    req = decoding(params, drafts=[4, 1])
+    plain = decoding(SamplingParams())
+    out = penalised([req, plain], LOGITS.repeat(4, 1))
+    expected = torch.full((V,), -torch.inf)
+    expected[[1, 4, 6]] = LOGITS[[1, 4, 6]] + torch.tensor([0.0, 2.0, 0.0])  # the bias on what is allowed
+    for row in out[:3]:
+        assert torch.equal(row, expected)
+    assert torch.equal(out[3], LOGITS)  # the other request's row is untouched
+
+
+def test_sampling_keeps_to_the_allowed_tokens_in_proportion():
+    params = SamplingParams(temperature=1.0, allowed_token_ids=[1, 3, 5])
+    n = 6000
+    requests = [decoding(params) for _ in range(n)]
+    for i, r in enumerate(requests):
+        r.request_id = f"r{i}"
+    layout = RowLayout.build({r: 1 for r in requests}, LOGITS.device)
+    tokens = [c.token_ids[0] for c in Selector(seed=5)(LOGITS.repeat(n, 1), layout, step=0)]
+    observed = torch.bincount(torch.tensor(tokens), minlength=V).double()
+    assert observed.sum() == observed[[1, 3, 5]].sum()
+    probs = LOGITS.double()[[1, 3, 5]].softmax(-1)
+    assert chi2_pvalue(observed[[1, 3, 5]], probs * n) > 1e-3
+
+
 def test_rows_before_min_tokens_bar_every_stop_token_and_later_rows_do_not():
     """Output so far: 4 tokens; rows verify 3 drafts, so they choose tokens 5 to 8. With
     min_tokens 6 the first two rows bar the request's stop tokens and the model's EOS (-inf);
@@ -165,6 +192,7 @@ GREEDY_PENALISED = [
     SamplingParams(**GREEDY, frequency_penalty=0.5, presence_penalty=0.5, logit_bias={13: -100}),
     SamplingParams(**GREEDY, frequency_penalty=2.0, repetition_penalty=0.8, logit_bias={100: 3.0}),
     SamplingParams(max_tokens=40, temperature=0, min_tokens=30, stop_token_ids=[13, 203]),
+    SamplingParams(**GREEDY, allowed_token_ids=list(range(0, 1000, 3))),
 ]
 
 

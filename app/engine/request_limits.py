@@ -38,7 +38,8 @@ class RequestLimits:
             self.check_beam_search(n, params)
         if any(not 0 <= t < self.vocab_size for t in prompt_token_ids):
             raise RequestRejected(f"prompt token ids must be in [0, {self.vocab_size})")
-        self.check_logit_bias(params.logit_bias)
+        self.check_token_ids("logit_bias", params.logit_bias)
+        self.check_token_ids("allowed_token_ids", params.allowed_token_ids)
 
     def check_beam_search(self, num_prompt_tokens: int, params: SamplingParams) -> None:
         """The beams share the prompt's full blocks; past those, each may hold its own."""
@@ -50,8 +51,8 @@ class RequestLimits:
                 f"beam search with {params.beam_width} beams may need {needed} KV blocks but the whole "
                 f"pool has {self.num_blocks}; lower the number of beams, max_tokens or the prompt length")
 
-    def check_logit_bias(self, logit_bias: dict[int, float] | None) -> None:
-        outside = [t for t in logit_bias or () if not 0 <= t < self.vocab_size]
+    def check_token_ids(self, field: str, token_ids) -> None:
+        outside = [t for t in token_ids or () if not 0 <= t < self.vocab_size]
         if outside:
-            raise RequestRejected(f"logit_bias: token id {outside[0]} is not in the vocabulary "
+            raise RequestRejected(f"{field}: token id {outside[0]} is not in the vocabulary "
                                   f"(ids are in [0, {self.vocab_size}))")

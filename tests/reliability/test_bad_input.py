@@ -83,6 +83,13 @@ CASES = [
      "truncate_prompt_tokens"),
     ("truncate-prompt-tokens-below-minus-one", CHAT, dict(json={"messages": USER, "truncate_prompt_tokens": -2}),
      400, "truncate_prompt_tokens"),
+    ("allowed-token-ids-empty", COMPLETIONS, dict(json={"prompt": "x", "allowed_token_ids": []}), 400,
+     "allowed_token_ids"),
+    ("allowed-token-id-outside-the-vocabulary", CHAT, dict(json={"messages": USER, "allowed_token_ids": [1, 10 ** 9]}),
+     400, "allowed_token_ids"),
+    ("allowed-token-ids-with-an-output-format", CHAT, dict(json={
+        "messages": USER, "allowed_token_ids": [1], "response_format": {"type": "json_object"}}), 400,
+     "allowed_token_ids"),
     ("chat-template-kwargs-set-tokenize", CHAT, dict(json={"messages": USER, "chat_template_kwargs": {"tokenize": True}}),
      400, "chat_template_kwargs"),
     ("chat-continue-and-open-a-turn", CHAT, dict(json={"messages": USER, "continue_final_message": True}), 400,

@@ -37,6 +37,25 @@ def test_penalties_and_logit_bias_match_the_engine(serve_app, client, engine, to
     assert forced.choices[0].text == tokenizer.decode([777] * 5, skip_special_tokens=True)
 
 
+def test_allowed_token_ids_choose_among_those_alone(serve_app, client, engine, tokenizer):
+    """vLLM's `allowed_token_ids`: greedy picks the likeliest allowed token, as the engine does;
+    sampled output keeps to them."""
+    from app.sampling_params import SamplingParams
+
+    ids = tokenizer.encode(PROMPTS[0])
+    free = engine.generate([ids], SamplingParams(max_tokens=6, temperature=0, ignore_eos=True))[0]
+    allowed = sorted({free[1], 300, 301, 777} - {free[0]})
+    expected = engine.generate([ids], SamplingParams(max_tokens=6, temperature=0, ignore_eos=True,
+                                                     allowed_token_ids=allowed))[0]
+    assert set(expected) <= set(allowed) and expected != free[:6]
+    greedy = client.completions.create(model=serve_app.model, prompt=ids, max_tokens=6, temperature=0,
+                                       extra_body={"ignore_eos": True, "allowed_token_ids": allowed})
+    assert greedy.choices[0].text == tokenizer.decode(expected, skip_special_tokens=True)
+    sampled = client.completions.create(model=serve_app.model, prompt=ids, max_tokens=12, temperature=1.5, seed=3,
+                                        logprobs=0, extra_body={"ignore_eos": True, "allowed_token_ids": allowed})
+    assert set(sampled.choices[0].logprobs.tokens) <= {tokenizer.decode([t]) for t in allowed}
+
+
 def test_n_choices_and_logprobs(serve_app, client):
     r = client.completions.create(model=serve_app.model, prompt=PROMPTS[0], max_tokens=5, n=3,
                                   temperature=1.0, seed=7, logprobs=2,

@@ -1,12 +1,13 @@
-"""Logit bias, repetition, frequency and presence penalties, and `min_tokens`, batched on the
-logits' device.
+"""Allowed tokens, logit bias, repetition, frequency and presence penalties, and `min_tokens`,
+batched on the logits' device.
 
-vLLM's semantics, in its order: the bias is added first (and a row before `min_tokens` are out
-gets -inf on every stop token, EOS included, as vLLM's min-tokens processor does); then a token
-seen in the prompt or the output has a positive logit divided by the repetition penalty and a
-negative one multiplied by it; then the frequency penalty times the token's count in the
-output, and the presence penalty once if it is there at all, are subtracted. Temperature and
-the filters come after.
+vLLM's semantics, in its order: a request with `allowed_token_ids` has every other token's
+logit set to -inf; the bias is added (and a row before `min_tokens` are out gets -inf on every
+stop token, EOS included, as vLLM's min-tokens processor does); then a token seen in the
+prompt or the output has a positive logit divided by the repetition penalty and a negative one
+multiplied by it; then the frequency penalty times the token's count in the output, and the
+presence penalty once if it is there at all, are subtracted. Temperature and the filters come
+after.
 
 Speculation: the rows of a request verifying k drafts are the distributions at k + 1 successive
 positions, so row j counts the output so far plus the drafts before it. The target's
@@ -41,6 +42,8 @@ class Penalties:
     drafts_before: torch.Tensor  # [P, K] int64: the drafts before the row, PAD-padded
     prompts: torch.Tensor | None  # [n, Lp] int64 prompts, when some request has a repetition penalty
     bias: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None  # (index into rows, token, value)
+    # (the indices into rows restricted to allowed tokens, and per allowed token: index, token)
+    allowed: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None
 
     @classmethod
     def build(cls, penalised: list[tuple[Request, int]], device: torch.device) -> Penalties:
@@ -49,6 +52,7 @@ class Penalties:
         rows, request, presence, frequency, repetition = [], [], [], [], []
         outputs, drafts_before, prompts = [], [], []
         bias_row, bias_token, bias_value = [], [], []
+        restricted, allowed_row, allowed_token = [], [], []
         max_k = max(len(req.spec_token_ids) for req, _ in penalised)
         any_repetition = any(req.params.repetition_penalty != 1 for req, _ in penalised)
         for i, (req, first) in enumerate(penalised):
@@ -63,6 +67,10 @@ class Penalties:
                     bias_row += [len(rows)] * len(p.logit_bias)
                     bias_token += p.logit_bias.keys()
                     bias_value += p.logit_bias.values()
+                if p.allowed_token_ids is not None:
+                    restricted.append(len(rows))
+                    allowed_row += [len(rows)] * len(p.allowed_token_ids)
+                    allowed_token += p.allowed_token_ids
                 if req.num_output_tokens + j < p.min_tokens:
                     bias_row += [len(rows)] * len(barred)
                     bias_token += barred
@@ -82,7 +90,9 @@ class Penalties:
             drafts_before=torch.tensor(drafts_before, **i64).view(len(rows), max_k),
             prompts=_padded(prompts, device) if any_repetition else None,
             bias=((torch.tensor(bias_row, **i64), torch.tensor(bias_token, **i64),
-                   torch.tensor(bias_value, **f32)) if bias_row else None))
+                   torch.tensor(bias_value, **f32)) if bias_row else None),
+            allowed=((torch.tensor(restricted, **i64), torch.tensor(allowed_row, **i64),
+                      torch.tensor(allowed_token, **i64)) if restricted else None))
 
 
 def _padded(lists: list[list[int]], device: torch.device) -> torch.Tensor:
@@ -103,6 +113,12 @@ def apply_penalties(logits: torch.Tensor, pen: Penalties) -> torch.Tensor:
     """`logits` with the penalised rows replaced (a new tensor; `logits` is left as it is)."""
     vocab = logits.shape[-1]
     rows = logits[pen.rows].float()
+    if pen.allowed is not None:
+        restricted, row, token = pen.allowed
+        kept = torch.ones_like(rows, dtype=torch.bool)
+        kept[restricted] = False
+        kept[row, token] = True
+        rows = rows.masked_fill(~kept, -torch.inf)
     if pen.bias is not None:
         row, token, value = pen.bias
         rows.index_put_((row, token), value, accumulate=True)
