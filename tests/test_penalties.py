@@ -101,15 +101,19 @@ def test_allowed_token_ids_leave_only_those_on_every_row_of_the_request():
     assert torch.equal(out[3], LOGITS)  # the other request's row is untouched
 
 
-def test_sampling_keeps_to_the_allowed_tokens_in_proportion():
-    params = SamplingParams(temperature=1.0, allowed_token_ids=[1, 3, 5])
-    n = 6000
+def drawn(params: SamplingParams, n: int, seed: int) -> torch.Tensor:
+    """[V] float64: how often each token was drawn, one row of LOGITS for each of n requests."""
     requests = [decoding(params) for _ in range(n)]
     for i, r in enumerate(requests):
         r.request_id = f"r{i}"
     layout = RowLayout.build({r: 1 for r in requests}, LOGITS.device)
-    tokens = [c.token_ids[0] for c in Selector(seed=5)(LOGITS.repeat(n, 1), layout, step=0)]
-    observed = torch.bincount(torch.tensor(tokens), minlength=V).double()
+    tokens = [c.token_ids[0] for c in Selector(seed=seed)(LOGITS.repeat(n, 1), layout, step=0)]
+    return torch.bincount(torch.tensor(tokens), minlength=V).double()
+
+
+def test_sampling_keeps_to_the_allowed_tokens_in_proportion():
+    n = 6000
+    observed = drawn(SamplingParams(temperature=1.0, allowed_token_ids=[1, 3, 5]), n, seed=5)
     assert observed.sum() == observed[[1, 3, 5]].sum()
     probs = LOGITS.double()[[1, 3, 5]].softmax(-1)
     assert chi2_pvalue(observed[[1, 3, 5]], probs * n) > 1e-3
@@ -155,12 +159,7 @@ def test_sampling_follows_the_penalised_distribution():
     params = SamplingParams(temperature=0.9, presence_penalty=0.8, frequency_penalty=0.4,
                             repetition_penalty=1.2, logit_bias={7: 3.0})
     n = 6000
-    requests = [decoding(params) for _ in range(n)]
-    for i, r in enumerate(requests):
-        r.request_id = f"r{i}"
-    layout = RowLayout.build({r: 1 for r in requests}, LOGITS.device)
-    tokens = [c.token_ids[0] for c in Selector(seed=3)(LOGITS.repeat(n, 1), layout, step=0)]
-    observed = torch.bincount(torch.tensor(tokens), minlength=V).double()
+    observed = drawn(params, n, seed=3)
     probs = (torch.tensor(expected_row(LOGITS.tolist(), params, PROMPT, OUTPUT), dtype=torch.float64)
              / params.temperature).softmax(-1)
     assert chi2_pvalue(observed, probs * n) > 1e-3
