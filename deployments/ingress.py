@@ -18,7 +18,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 from fastapi import FastAPI
 from fastapi.responses import Response, StreamingResponse
@@ -38,7 +38,7 @@ from deployments.detokenizer import IncrementalDetokenizer
 from deployments.beam_choices import beam_texts
 from deployments.best_of import keep_likeliest
 from deployments.echo import echo_logprobs, joined, vllm_prompt_logprobs
-from deployments.output_logprobs import chat_logprobs, completion_logprobs
+from deployments.output_logprobs import chat_logprobs, completion_logprobs, token_id_text
 from deployments.errors import remote_cause
 from deployments.guided_formats import FormatRequestError, RequestedFormat, requested_format
 from deployments.request_gate import DEFAULT_MAX_BODY_BYTES, GateSettings, RequestGate
@@ -100,6 +100,11 @@ class Ingress:
         if outside:
             raise OpenAIError(400, f"{field}: token id {outside[0]} is not in the vocabulary "
                                    f"(ids are in [0, {self.vocab_size}))", param=field)
+
+    def _token_names(self, body) -> Callable[[int], str]:
+        """How a request's logprobs name tokens: by their text, or as "token_id:ID" with vLLM's
+        `return_tokens_as_token_ids` (for callers that need ids, where texts can collide)."""
+        return token_id_text if body.return_tokens_as_token_ids else self._token_str
 
     def _token_str(self, token_id: int) -> str:
         text = self._token_text.get(token_id)
@@ -308,13 +313,13 @@ class Ingress:
         c = event.choice
         prefix, prefix_logprobs = to_echo.pop(c.index, ""), None
         if prefix and body.logprobs is not None and event.prompt_logprobs:
-            prefix_logprobs = echo_logprobs(c.prompt_ids, event.prompt_logprobs, body.logprobs, self._token_str)
+            prefix_logprobs = echo_logprobs(c.prompt_ids, event.prompt_logprobs, body.logprobs, self._token_names(body))
         c.text_len += len(prefix)
-        logprobs = joined(prefix_logprobs, completion_logprobs(event.logprobs, c.text_len, self._token_str))
+        logprobs = joined(prefix_logprobs, completion_logprobs(event.logprobs, c.text_len, self._token_names(body)))
         c.text_len += len(event.text)
         scored = None
         if body.prompt_logprobs is not None and event.prompt_logprobs:
-            scored = vllm_prompt_logprobs(event.prompt_logprobs, body.prompt_logprobs, self._token_str)
+            scored = vllm_prompt_logprobs(event.prompt_logprobs, body.prompt_logprobs, self._token_names(body))
         return CompletionChoice(index=c.index, text=prefix + event.text, logprobs=logprobs,
                                 finish_reason=event.finish_reason, stop_reason=event.stop_reason,
                                 prompt_logprobs=scored)
@@ -354,7 +359,7 @@ class Ingress:
         logprobs: dict[int, list] = {c.index: [] for c in choices}
         async for event in merge_choices(choices):
             texts[event.choice.index].append(event.text)
-            lp = chat_logprobs(event.logprobs, self._token_str)
+            lp = chat_logprobs(event.logprobs, self._token_names(body))
             if lp is not None:
                 logprobs[event.choice.index].extend(lp.content)
         out = []
@@ -393,7 +398,7 @@ class Ingress:
                     continue  # held: part of a call, or maybe the start of one
             if calls:
                 yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(content=text or None),
-                                             logprobs=chat_logprobs(event.logprobs, self._token_str))])
+                                             logprobs=chat_logprobs(event.logprobs, self._token_names(body)))])
                 for k, call in enumerate(calls):
                     for delta in (ToolCallDelta(index=k, id=call.id, type="function", function=
                                                 FunctionCallDelta(name=call.function.name, arguments="")),
@@ -405,8 +410,8 @@ class Ingress:
                                              stop_reason=event.stop_reason)])
                 continue
             yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(content=text or None),
-                                         logprobs=chat_logprobs(event.logprobs, self._token_str), finish_reason=finish,
-                                         stop_reason=event.stop_reason)])
+                                         logprobs=chat_logprobs(event.logprobs, self._token_names(body)),
+                                         finish_reason=finish, stop_reason=event.stop_reason)])
         if body.include_usage:
             yield chunk([], self._usage(choices))
 

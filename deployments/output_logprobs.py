@@ -7,6 +7,10 @@ from deployments.echo import TokenText
 from deployments.responses import ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, TopLogprob
 
 
+def token_id_text(token_id: int) -> str:
+    return f"token_id:{token_id}"
+
+
 def completion_logprobs(logprobs: list[TokenLogprob] | None, offset: int, token_text: TokenText
                         ) -> CompletionLogprobs | None:
     """`offset`: where the first token starts in the choice's text."""

@@ -100,6 +100,7 @@ class SamplingFields(BaseModel):
     stop: str | list[str] | None = None
     include_stop_str_in_output: bool = False  # vLLM's: keep the stop string (or own stop token's text)
     skip_special_tokens: bool = True  # vLLM's: false writes special tokens (EOS, template markers) out
+    return_tokens_as_token_ids: bool = False  # vLLM's: logprobs name tokens "token_id:ID"
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
     speculative_decoding: bool = True  # specserve: False opts this request out of speculation

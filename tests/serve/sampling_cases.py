@@ -56,6 +56,24 @@ def test_allowed_token_ids_choose_among_those_alone(serve_app, client, engine, t
     assert set(sampled.choices[0].logprobs.tokens) <= {tokenizer.decode([t]) for t in allowed}
 
 
+def test_logprobs_name_tokens_by_id_when_asked(serve_app, client, tokenizer):
+    """vLLM's `return_tokens_as_token_ids`: "token_id:ID" wherever logprobs name a token."""
+    ids = tokenizer.encode(PROMPTS[0])
+    by_text = client.completions.create(model=serve_app.model, prompt=ids, max_tokens=4, temperature=0, logprobs=2,
+                                        extra_body={"ignore_eos": True})
+    by_id = client.completions.create(model=serve_app.model, prompt=ids, max_tokens=4, temperature=0, logprobs=2,
+                                      extra_body={"ignore_eos": True, "return_tokens_as_token_ids": True})
+    named = [int(t.removeprefix("token_id:")) for t in by_id.choices[0].logprobs.tokens]
+    assert [tokenizer.decode([t]) for t in named] == by_text.choices[0].logprobs.tokens
+    assert all(k.startswith("token_id:") for top in by_id.choices[0].logprobs.top_logprobs for k in top)
+    chat = client.chat.completions.create(model=serve_app.model, max_tokens=3, logprobs=True, top_logprobs=2,
+                                          temperature=0, messages=[{"role": "user", "content": "hi"}],
+                                          extra_body={"ignore_eos": True, "return_tokens_as_token_ids": True})
+    content = chat.choices[0].logprobs.content
+    assert all(t.token.startswith("token_id:") and all(a.token.startswith("token_id:") for a in t.top_logprobs)
+               for t in content)
+
+
 def test_n_choices_and_logprobs(serve_app, client):
     r = client.completions.create(model=serve_app.model, prompt=PROMPTS[0], max_tokens=5, n=3,
                                   temperature=1.0, seed=7, logprobs=2,
