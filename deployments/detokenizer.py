@@ -37,9 +37,6 @@ class IncrementalDetokenizer:
         """`stop_token_ids`: the tokens that end the request (its own, and the model's EOS unless
         it ignores EOS). As in vLLM, the one that ends it is not written out, nor is a stop
         string, unless `include_stop` (vLLM's `include_stop_str_in_output`)."""
-        self._settings = dict(tokenizer=tokenizer, prompt_token_ids=prompt_token_ids, stop=stop,
-                              skip_special_tokens=skip_special_tokens, min_tokens=min_tokens,
-                              include_stop=include_stop, stop_token_ids=stop_token_ids)
         self.tokenizer = tokenizer
         self.include_stop = include_stop
         self.unwritten_token_ids = frozenset() if include_stop else frozenset(stop_token_ids)
@@ -49,10 +46,10 @@ class IncrementalDetokenizer:
         self.min_tokens = min_tokens
         self._num_tokens = 0  # output tokens fed so far
         self._stop_floor = 0  # a stop string must end after this much text (the first min_tokens' text)
-        context = list(prompt_token_ids[-_PROMPT_CONTEXT_TOKENS:])
-        self._ids: list[int] = context
+        self._context = tuple(prompt_token_ids[-_PROMPT_CONTEXT_TOKENS:])
+        self._ids: list[int] = list(self._context)
         self._prefix_offset = 0
-        self._read_offset = len(context)
+        self._read_offset = len(self._context)
         self.text = ""  # all output text decoded so far (cut at the stop string once stopped)
         self._emitted = 0  # how much of `self.text` has been handed out
         self.stopped = False  # a stop string was found; the request should end
@@ -61,7 +58,8 @@ class IncrementalDetokenizer:
     def fresh(self) -> "IncrementalDetokenizer":
         """A new detokenizer like this one was at the start: for another text of the same
         request (one beam of a beam search)."""
-        return IncrementalDetokenizer(**self._settings)
+        return IncrementalDetokenizer(self.tokenizer, self._context, self.stop, self.skip_special_tokens,
+                                      self.min_tokens, self.include_stop, self.unwritten_token_ids)
 
     def _decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)

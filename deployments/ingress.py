@@ -26,15 +26,16 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from ray import serve
 from transformers import AutoTokenizer
 
+from app.engine.request import stop_token_ids
 from app.guided.compiler import CompilerBusy
 from app.guided.errors import GuidedFormatError
 from app.guided.output_format import OutputFormat
 from app.models.generation_config import GenerationDefaults
 from app.outputs import EngineOverloaded
-from app.sampling_params import SamplingParams
 from deployments.chat_prompt import chat_prompt_ids
 from deployments.choices import Choice, Event, guarded_stream, merge_choices, sse
 from deployments.detokenizer import IncrementalDetokenizer
+from deployments.engine_requests import check_format_conflicts, engine_requests
 from deployments.beam_choices import beam_texts
 from deployments.best_of import keep_likeliest
 from deployments.echo import echo_logprobs, joined, vllm_prompt_logprobs
@@ -95,12 +96,6 @@ class Ingress:
             raise OpenAIError(404, f"The model `{model}` does not exist; this server serves "
                                    f"`{self.model_name}`.", "not_found_error", "model", "model_not_found")
 
-    def _check_in_vocabulary(self, field: str, token_ids) -> None:
-        outside = [t for t in token_ids or () if not 0 <= t < self.vocab_size]
-        if outside:
-            raise OpenAIError(400, f"{field}: token id {outside[0]} is not in the vocabulary "
-                                   f"(ids are in [0, {self.vocab_size}))", param=field)
-
     def _token_names(self, body) -> Callable[[int], str]:
         """How a request's logprobs name tokens: by their text, or as "token_id:ID" with vLLM's
         `return_tokens_as_token_ids` (for callers that need ids, where texts can collide)."""
@@ -139,68 +134,26 @@ class Ingress:
                      tools: RequestedFormat | None = None,
                      prompt_logprobs: int | None = None) -> list[Choice]:
         """Check every prompt, then start n engine requests per prompt and await their first outputs."""
-        limit = self.max_model_len
         if req.ignored_fields:
             logger.warning("%s: this server does not read the fields %s; they were ignored", request_id,
                            ", ".join(req.ignored_fields))
         req = req.with_defaults(self.defaults.sampling)
-        params = []  # (choice index, prompt index, prompt ids, sampling params)
-        bias = req.token_bias
-        self._check_in_vocabulary("logit_bias", bias)
-        self._check_in_vocabulary("allowed_token_ids", req.allowed_token_ids)
-        keep = limit if req.truncate_prompt_tokens == -1 else req.truncate_prompt_tokens
-        for prompt_index, ids in enumerate(prompts):
-            if not ids:
-                raise OpenAIError(400, "the prompt is empty", param=prompt_param)
-            if keep is not None:
-                ids = ids[-keep:]
-            if len(ids) >= limit:
-                raise OpenAIError(400, f"This model's maximum context length is {limit} tokens, but the "
-                                       f"prompt has {len(ids)} tokens; shorten it.", param=prompt_param)
-            wanted = max_tokens if max_tokens is not None else limit - len(ids)
-            if not req.max_tokens_given and self.defaults.max_tokens is not None:
-                wanted = min(wanted, self.defaults.max_tokens)
-            if len(ids) + wanted > limit:
-                raise OpenAIError(400, f"This model's maximum context length is {limit} tokens, but "
-                                       f"{len(ids) + wanted} were requested ({len(ids)} in the prompt, "
-                                       f"{wanted} for the completion); shorten the prompt or lower "
-                                       "max_tokens.", param="max_tokens")
-            for j in range(req.num_candidates):
-                try:
-                    p = SamplingParams(
-                        max_tokens=wanted, temperature=req.temperature, top_p=req.top_p,
-                        top_k=req.top_k, min_p=req.min_p, min_tokens=req.min_tokens,
-                        seed=None if req.seed is None else req.seed + j,
-                        stop_token_ids=list(req.stop_token_ids or []), ignore_eos=req.ignore_eos,
-                        logprobs=logprobs, prompt_logprobs=prompt_logprobs,
-                        speculative_decoding=req.speculative_decoding,
-                        presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
-                        repetition_penalty=req.repetition_penalty, logit_bias=bias,
-                        allowed_token_ids=req.allowed_token_ids,
-                        beam_width=req.beam_width if req.use_beam_search else 1,
-                        length_penalty=req.length_penalty, early_stopping=req.early_stopping)
-                except ValueError as exc:
-                    raise OpenAIError(400, str(exc)) from None
-                params.append((len(params), prompt_index, ids, p))
+        started = engine_requests(req, prompts, max_tokens, logprobs, prompt_logprobs, prompt_param,
+                                  self.max_model_len, self.vocab_size, self.defaults)
         output_format, format_param = await self._guide(req, tools)
-        if output_format is not None and req.min_tokens:
-            raise OpenAIError(400, f"min_tokens cannot be combined with {format_param}: the format decides "
-                                   "where the output may end", param="min_tokens")
-        if output_format is not None and req.allowed_token_ids is not None:
-            raise OpenAIError(400, f"allowed_token_ids cannot be combined with {format_param}: the format "
-                                   "decides which tokens may come", param="allowed_token_ids")
+        check_format_conflicts(req, format_param)
         guided = {} if output_format is None else {"output_format": output_format}
 
         choices: list[Choice] = []
-        stop_token_ids = set(req.stop_token_ids or ()) | (set() if req.ignore_eos else set(self.eos_token_ids))
         handle = self.target.options(stream=True)
-        for index, prompt_index, ids, p in params:
-            stream = handle.generate.remote(f"{request_id}-{index}", ids,
-                                            {**dataclasses.asdict(p), **guided})
-            detok = IncrementalDetokenizer(self.tokenizer, ids, req.stop_strings, req.skip_special_tokens,
-                                           req.min_tokens, req.include_stop_str_in_output, stop_token_ids)
-            choices.append(Choice(index, prompt_index, ids, stream, detok,
-                                   self.metrics.start_request(len(ids))))
+        for r in started:
+            stream = handle.generate.remote(f"{request_id}-{r.index}", r.prompt_ids,
+                                            {**dataclasses.asdict(r.params), **guided})
+            detok = IncrementalDetokenizer(self.tokenizer, r.prompt_ids, req.stop_strings, req.skip_special_tokens,
+                                           req.min_tokens, req.include_stop_str_in_output,
+                                           stop_token_ids(r.params, self.eos_token_ids))
+            choices.append(Choice(r.index, r.prompt_index, r.prompt_ids, stream, detok,
+                                  self.metrics.start_request(len(r.prompt_ids))))
         try:
             await asyncio.gather(*(c.start() for c in choices))
         except BaseException as exc:

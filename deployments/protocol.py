@@ -2,8 +2,9 @@
 deployments/responses.py.
 
 Field names and defaults are OpenAI's, plus vLLM's extras users already send (`top_k`,
-`min_p`, `min_tokens`, `ignore_eos`, `stop_token_ids`). Fields are checked for shape here; what depends on
-the model (context length, vocabulary) is checked by the ingress and the engine.
+`min_p`, `min_tokens`, `ignore_eos`, `stop_token_ids`). Fields are checked for shape here;
+what depends on the model (context length, vocabulary) is checked by the ingress
+(deployments/engine_requests.py) and the engine.
 
 Output formats: `response_format` (`json_object`, `json_schema`; `{"type": "text"}` is plain
 output), vLLM's `guided_json` / `guided_regex` / `guided_choice` and its newer
@@ -31,8 +32,8 @@ TEMPLATE_CALL_ARGUMENTS = frozenset((
     "continue_final_message", "tokenize", "padding", "truncation", "max_length", "return_tensors",
     "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs"))
 # Sampling settings beam search has no use for: refused when a request sets them.
-BEAM_SEARCH_CONFLICTS = ("top_p", "top_k", "min_p", "min_tokens", "allowed_token_ids", "seed", "presence_penalty", "frequency_penalty",
-                         "repetition_penalty", "logit_bias")
+BEAM_SEARCH_CONFLICTS = ("top_p", "top_k", "min_p", "min_tokens", "allowed_token_ids", "seed", "presence_penalty",
+                         "frequency_penalty", "repetition_penalty", "logit_bias")
 
 
 def random_id(prefix: str) -> str:

@@ -52,7 +52,14 @@ class RequestLimits:
                 f"pool has {self.num_blocks}; lower the number of beams, max_tokens or the prompt length")
 
     def check_token_ids(self, field: str, token_ids) -> None:
-        outside = [t for t in token_ids or () if not 0 <= t < self.vocab_size]
-        if outside:
-            raise RequestRejected(f"{field}: token id {outside[0]} is not in the vocabulary "
-                                  f"(ids are in [0, {self.vocab_size}))")
+        if message := vocabulary_error(field, token_ids, self.vocab_size):
+            raise RequestRejected(message)
+
+
+def vocabulary_error(field: str, token_ids, vocab_size: int) -> str | None:
+    """The refusal of a request field's token ids (logit_bias, allowed_token_ids) outside the
+    vocabulary, or None when they are all in it."""
+    outside = [t for t in token_ids or () if not 0 <= t < vocab_size]
+    if not outside:
+        return None
+    return f"{field}: token id {outside[0]} is not in the vocabulary (ids are in [0, {vocab_size}))"

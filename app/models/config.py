@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.models.generation_config import GenerationDefaults
+from app.models.generation_config import GenerationDefaults, token_ids
 from app.models.tokenizer_eos import tokenizer_eos_token_id
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
@@ -59,8 +59,6 @@ class ModelConfig:
         rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
         rope_theta = raw.get("rope_theta", rope.get("rope_theta", 10000.0))
         rope_type = rope.get("rope_type", rope.get("type", "default"))
-        eos = raw.get("eos_token_id")
-        eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
         window = raw.get("sliding_window") if raw.get("use_sliding_window", True) else None
         return cls(
             model_type=model_type,
@@ -78,7 +76,7 @@ class ModelConfig:
             attention_bias=raw.get("attention_bias", model_type == "qwen2"),
             mlp_bias=raw.get("mlp_bias", False),
             tie_word_embeddings=raw.get("tie_word_embeddings", False),
-            eos_token_ids=eos_ids,
+            eos_token_ids=token_ids(raw.get("eos_token_id")),
             sliding_window=window,
         )
 

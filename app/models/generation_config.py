@@ -32,7 +32,11 @@ class GenerationDefaults:
 
     @classmethod
     def from_dict(cls, raw: dict) -> "GenerationDefaults":
-        eos = raw.get("eos_token_id")
-        return cls(eos_token_ids=tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,)),
+        return cls(eos_token_ids=token_ids(raw.get("eos_token_id")),
                    sampling={name: raw[name] for name in SAMPLING_FIELDS if raw.get(name) is not None},
                    max_tokens=raw.get("max_new_tokens"))
+
+
+def token_ids(value: int | list[int] | None) -> tuple[int, ...]:
+    """`eos_token_id` as config.json and generation_config.json write it: one id, a list, or none."""
+    return tuple(value) if isinstance(value, list) else (() if value is None else (value,))

@@ -58,7 +58,7 @@ class Penalties:
         for i, (req, first) in enumerate(penalised):
             p = req.params
             drafts = req.spec_token_ids
-            barred = sorted(req.stop_token_ids)  # until min_tokens are out
+            barred = sorted(req.stop_token_ids) if req.num_output_tokens < p.min_tokens else []
             outputs.append(req.output_token_ids)
             if any_repetition:
                 prompts.append(req.prompt_token_ids)
