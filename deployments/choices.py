@@ -159,10 +159,15 @@ async def guarded_stream(request_id: str, choices: list[Choice], chunks: AsyncIt
         async for chunk in chunks:
             yield chunk
     except Exception as exc:  # noqa: BLE001 - the stream has started: report in-band
-        logger.exception("stream %s failed", request_id)
-        message = REPLICA_LOST if replica_lost(exc) else error_message(exc)
+        message = stream_failure_message(request_id, exc)
         yield sse(ErrorResponse(error=ErrorInfo(message=message, type="internal_error", code="500")))
     finally:
         for c in choices:
             c.close()
     yield "data: [DONE]\n\n"
+
+
+def stream_failure_message(request_id: str, exc: Exception) -> str:
+    """What a client is told in-band when its stream failed after it began (the error is logged)."""
+    logger.exception("stream %s failed", request_id, exc_info=exc)
+    return REPLICA_LOST if replica_lost(exc) else error_message(exc)

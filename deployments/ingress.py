@@ -20,7 +20,6 @@ import logging
 import time
 from typing import AsyncIterator, Callable
 
-from fastapi import FastAPI
 from fastapi.responses import Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from ray import serve
@@ -41,8 +40,9 @@ from deployments.best_of import keep_likeliest
 from deployments.echo import echo_logprobs, joined, vllm_prompt_logprobs
 from deployments.output_logprobs import chat_logprobs, completion_logprobs, token_id_text
 from deployments.errors import remote_cause
+from deployments.http_app import app
 from deployments.guided_formats import FormatRequestError, RequestedFormat, requested_format
-from deployments.request_gate import DEFAULT_MAX_BODY_BYTES, GateSettings, RequestGate
+from deployments.request_gate import DEFAULT_MAX_BODY_BYTES, GateSettings
 from deployments.metrics import IngressMetrics
 from deployments.prefix_router import RoutingCollector
 from deployments.tool_calls import (ToolStream, parse_calls, requested_tool_format, syntax_for_template,
@@ -50,23 +50,22 @@ from deployments.tool_calls import (ToolStream, parse_calls, requested_tool_form
 from deployments.tokenize_protocol import (DetokenizeRequest, DetokenizeResponse, TokenizeChatRequest,
                                            TokenizeCompletionRequest, TokenizeResponse)
 from deployments.tool_protocol import FunctionCallDelta, ToolCallDelta
-from deployments.openai_errors import OpenAIError, error_message, install_error_handlers
+from deployments.openai_errors import OpenAIError, error_message
 from deployments.protocol import ChatCompletionRequest, CompletionRequest, random_id
+from deployments.responses_api_protocol import ResponsesRequest
+from deployments.responses_route import ResponsesRoutes
 from deployments.responses import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
                                    ChatCompletionResponse, ChatLogprobs, CompletionChoice, CompletionResponse,
                                    DeltaMessage, ModelCard, ModelList, UsageInfo)
 
 logger = logging.getLogger("ray.serve")
 
-app = FastAPI(title="specserve", docs_url=None, redoc_url=None)
-app.add_middleware(RequestGate)  # API keys, body size and encoding, before FastAPI parses
-install_error_handlers(app)
 
 
 # -- the deployment -----------------------------------------------------------------------
 @serve.deployment(max_ongoing_requests=512, ray_actor_options={"num_cpus": 0.5})
 @serve.ingress(app)
-class Ingress:
+class Ingress(ResponsesRoutes):
     def __init__(self, target, metrics_hub, model_path: str, served_model_name: str,
                  max_model_len: int, vocab_size: int, api_keys: list[str] | None = None,
                  max_request_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
@@ -367,6 +366,16 @@ class Ingress:
                                          finish_reason=finish, stop_reason=event.stop_reason)])
         if body.include_usage:
             yield chunk([], self._usage(choices))
+
+    @app.post("/v1/responses")
+    async def create_response(self, body: ResponsesRequest):
+        """OpenAI's Responses API (deployments/responses_route.py); no response is stored."""
+        return await self._create_response(body)
+
+    @app.get("/v1/responses/{response_id}")
+    async def get_response(self, response_id: str):
+        raise OpenAIError(404, f"No response with id {response_id!r}: this server keeps no responses",
+                          "not_found_error", "response_id")
 
     def __del__(self):
         metrics = getattr(self, "metrics", None)

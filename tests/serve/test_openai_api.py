@@ -382,7 +382,8 @@ def test_serve_config_stages_exist_whatever_the_speculation_method(method):
     assert {d["name"] for d in app_cfg["deployments"]} <= {d.name for d in built.deployments}
 
 
-# Sampling and scoring, tool calls and /tokenize run against this module's app (one app start
+# Sampling and scoring, tool calls, /tokenize and the Responses API run against this module's app (one app start
 # for all).
 from tests.serve.sampling_cases import *  # noqa: E402,F401,F403
 from tests.serve.tool_call_cases import *  # noqa: E402,F401,F403
+from tests.serve.responses_api_cases import *  # noqa: E402,F401,F403

@@ -1,0 +1,169 @@
+"""A Responses API request as the chat completion the ingress runs for it: `instructions` and
+`input` items become chat messages, function tools and `tool_choice` chat's nested shapes,
+`text.format` chat's `response_format`, `max_output_tokens` `max_tokens`. Everything a chat
+request checks (the template, tool grammars, sampling fields) is then checked once, the same way.
+
+Input items: messages (a string, or `input_text` / `output_text` parts), `function_call` items
+(an assistant turn's calls, consecutive ones in one turn) and `function_call_output` items (tool
+turns). `reasoning` items are skipped: nothing here wrote them and no template reads them. Other
+item kinds (images, files, references to stored items) and tools other than functions are a 400
+naming the item.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from deployments.openai_errors import OpenAIError
+from deployments.protocol import ChatCompletionRequest, ChatMessage
+from deployments.responses_api_protocol import NEEDS_STORED_RESPONSES, ResponsesRequest
+from deployments.tool_protocol import FunctionCall, FunctionDefinition, ToolCall
+
+TEXT_PARTS = ("input_text", "output_text", "text")
+SKIPPED_ITEMS = ("reasoning",)
+
+
+class MessageItem(BaseModel):
+    role: Literal["user", "system", "developer", "assistant"]
+    content: str | list[dict[str, Any]]
+
+
+class FunctionCallItem(BaseModel):
+    call_id: str
+    name: str
+    arguments: str
+
+
+class FunctionCallOutputItem(BaseModel):
+    call_id: str
+    output: str | list[dict[str, Any]]
+
+
+def chat_request(body: ResponsesRequest) -> ChatCompletionRequest:
+    """The chat completion `body` asks for; OpenAIError (400) for what cannot be one."""
+    for name in NEEDS_STORED_RESPONSES:
+        if getattr(body, name) is not None:
+            raise OpenAIError(400, f"{name}: this server keeps no responses; send the whole "
+                                   "conversation in `input`", param=name)
+    if body.background:
+        raise OpenAIError(400, "background: this server keeps no responses to poll; leave it false",
+                          param="background")
+    if body.truncation == "auto":
+        raise OpenAIError(400, 'truncation: "auto" is not supported; an input that does not fit '
+                               "is refused (\"disabled\")", param="truncation")
+    fields: dict[str, Any] = {**body.sampling_extras, "messages": input_messages(body),
+                              "stream": body.stream, "parallel_tool_calls": body.parallel_tool_calls}
+    for name, value in (("max_tokens", body.max_output_tokens), ("temperature", body.temperature),
+                        ("top_p", body.top_p), ("user", body.user)):
+        if value is not None:
+            fields[name] = value
+    if body.wants_logprobs:
+        fields |= {"logprobs": True, "top_logprobs": body.top_logprobs or 0}
+    if body.tools:
+        fields["tools"] = [{"type": "function", "function": function_tool(i, t)}
+                           for i, t in enumerate(body.tools)]
+    if body.tool_choice is not None:
+        fields["tool_choice"] = chat_tool_choice(body.tool_choice)
+    if body.text is not None and body.text.format is not None:
+        fields["response_format"] = response_format(body.text.format)
+    try:
+        return ChatCompletionRequest.model_validate(fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise OpenAIError(400, f"{where}: {first['msg']}" if where else first["msg"],
+                          param=str(first["loc"][0]) if first["loc"] else None) from None
+
+
+def input_messages(body: ResponsesRequest) -> list[ChatMessage]:
+    messages = [ChatMessage(role="system", content=body.instructions)] if body.instructions else []
+    items = [{"role": "user", "content": body.input}] if isinstance(body.input, str) else body.input
+    call_names: dict[str, str] = {}  # call_id -> function name, for the tool turns that answer them
+    for i, item in enumerate(items):
+        kind = item.get("type", "message")
+        if kind in SKIPPED_ITEMS:
+            continue
+        if kind == "message":
+            m = _parsed(MessageItem, item, i)
+            messages.append(ChatMessage(role=m.role, content=_text(m.content, i)))
+        elif kind == "function_call":
+            c = _parsed(FunctionCallItem, item, i)
+            call_names[c.call_id] = c.name
+            call = ToolCall(id=c.call_id, function=FunctionCall(name=c.name, arguments=c.arguments))
+            last = messages[-1] if messages else None
+            if last is not None and last.role == "assistant":  # one turn: its text and all its calls
+                last.tool_calls = (last.tool_calls or []) + [call]
+            else:
+                messages.append(ChatMessage(role="assistant", tool_calls=[call]))
+        elif kind == "function_call_output":
+            o = _parsed(FunctionCallOutputItem, item, i)
+            messages.append(ChatMessage(role="tool", tool_call_id=o.call_id, name=call_names.get(o.call_id),
+                                        content=_text(o.output, i)))
+        else:
+            raise OpenAIError(400, f"input[{i}]: items of type {kind!r} are not supported here (messages, "
+                                   "function_call and function_call_output are)", param="input")
+    if not messages:
+        raise OpenAIError(400, "input: give at least one message", param="input")
+    return messages
+
+
+def _parsed(model: type[BaseModel], item: dict, index: int):
+    try:
+        return model.model_validate(item)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise OpenAIError(400, f"input[{index}].{where}: {first['msg']}", param="input") from None
+
+
+def _text(content: str | list[dict[str, Any]], index: int) -> str:
+    if isinstance(content, str):
+        return content
+    texts = []
+    for part in content:
+        kind = part.get("type")
+        if kind not in TEXT_PARTS or not isinstance(part.get("text"), str):
+            raise OpenAIError(400, f"input[{index}]: content of type {kind!r} is not supported; this "
+                                   "model reads text (input_text) only", param="input")
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+def function_tool(index: int, tool: dict[str, Any]) -> dict[str, Any]:
+    """A Responses function tool (`name`, `parameters` beside `type`) as chat's `function`."""
+    if tool.get("type") != "function":
+        raise OpenAIError(400, f"tools[{index}]: tools of type {tool.get('type')!r} are not supported "
+                               "here; only function tools are", param="tools")
+    fields = {k: tool[k] for k in FunctionDefinition.model_fields if k in tool}
+    if "name" not in fields:
+        raise OpenAIError(400, f"tools[{index}]: a function tool needs a name", param="tools")
+    return fields
+
+
+def chat_tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:
+    if isinstance(choice, str):
+        return choice
+    if choice.get("type") == "function" and isinstance(choice.get("name"), str):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    raise OpenAIError(400, 'tool_choice: give "none", "auto", "required" or {"type": "function", '
+                           f'"name": ...}}; got {choice}', param="tool_choice")
+
+
+def response_format(text_format) -> dict[str, Any]:
+    if text_format.type != "json_schema":
+        return {"type": text_format.type}
+    return {"type": "json_schema", "json_schema": {
+        "name": text_format.name, "description": text_format.description,
+        "schema": text_format.schema_, "strict": text_format.strict}}
+
+
+# A chat request's field names in errors, as a Responses request names them.
+RESPONSES_PARAMS = {"messages": "input", "max_tokens": "max_output_tokens", "response_format": "text.format",
+                    "logprobs": "include"}
+
+
+def as_responses_error(exc: OpenAIError) -> OpenAIError:
+    exc.param = RESPONSES_PARAMS.get(exc.param, exc.param)
+    return exc

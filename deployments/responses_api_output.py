@@ -1,0 +1,135 @@
+"""A Responses API answer, built from the one chat choice the ingress ran for it: whole, or as
+the stream of events OpenAI sends (`response.created`, ..., `response.completed`).
+
+Output items come in the order the model wrote them: a message with the text (when there is
+text, or when there are no calls: an empty message), then one `function_call` item per call.
+An output cut at `max_output_tokens` makes the response `incomplete` with that reason, as
+OpenAI reports it.
+
+The stream: `response.created` and `response.in_progress`; the message item and its text part
+opened when its first text is known not to start a call (deployments/tool_calls.py:
+ToolStream), then `response.output_text.delta` per step; at the end the message closed, each
+call as an item with its arguments in one delta; then `response.completed` (or
+`response.incomplete`) with the whole response. Every event has its `sequence_number`. An error
+after the stream began ends it with `response.failed`.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, AsyncIterator
+
+from pydantic_core import to_jsonable_python
+
+from deployments.choices import stream_failure_message
+from deployments.responses import ChatTokenLogprob
+from deployments.responses_api_protocol import (FunctionToolCall, IncompleteDetails, OutputItem, OutputMessage,
+                                                OutputText, ResponseError, ResponseObject, ResponseUsage)
+from deployments.tool_protocol import ToolCall
+
+
+def item_id(prefix: str) -> str:
+    """OpenAI's ids here are `resp_...`, `msg_...`: an underscore, where chat's have a dash."""
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+class ResponseOutput:
+    """The output of one response as it grows: text, its logprobs, then the calls."""
+
+    def __init__(self, with_logprobs: bool):
+        self.message_id = item_id("msg")
+        self.text = ""
+        self.logprobs: list[ChatTokenLogprob] | None = [] if with_logprobs else None
+        self.calls: list[FunctionToolCall] = []
+
+    def add(self, text: str, logprobs: list[ChatTokenLogprob]) -> None:
+        self.text += text
+        if self.logprobs is not None:
+            self.logprobs.extend(logprobs)
+
+    def add_calls(self, calls: list[ToolCall]) -> None:
+        self.calls = [FunctionToolCall(id=f"fc_{c.id.removeprefix('call_')}", call_id=c.id,
+                                       name=c.function.name, arguments=c.function.arguments) for c in calls]
+
+    @property
+    def has_message(self) -> bool:
+        return bool(self.text) or not self.calls
+
+    def message(self, status: str) -> OutputMessage:
+        return OutputMessage(id=self.message_id, status=status,
+                             content=[OutputText(text=self.text, logprobs=self.logprobs)])
+
+    def items(self, status: str) -> list[OutputItem]:
+        return ([self.message(status)] if self.has_message else []) + list(self.calls)
+
+
+def finished(response: ResponseObject, output: ResponseOutput, finish_reason: str | None,
+             usage: ResponseUsage) -> ResponseObject:
+    """The response once its choice ended (`finish_reason` "length": cut at max_output_tokens)."""
+    cut = finish_reason == "length"
+    status = "incomplete" if cut else "completed"
+    return response.model_copy(update={
+        "status": status, "output": output.items(status), "usage": usage,
+        "incomplete_details": IncompleteDetails(reason="max_output_tokens") if cut else None})
+
+
+class ResponseEvents:
+    """The numbered SSE events of one streamed response."""
+
+    def __init__(self):
+        self.sequence_number = 0
+
+    def event(self, kind: str, **fields: Any) -> str:
+        data = {"type": kind, "sequence_number": self.sequence_number, **to_jsonable_python(fields)}
+        self.sequence_number += 1
+        return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+    def open_message(self, output: ResponseOutput) -> list[str]:
+        return [self.event("response.output_item.added", output_index=0, item=output.message("in_progress")
+                           .model_copy(update={"content": []})),
+                self.event("response.content_part.added", item_id=output.message_id, output_index=0,
+                           content_index=0, part=OutputText(text="", logprobs=[] if output.logprobs is not None else None))]
+
+    def text_delta(self, output: ResponseOutput, text: str, logprobs: list[ChatTokenLogprob]) -> str:
+        return self.event("response.output_text.delta", item_id=output.message_id, output_index=0,
+                          content_index=0, delta=text, logprobs=logprobs)
+
+    def close_message(self, output: ResponseOutput, status: str) -> list[str]:
+        message = output.message(status)
+        part = message.content[0]
+        return [self.event("response.output_text.done", item_id=output.message_id, output_index=0,
+                           content_index=0, text=output.text, logprobs=part.logprobs or []),
+                self.event("response.content_part.done", item_id=output.message_id, output_index=0,
+                           content_index=0, part=part),
+                self.event("response.output_item.done", output_index=0, item=message)]
+
+    def calls(self, output: ResponseOutput) -> list[str]:
+        events, first = [], int(output.has_message)
+        for index, call in enumerate(output.calls, start=first):
+            events += [
+                self.event("response.output_item.added", output_index=index,
+                           item=call.model_copy(update={"arguments": "", "status": "in_progress"})),
+                self.event("response.function_call_arguments.delta", item_id=call.id, output_index=index,
+                           delta=call.arguments),
+                self.event("response.function_call_arguments.done", item_id=call.id, output_index=index,
+                           name=call.name, arguments=call.arguments),
+                self.event("response.output_item.done", output_index=index, item=call)]
+        return events
+
+    def failed(self, response: ResponseObject, message: str) -> str:
+        return self.event("response.failed", response=response.model_copy(update={
+            "status": "failed", "error": ResponseError(code="server_error", message=message)}))
+
+
+async def guarded_events(events: ResponseEvents, response: ResponseObject, body: AsyncIterator[str],
+                         close) -> AsyncIterator[str]:
+    """A streamed response's events; an error after the stream began ends it with
+    `response.failed`, and `close` (the choice's) runs whatever happens."""
+    try:
+        async for chunk in body:
+            yield chunk
+    except Exception as exc:  # noqa: BLE001 - the stream has started: report in-band
+        yield events.failed(response, stream_failure_message(response.id, exc))
+    finally:
+        close()

@@ -1,0 +1,114 @@
+"""OpenAI's Responses API (`POST /v1/responses`), answered as the chat completion it describes
+(deployments/responses_api_input.py), whole or as its stream of events
+(deployments/responses_api_output.py). No response is stored.
+
+A mixin of the Ingress deployment (deployments/ingress.py): it uses the Ingress's model check,
+chat prompt, engine requests (`_start`) and usage. The routes themselves stay on the Ingress: a
+route on a method of an importable class reaches the replica by reference (cloudpickle imports
+it anew there), without the `self` binding Serve gave it in the driver, and FastAPI then asks
+the client for `self`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import AsyncIterator, Callable
+
+from fastapi.responses import StreamingResponse
+
+from deployments.choices import Choice, Event, merge_choices
+from deployments.guided_formats import FormatRequestError
+from deployments.openai_errors import OpenAIError
+from deployments.output_logprobs import chat_logprobs
+from deployments.responses_api_input import as_responses_error, chat_request
+from deployments.responses_api_output import ResponseEvents, ResponseOutput, finished, guarded_events, item_id
+from deployments.responses_api_protocol import ResponseObject, ResponsesRequest, ResponseUsage
+from deployments.tool_calls import ToolStream, parse_calls, requested_tool_format
+
+logger = logging.getLogger("ray.serve")
+
+
+class ResponsesRoutes:
+    async def _create_response(self, body: ResponsesRequest):
+        self._check_model(body.model)
+        if body.ignored_fields:
+            logger.warning("a response request: this server does not read the fields %s; they were ignored",
+                           ", ".join(body.ignored_fields))
+        response_id = item_id("resp")
+        try:
+            chat = chat_request(body).with_defaults(self.defaults.sampling)
+            tools = requested_tool_format(chat, self.tool_syntax)
+            [choice] = await self._start(response_id, [self._chat_prompt(chat)], chat, chat.max_new_tokens,
+                                         chat.num_logprobs, "input", tools)
+        except FormatRequestError as exc:
+            raise as_responses_error(OpenAIError(400, str(exc), param=exc.param)) from None
+        except OpenAIError as exc:
+            raise as_responses_error(exc) from None
+        response = ResponseObject(
+            id=response_id, model=self.model_name, instructions=body.instructions,
+            max_output_tokens=body.max_output_tokens, parallel_tool_calls=body.parallel_tool_calls,
+            temperature=chat.temperature, top_p=chat.top_p, top_logprobs=body.top_logprobs,
+            tool_choice=body.tool_choice or "auto", tools=body.tools or [], metadata=body.metadata or {},
+            user=body.user, text=body.text.model_dump(by_alias=True, exclude_none=True) if body.text else
+            {"format": {"type": "text"}})
+        output = ResponseOutput(body.wants_logprobs)
+        names = self._token_names(chat)
+        if body.stream:
+            events = ResponseEvents()
+            forced = chat.effective_tool_choice not in ("auto", "none")
+            return StreamingResponse(guarded_events(events, response, self._stream_response(
+                events, response, output, choice, tools is not None, forced, names), choice.close),
+                media_type="text/event-stream")
+        async for event in merge_choices([choice]):
+            output.add(event.text, self._output_logprobs(output, event, names))
+        calls = parse_calls(output.text, self.tool_syntax) if tools is not None else None
+        if calls:
+            output.text, output.logprobs = "", None
+            output.add_calls(calls)
+        return finished(response, output, choice.finish_reason, self._response_usage(choice))
+
+    @staticmethod
+    def _output_logprobs(output: ResponseOutput, event: Event, names: Callable[[int], str]) -> list:
+        if output.logprobs is None or not event.logprobs:
+            return []
+        return chat_logprobs(event.logprobs, names).content
+
+    def _response_usage(self, choice: Choice) -> ResponseUsage:
+        usage = self._usage([choice])
+        return ResponseUsage(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens,
+                             total_tokens=usage.total_tokens)
+
+    async def _stream_response(self, events: ResponseEvents, response: ResponseObject, output: ResponseOutput,
+                               choice: Choice, calls_possible: bool, forced: bool,
+                               names: Callable[[int], str]) -> AsyncIterator[str]:
+        yield events.event("response.created", response=response)
+        yield events.event("response.in_progress", response=response)
+        calls = ToolStream(self.tool_syntax, forced) if calls_possible else None
+        opened, held_logprobs = False, []
+        async for event in merge_choices([choice]):
+            text = event.text
+            held_logprobs += self._output_logprobs(output, event, names)
+            if calls is not None:
+                text = calls.feed(text)
+                if event.finish_reason is not None:
+                    held, found = calls.finish()
+                    text += held
+                    output.add_calls(found or [])
+            if not text:
+                continue  # nothing yet, or part of a call (whose tokens' logprobs have no place)
+            if not opened:
+                for e in events.open_message(output):
+                    yield e
+                opened = True
+            output.add(text, held_logprobs)
+            yield events.text_delta(output, text, held_logprobs)
+            held_logprobs = []
+        if held_logprobs and not output.calls:  # tokens with no text of their own at the end
+            output.add("", held_logprobs)
+        final = finished(response, output, choice.finish_reason, self._response_usage(choice))
+        if output.has_message:
+            for e in ([] if opened else events.open_message(output)) + events.close_message(output, final.status):
+                yield e
+        for e in events.calls(output):
+            yield e
+        yield events.event(f"response.{final.status}", response=final)

@@ -1,0 +1,168 @@
+"""OpenAI's Responses API without a server: a request becomes the chat completion it describes,
+what cannot be one is a 400 naming the field, and the events of a streamed answer are what the
+real `openai` client's stream accumulator takes (it checks their order and identities)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from openai.lib.streaming.responses._responses import ResponseStreamState
+from openai.types.responses import ResponseStreamEvent
+from openai import omit
+from openai._models import construct_type_unchecked
+
+from deployments.openai_errors import OpenAIError
+from deployments.responses import ChatTokenLogprob
+from deployments.responses_api_input import chat_request
+from deployments.responses_api_output import ResponseEvents, ResponseOutput, finished
+from deployments.responses_api_protocol import ResponseObject, ResponsesRequest, ResponseUsage
+from deployments.tool_protocol import FunctionCall, ToolCall
+
+WEATHER = {"type": "function", "name": "get_weather", "description": "Weather in a city",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+
+
+def chat(body: dict):
+    return chat_request(ResponsesRequest.model_validate(body))
+
+
+def refusal(body: dict) -> OpenAIError:
+    with pytest.raises(OpenAIError) as info:
+        chat(body)
+    assert info.value.status == 400
+    return info.value
+
+
+def test_a_string_input_with_instructions_is_a_system_and_a_user_message():
+    c = chat({"input": "Hi", "instructions": "Be brief.", "max_output_tokens": 7, "temperature": 0,
+              "top_p": 0.5})
+    assert [(m.role, m.text()) for m in c.messages] == [("system", "Be brief."), ("user", "Hi")]
+    assert (c.max_new_tokens, c.temperature, c.top_p, c.stream) == (7, 0.0, 0.5, False)
+    assert "temperature" in c.model_fields_set  # so that the model's defaults do not replace it
+    assert "top_k" not in chat({"input": "Hi"}).model_fields_set
+
+
+def test_function_calls_join_their_assistant_turn_and_outputs_become_tool_turns():
+    c = chat({"input": [
+        {"role": "user", "content": [{"type": "input_text", "text": "Weather in "}, {"type": "input_text", "text": "Oslo?"}]},
+        {"type": "reasoning", "id": "rs_1", "summary": []},  # nothing here wrote it: skipped
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Looking.", "annotations": []}]},
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Oslo"}'},
+        {"type": "function_call", "call_id": "call_2", "name": "get_weather", "arguments": '{"city": "Bergen"}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": '{"temperature": 3}'},
+        {"type": "function_call_output", "call_id": "call_2", "output": [{"type": "input_text", "text": "4"}]},
+    ], "tools": [WEATHER], "tool_choice": {"type": "function", "name": "get_weather"}})
+    user, assistant, first, second = c.messages
+    assert user.text() == "Weather in Oslo?"
+    assert assistant.text() == "Looking." and [t.id for t in assistant.tool_calls] == ["call_1", "call_2"]
+    assert json.loads(assistant.tool_calls[1].function.arguments) == {"city": "Bergen"}
+    assert (first.role, first.tool_call_id, first.name, first.text()) == ("tool", "call_1", "get_weather",
+                                                                         '{"temperature": 3}')
+    assert second.text() == "4"
+    [tool] = c.tools
+    assert (tool.function.name, tool.function.parameters) == ("get_weather", WEATHER["parameters"])
+    assert c.tool_choice.function.name == "get_weather"
+
+
+def test_text_format_logprobs_and_vllm_sampling_fields_carry_over():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    c = chat({"input": "x", "text": {"format": {"type": "json_schema", "name": "thing", "schema": schema,
+                                                "strict": True}},
+              "include": ["message.output_text.logprobs"], "top_logprobs": 3, "top_k": 5, "seed": 2,
+              "stop": ["}"], "store": True, "metadata": {"k": "v"}})
+    assert c.response_format.type == "json_schema" and c.response_format.json_schema.schema_ == schema
+    assert (c.logprobs, c.top_logprobs, c.top_k, c.seed, c.stop) == (True, 3, 5, 2, ["}"])
+    assert chat({"input": "x", "text": {"format": {"type": "json_object"}}}).response_format.type == "json_object"
+    assert chat({"input": "x", "top_logprobs": 3}).logprobs is False  # logprobs come only when included
+
+
+def test_unknown_fields_are_named_and_known_extras_are_not():
+    body = ResponsesRequest.model_validate({"input": "x", "top_k": 3, "frobnicate": 1})
+    assert body.ignored_fields == ["frobnicate"]
+
+
+@pytest.mark.parametrize("body, param, words", [
+    ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id", "keeps no responses"),
+    ({"input": "x", "conversation": "conv_1"}, "conversation", "keeps no responses"),
+    ({"input": "x", "background": True}, "background", "keeps no responses"),
+    ({"input": "x", "truncation": "auto"}, "truncation", "auto"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x"}]}]}, "input",
+     "input_image"),
+    ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input", "item_reference"),
+    ({"input": [{"type": "function_call", "name": "f"}]}, "input", "call_id"),
+    ({"input": [{"type": "reasoning", "summary": []}]}, "input", "at least one message"),
+    ({"input": "x", "tools": [{"type": "web_search"}]}, "tools", "web_search"),
+    ({"input": "x", "tools": [WEATHER], "tool_choice": {"type": "allowed_tools", "tools": []}}, "tool_choice",
+     "allowed_tools"),
+    ({"input": "x", "stop": [""]}, None, "stop strings must not be empty"),
+])
+def test_what_cannot_be_a_chat_completion_is_a_400_naming_the_field(body, param, words):
+    error = refusal(body)
+    assert error.param == param and words in error.message
+
+
+def test_a_json_schema_format_needs_its_schema():
+    with pytest.raises(ValueError, match="needs a \"schema\""):
+        ResponsesRequest.model_validate({"input": "x", "text": {"format": {"type": "json_schema", "name": "a"}}})
+
+
+def accumulate(chunks: list[str]):
+    """The events through the openai client's own stream accumulator; its final response."""
+    state = ResponseStreamState(input_tools=[WEATHER], text_format=omit)
+    for chunk in chunks:
+        kind, data = chunk.split("\n")[:2]
+        payload = json.loads(data.removeprefix("data: "))
+        assert kind == f"event: {payload['type']}"
+        state.handle_event(construct_type_unchecked(type_=ResponseStreamEvent, value=payload))
+    return state, [json.loads(c.split("\n")[1].removeprefix("data: ")) for c in chunks]
+
+
+def stream_of(output: ResponseOutput, deltas: list[str], calls: list[ToolCall], finish: str) -> list[str]:
+    """The events the ingress writes for an output that came as `deltas`, then `calls`."""
+    events = ResponseEvents()
+    response = ResponseObject(id="resp_1", model="m")
+    chunks = [events.event("response.created", response=response),
+              events.event("response.in_progress", response=response)]
+    for i, text in enumerate(deltas):
+        if i == 0:
+            chunks += events.open_message(output)
+        lp = [ChatTokenLogprob(token=text, logprob=-0.5)] if output.logprobs is not None else []
+        output.add(text, lp)
+        chunks.append(events.text_delta(output, text, lp))
+    output.add_calls(calls)
+    final = finished(response, output, finish, ResponseUsage(input_tokens=3, output_tokens=2, total_tokens=5))
+    if output.has_message:
+        chunks += ([] if deltas else events.open_message(output)) + events.close_message(output, final.status)
+    return chunks + events.calls(output) + [events.event(f"response.{final.status}", response=final)]
+
+
+def test_a_streamed_text_answer_is_what_the_client_accumulates():
+    state, payloads = accumulate(stream_of(ResponseOutput(with_logprobs=True), ["Hel", "lo"], [], "stop"))
+    assert [p["sequence_number"] for p in payloads] == list(range(len(payloads)))
+    final = state._completed_response
+    assert final.status == "completed" and final.output_text == "Hello"
+    assert [lp.token for lp in final.output[0].content[0].logprobs] == ["Hel", "lo"]
+    assert final.usage.total_tokens == 5
+
+
+def test_calls_follow_the_message_and_an_answer_cut_short_is_incomplete():
+    call = ToolCall(function=FunctionCall(name="get_weather", arguments='{"city": "Oslo"}'))
+    state, payloads = accumulate(stream_of(ResponseOutput(with_logprobs=False), [], [call], "stop"))
+    [item] = state._completed_response.output
+    assert (item.type, item.call_id, item.name, item.arguments) == ("function_call", call.id, "get_weather",
+                                                                    '{"city": "Oslo"}')
+    assert item.id != item.call_id
+    assert not any(p["type"].startswith("response.output_text") for p in payloads)
+
+    cut = stream_of(ResponseOutput(with_logprobs=False), ["Hel"], [], "length")
+    final = json.loads(cut[-1].split("\n")[1].removeprefix("data: "))
+    assert final["type"] == "response.incomplete"
+    assert final["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert final["response"]["output"][0]["status"] == "incomplete"
+
+
+def test_an_empty_answer_is_an_empty_message():
+    state, _ = accumulate(stream_of(ResponseOutput(with_logprobs=False), [], [], "stop"))
+    assert state._completed_response.output_text == ""
+    assert [i.type for i in state._completed_response.output] == ["message"]
