@@ -25,6 +25,9 @@ class SamplingParams:
     logprobs: int | None = None  # None: none; n: the sampled token's logprob plus the top n
     prompt_logprobs: int | None = None  # as `logprobs`, for the prompt's own tokens (vLLM's)
     speculative_decoding: bool = True  # False: never verify draft tokens for this request
+    # vLLM's: only requests with the same salt share prefix-cache blocks (tenants cannot learn
+    # from a hit what another one sent); None shares with every unsalted request.
+    cache_salt: str | None = None
     # Penalties over what was generated so far (OpenAI's; -2..2), and vLLM's repetition penalty
     # over prompt + output (> 0; 1 is none): positive logits divided by it, negative multiplied.
     presence_penalty: float = 0.0
@@ -77,6 +80,8 @@ class SamplingParams:
             if not -100 <= bias <= 100:
                 raise ValueError(f"logit_bias: biases must be in [-100, 100], got {bias} for token {token_id}")
 
+        if self.cache_salt is not None and not self.cache_salt:
+            raise ValueError("cache_salt must be a non-empty string when given")
         if self.beam_width < 1:
             raise ValueError(f"beam_width must be at least 1, got {self.beam_width}")
         if self.early_stopping not in (True, False, "never"):

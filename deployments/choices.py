@@ -44,6 +44,7 @@ class Choice:
         self.timer = timer
         self.first = None
         self.num_output_tokens = 0
+        self.num_cached_tokens = 0  # of the prompt's tokens, those the prefix cache held
         self.finish_reason: str | None = None
         # vLLM's `stop_reason`: the stop string or the request's own stop token id that ended
         # the choice; None when it ended otherwise (the model's EOS included).
@@ -64,6 +65,7 @@ class Choice:
 
     def advance(self, out) -> Event | None:
         self.num_output_tokens = max(self.num_output_tokens, out.num_output_tokens)
+        self.num_cached_tokens = out.num_cached_tokens
         self.timer.on_tokens(len(out.new_token_ids))
         text = self.detok.add_tokens(out.new_token_ids)
         if self.detok.stopped:

@@ -56,7 +56,7 @@ from deployments.responses_api_protocol import ResponsesRequest
 from deployments.responses_route import ResponsesRoutes
 from deployments.responses import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
                                    ChatCompletionResponse, ChatLogprobs, CompletionChoice, CompletionResponse,
-                                   DeltaMessage, ModelCard, ModelList, UsageInfo)
+                                   DeltaMessage, ModelCard, ModelList, PromptTokensDetails, UsageInfo)
 
 logger = logging.getLogger("ray.serve")
 
@@ -172,10 +172,21 @@ class Ingress(ResponsesRoutes):
 
     @staticmethod
     def _usage(choices: list[Choice]) -> UsageInfo:
-        prompt = sum({c.prompt_index: len(c.prompt_ids) for c in choices}.values())  # once per prompt
+        """Each prompt counted once: its length, and its cached tokens as the choice that found
+        the fewest (the later choices of a prompt may find the first one's blocks)."""
+        prompt = sum({c.prompt_index: len(c.prompt_ids) for c in choices}.values())
+        cached: dict[int, int] = {}
+        for c in choices:
+            cached[c.prompt_index] = min(cached.get(c.prompt_index, c.num_cached_tokens), c.num_cached_tokens)
         completion = sum(c.num_output_tokens for c in choices)
-        return UsageInfo(prompt_tokens=prompt, completion_tokens=completion,
-                         total_tokens=prompt + completion)
+        return UsageInfo(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
+                         prompt_tokens_details=PromptTokensDetails(cached_tokens=sum(cached.values())))
+
+    def _chunk_usage(self, body, choices: list[Choice], indices) -> UsageInfo | None:
+        """vLLM's `continuous_usage_stats`: the usage so far of the choices a chunk carries."""
+        if not body.continuous_usage:
+            return None
+        return self._usage([c for c in choices if c.index in indices])
 
     def _chat_prompt(self, body, add_special_tokens: bool = False) -> list[int]:
         return chat_prompt_ids(self.tokenizer, body, self.tool_syntax, self.native_tools, add_special_tokens)
@@ -280,7 +291,8 @@ class Ingress(ResponsesRoutes):
                                  choices: list[Choice], to_echo: dict[int, str]) -> AsyncIterator[str]:
         async for event in merge_choices(choices):
             yield sse(CompletionResponse(id=request_id, created=created, model=self.model_name,
-                                         choices=[self._completion_choice(body, event, to_echo)]))
+                                         choices=[self._completion_choice(body, event, to_echo)],
+                                         usage=self._chunk_usage(body, choices, (event.choice.index,))))
         if body.include_usage:
             yield sse(CompletionResponse(id=request_id, created=created, model=self.model_name,
                                           choices=[], usage=self._usage(choices)))
@@ -330,6 +342,7 @@ class Ingress(ResponsesRoutes):
     async def _stream_chat(self, request_id: str, created: int, body: ChatCompletionRequest,
                            choices: list[Choice], calls_possible: bool) -> AsyncIterator[str]:
         def chunk(choice_list, usage=None) -> str:
+            usage = usage or self._chunk_usage(body, choices, {c.index for c in choice_list})
             return sse(ChatCompletionChunk(id=request_id, created=created, model=self.model_name,
                                             choices=choice_list, usage=usage))
 

@@ -25,7 +25,7 @@ from typing import Any
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily
 from ray.serve.request_router import FIFOMixin, PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
-from app.engine.block_manager import block_hashes
+from app.engine.block_manager import block_hashes, root_hash
 from deployments.metrics import PREFIX
 from deployments.prefix_routing import (DEFAULT_MAX_LOAD_IMBALANCE, NEW_BLOCKS_WINDOW_S, ReplicaView, RoutingStats,
                                         rank_replicas)
@@ -87,6 +87,14 @@ def prompt_of(request: PendingRequest | None) -> list[int] | None:
     return request.args[1] if len(request.args) > 1 else None
 
 
+def cache_salt_of(request: PendingRequest | None) -> str | None:
+    """The `cache_salt` in a `generate` call's params (its blocks hash from a salted root)."""
+    params = None
+    if request is not None:
+        params = request.kwargs.get("params", request.args[2] if len(request.args) > 2 else None)
+    return params.get("cache_salt") if isinstance(params, dict) else None
+
+
 class PrefixAwareRouter(FIFOMixin, RequestRouter):
     """A replica chosen for a request goes to that request (matched by Serve's internal request
     id); what no pending request matches goes to the oldest one (FIFOMixin). The fallback is
@@ -124,7 +132,7 @@ class PrefixAwareRouter(FIFOMixin, RequestRouter):
         if not candidate_replicas:
             return []
         prompt = prompt_of(pending_request)
-        hashes = self._hashes(prompt)
+        hashes = self._hashes(prompt, cache_salt_of(pending_request))
         views = [self._view(r) for r in candidate_replicas]
         replica_of = {id(v): r for v, r in zip(views, candidate_replicas)}
         now = time.time()
@@ -162,8 +170,8 @@ class PrefixAwareRouter(FIFOMixin, RequestRouter):
         if view is not None:
             view.record_ended(internal_request_id)
 
-    def _hashes(self, prompt: list[int] | None) -> list[int]:
-        return block_hashes(prompt, self.block_size) if prompt else []
+    def _hashes(self, prompt: list[int] | None, cache_salt: str | None) -> list[int]:
+        return block_hashes(prompt, self.block_size, root_hash(cache_salt)) if prompt else []
 
     def update_replicas(self, replicas: list[RunningReplica]) -> None:
         """Serve calls this with every change to the replicas, their reports included."""

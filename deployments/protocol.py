@@ -43,6 +43,7 @@ def random_id(prefix: str) -> str:
 # -- requests -----------------------------------------------------------------------------
 class StreamOptions(BaseModel):
     include_usage: bool = False
+    continuous_usage_stats: bool = False  # vLLM's: usage so far in every chunk
 
 
 class JsonSchemaFormat(BaseModel):
@@ -105,6 +106,7 @@ class SamplingFields(BaseModel):
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
     speculative_decoding: bool = True  # specserve: False opts this request out of speculation
+    cache_salt: str | None = Field(None, min_length=1)  # vLLM's: prefix-cache blocks shared only within a salt
     stream: bool = False
     stream_options: StreamOptions | None = None
     response_format: ResponseFormat | None = None
@@ -209,6 +211,10 @@ class SamplingFields(BaseModel):
     @property
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
+
+    @property
+    def continuous_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.continuous_usage_stats
 
     @property
     def num_candidates(self) -> int:

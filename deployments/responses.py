@@ -17,10 +17,15 @@ from deployments.tool_protocol import ToolCall, ToolCallDelta
 StopReason = str | int | None
 
 
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = 0  # of the prompt's tokens, those the prefix cache held
+
+
 class UsageInfo(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    prompt_tokens_details: PromptTokensDetails | None = None
 
 
 class CompletionLogprobs(BaseModel):

@@ -28,7 +28,7 @@ SAMPLING_EXTRAS = ("top_k", "min_p", "min_tokens", "seed", "stop", "presence_pen
                    "frequency_penalty", "repetition_penalty", "logit_bias", "allowed_token_ids",
                    "ignore_eos", "stop_token_ids", "skip_special_tokens", "include_stop_str_in_output",
                    "return_tokens_as_token_ids", "speculative_decoding", "truncate_prompt_tokens",
-                   "chat_template_kwargs")
+                   "chat_template_kwargs", "cache_salt")
 
 Status = Literal["in_progress", "completed", "incomplete"]
 

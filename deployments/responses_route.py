@@ -22,7 +22,7 @@ from deployments.openai_errors import OpenAIError
 from deployments.output_logprobs import chat_logprobs
 from deployments.responses_api_input import as_responses_error, chat_request
 from deployments.responses_api_output import ResponseEvents, ResponseOutput, finished, guarded_events, item_id
-from deployments.responses_api_protocol import ResponseObject, ResponsesRequest, ResponseUsage
+from deployments.responses_api_protocol import InputTokensDetails, ResponseObject, ResponsesRequest, ResponseUsage
 from deployments.tool_calls import ToolStream, parse_calls, requested_tool_format
 
 logger = logging.getLogger("ray.serve")
@@ -76,7 +76,8 @@ class ResponsesRoutes:
     def _response_usage(self, choice: Choice) -> ResponseUsage:
         usage = self._usage([choice])
         return ResponseUsage(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens,
-                             total_tokens=usage.total_tokens)
+                             total_tokens=usage.total_tokens, input_tokens_details=InputTokensDetails(
+                                 cached_tokens=usage.prompt_tokens_details.cached_tokens))
 
     async def _stream_response(self, events: ResponseEvents, response: ResponseObject, output: ResponseOutput,
                                choice: Choice, calls_possible: bool, forced: bool,

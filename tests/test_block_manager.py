@@ -101,3 +101,29 @@ def test_step_tables_hold_each_requests_blocks_through_growth_forks_and_frees():
     assert bm.tables.gather([r.request_id for r in live]).tolist() == expected
     assert [bm.block_ids(r.request_id) for r in live] == ids
     assert bm.block_ids(reqs[0].request_id) == []
+
+
+def test_a_cache_salt_shares_blocks_only_within_the_salt():
+    """vLLM's `cache_salt`: a tenant's requests reuse each other's blocks, never another's (nor
+    unsalted ones), so a cache hit (a faster first token) tells nothing about what others sent."""
+    bm = BlockManager(num_blocks=32, block_size=4)
+
+    def salted(rid: str, salt: str | None) -> Request:
+        return Request(rid, list(range(13)), SamplingParams(max_tokens=4, cache_salt=salt))
+
+    assert admit(bm, salted("plain", None)) == 0
+    assert admit(bm, salted("a1", "tenant-a")) == 0  # the unsalted blocks are not its
+    assert admit(bm, salted("b1", "tenant-b")) == 0
+    assert admit(bm, salted("a2", "tenant-a")) == 3
+    assert bm.block_ids("a2")[:3] == bm.block_ids("a1")[:3] != bm.block_ids("b1")[:3]
+    assert admit(bm, salted("plain2", None)) == 3 and bm.block_ids("plain2")[:3] == bm.block_ids("plain")[:3]
+
+
+def test_the_router_hashes_a_salted_prompt_as_the_pool_does():
+    from app.engine.block_manager import block_hashes, root_hash
+
+    bm = BlockManager(num_blocks=8, block_size=4)
+    req = Request("a", list(range(9)), SamplingParams(max_tokens=4, cache_salt="s"))
+    admit(bm, req)
+    assert list(bm.cached_blocks) == block_hashes(list(range(9)), 4, root_hash("s"))
+    assert root_hash("s") != root_hash("t") and root_hash(None) == 0

@@ -191,3 +191,19 @@ def test_room_for_a_new_prefix_does_not_outweigh_a_long_queue():
     assert a.load == 2  # b carries 9 more than a: past max_load_imbalance
     assert chosen(SYSTEM, [a, b], max_load_imbalance=8) == ("a", "no_prefix")
     assert chosen(SYSTEM, [a, b], max_load_imbalance=9) == ("b", "no_prefix")
+
+
+def test_the_router_reads_a_generate_calls_prompt_and_cache_salt():
+    """What `PrefixAwareRouter` hashes: the call's prompt from a salted root (the pool's rule)."""
+    from types import SimpleNamespace
+
+    from deployments.prefix_router import cache_salt_of, prompt_of
+
+    def call(*args, method="generate", **kwargs):
+        return SimpleNamespace(metadata=SimpleNamespace(call_method=method), args=args, kwargs=kwargs)
+
+    assert (prompt_of(call("r", [1, 2], {"cache_salt": "s"})), cache_salt_of(call("r", [1, 2], {"cache_salt": "s"}))) \
+        == ([1, 2], "s")
+    assert cache_salt_of(call("r", [1, 2], {"max_tokens": 3})) is None
+    assert cache_salt_of(call("r", prompt_token_ids=[1], params={"cache_salt": "k"})) == "k"
+    assert cache_salt_of(None) is None and prompt_of(call(method="stats")) is None

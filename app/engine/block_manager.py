@@ -4,6 +4,7 @@ share a request's blocks (beam search), copied on the first write into a shared 
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from typing import Callable
 
@@ -28,6 +29,15 @@ def chain_hash(parent_hash: int, token_ids: list[int]) -> int:
     process (unlike `None`, whose hash is its address before Python 3.12), so a router can
     compute a prompt's hashes and find them in a replica's report (deployments/prefix_routing.py)."""
     return hash((parent_hash, tuple(token_ids)))
+
+
+def root_hash(cache_salt: str | None) -> int:
+    """The parent of a request's first block: one for all unsalted requests, one per salt
+    (vLLM's `cache_salt`). The salt enters as the ints of its digest, which hash the same in
+    every process (a `str`'s hash does not)."""
+    if cache_salt is None:
+        return ROOT_BLOCK_HASH
+    return chain_hash(ROOT_BLOCK_HASH, list(hashlib.blake2b(cache_salt.encode(), digest_size=16).digest()))
 
 
 def block_hashes(token_ids: list[int], block_size: int, parent: int = ROOT_BLOCK_HASH) -> list[int]:
@@ -86,7 +96,7 @@ class BlockManager:
         if len(hashes) < num_full_blocks:
             bs = self.block_size
             hashes += block_hashes(req.all_token_ids[len(hashes) * bs:num_full_blocks * bs], bs,
-                                   hashes[-1] if hashes else ROOT_BLOCK_HASH)
+                                   hashes[-1] if hashes else root_hash(req.params.cache_salt))
         return hashes
 
     def find_cached_prefix(self, req: Request) -> list[KVBlock]:

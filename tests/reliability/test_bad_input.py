@@ -24,6 +24,7 @@ SERVE_APP_ARGS = {"max_model_len": 256, "max_request_body_bytes": BODY_LIMIT}
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
+RESPONSES = "/v1/responses"
 USER = [{"role": "user", "content": "hi"}]
 
 
@@ -94,6 +95,10 @@ CASES = [
      400, "chat_template_kwargs"),
     ("chat-continue-and-open-a-turn", CHAT, dict(json={"messages": USER, "continue_final_message": True}), 400,
      "continue_final_message"),
+    ("cache-salt-empty", COMPLETIONS, dict(json={"prompt": "x", "cache_salt": ""}), 400, "cache_salt"),
+    ("response-input-empty", RESPONSES, dict(json={"input": []}), 400, "input"),
+    ("response-stored-conversation", RESPONSES, dict(json={"input": "x", "previous_response_id": "resp_1"}), 400,
+     "previous_response_id"),
 ]
 
 

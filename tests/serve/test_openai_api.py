@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import openai
@@ -191,6 +192,40 @@ def test_min_tokens_holds_stop_tokens_and_stop_strings_back(serve_app, client, e
     early = client.completions.create(**params).choices[0]
     late = client.completions.create(**{**params, "extra_body": {"ignore_eos": True, "min_tokens": 4}}).choices[0]
     assert early.finish_reason == "stop" and late.text.startswith(early.text + stop)
+
+
+def test_usage_counts_cached_prompt_tokens_and_a_cache_salt_keeps_them_apart(serve_app, client):
+    """OpenAI's `prompt_tokens_details.cached_tokens`; vLLM's `cache_salt`: requests share
+    prefix-cache blocks only within one salt."""
+    prompt = f"{uuid.uuid4().hex} " + "The quick brown fox jumps over the lazy dog. " * 8
+
+    def cached(**extra) -> int:
+        r = client.completions.create(model=serve_app.model, prompt=prompt, max_tokens=1, extra_body=extra)
+        assert r.usage.prompt_tokens_details.cached_tokens < r.usage.prompt_tokens  # the last is computed
+        return r.usage.prompt_tokens_details.cached_tokens
+
+    assert cached() == 0
+    assert cached() > 0
+    assert cached(cache_salt="tenant-a") == 0
+    assert cached(cache_salt="tenant-a") > 0
+    assert cached(cache_salt="tenant-b") == 0
+    r = client.responses.create(model=serve_app.model, input=prompt, max_output_tokens=1)
+    r = client.responses.create(model=serve_app.model, input=prompt, max_output_tokens=1)
+    assert r.usage.input_tokens_details.cached_tokens > 0
+
+
+def test_continuous_usage_stats_put_the_usage_so_far_in_every_chunk(serve_app, client):
+    chunks = list(client.chat.completions.create(
+        model=serve_app.model, messages=[{"role": "user", "content": "Say something"}], max_tokens=12,
+        temperature=0, stream=True, stream_options={"include_usage": True, "continuous_usage_stats": True}))
+    counts = [c.usage.completion_tokens for c in chunks]
+    assert all(c.usage is not None for c in chunks) and counts == sorted(counts) and counts[0] == 0
+    assert counts[-1] == chunks[-1].usage.total_tokens - chunks[-1].usage.prompt_tokens > 0
+    plain = list(client.completions.create(model=serve_app.model, prompt="def f():", max_tokens=6, stream=True,
+                                           temperature=0, stream_options={"continuous_usage_stats": True}))
+    counts = [c.usage.completion_tokens for c in plain]
+    assert counts == sorted(counts) and 1 <= counts[0] and counts[-1] <= 6
+    assert sum(1 for c in plain if c.usage.prompt_tokens != plain[0].usage.prompt_tokens) == 0
 
 
 def test_32_concurrent_streams_finish_with_correct_usage(serve_app, client, tokenizer):

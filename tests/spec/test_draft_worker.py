@@ -97,3 +97,15 @@ def test_compact_probs_round_trip(nonzero):
     assert decoded.shape == (3, 4100) and (decoded[:, 4096:] == 0).all()
     half = probs.half().float()
     assert torch.equal(decoded[:, :4096], half / half.sum(-1, keepdim=True))
+
+
+def test_the_draft_cache_is_salted_as_the_targets(worker):
+    """A request's `cache_salt` reaches the draft side: its blocks are not another salt's."""
+    seq = sequences(1)[0] * 3
+    worker.propose_batch([DraftInput("a", seq, 4, cache_salt="tenant-a")])
+    before = worker.num_computed_tokens
+    worker.propose_batch([DraftInput("b", seq, 4, cache_salt="tenant-b")])
+    assert worker.num_computed_tokens - before >= len(seq)  # all of it again
+    before = worker.num_computed_tokens
+    worker.propose_batch([DraftInput("c", seq, 4, cache_salt="tenant-a")])
+    assert worker.num_computed_tokens - before < len(seq)

@@ -86,7 +86,8 @@ class DraftWorker:
         cannot be served (too long for the draft model, pool full): no proposal then."""
         if inp.k <= 0 or not inp.token_ids or len(inp.token_ids) + inp.k > self.max_model_len:
             return None
-        req = Request(f"draft-{i}", inp.token_ids, SamplingParams(max_tokens=inp.k, ignore_eos=True))
+        req = Request(f"draft-{i}", inp.token_ids, SamplingParams(max_tokens=inp.k, ignore_eos=True,
+                                                                  cache_salt=inp.cache_salt))
         if self.block_manager.admit(req, lambda _: req.num_tokens + inp.k - 1) is None:
             return None
         return req

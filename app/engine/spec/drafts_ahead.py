@@ -63,7 +63,8 @@ class DraftsAhead:
             if k_next <= 0:
                 continue
             sent.append(_Sent(req, req.num_tokens, tuple(drafts)))
-            inputs.append(DraftInput(req.request_id, req.all_token_ids + drafts, k_next + 1))
+            inputs.append(DraftInput(req.request_id, req.all_token_ids + drafts, k_next + 1,
+                                     cache_salt=req.params.cache_salt))
         pending = self._send_ahead(inputs) if inputs else None
         if pending is None:
             return 0

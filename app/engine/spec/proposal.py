@@ -29,6 +29,7 @@ class DraftInput:
     top_k: int = 0
     min_p: float = 0.0
     seed: int = 0  # the draft's random stream for this call (derived from the request's seed)
+    cache_salt: str | None = None  # the request's: the draft's prefix cache is salted as the target's
 
 
 @dataclass

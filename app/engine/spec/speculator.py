@@ -180,7 +180,7 @@ class Speculator:
             candidates.append(req)
             seed = 0 if p.greedy else _draft_seed(req, self.generator)  # greedy drafts draw nothing
             inputs.append(DraftInput(req.request_id, req.all_token_ids, k_req, p.greedy, p.temperature,
-                                     p.top_p, p.top_k, p.min_p, seed))
+                                     p.top_p, p.top_k, p.min_p, seed, p.cache_salt))
         self.stats.num_drafts_looked_up += len(self._looked_up)
         if inputs:
             self._ask_proposer(candidates, inputs)
