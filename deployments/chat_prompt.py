@@ -7,8 +7,7 @@ from deployments.openai_errors import OpenAIError
 from deployments.tool_calls import render_messages
 
 
-def chat_prompt_ids(tokenizer, body, tool_syntax, native_tools: bool,
-                    add_special_tokens: bool = False) -> list[int]:
+def chat_prompt_ids(tokenizer, body, tool_syntax, native_tools: bool) -> list[int]:
     """The prompt ids of a chat (or chat /tokenize) request. Tools are written into the messages
     where the template does not take them itself (deployments/tool_calls.py: render_messages)."""
     if not getattr(tokenizer, "chat_template", None):
@@ -17,10 +16,10 @@ def chat_prompt_ids(tokenizer, body, tool_syntax, native_tools: bool,
     tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools and native_tools else None
     try:
         text = tokenizer.apply_chat_template(
-            messages, tools=tools, add_generation_prompt=body.add_generation_prompt,
+            messages, tools=tools, documents=body.documents, add_generation_prompt=body.add_generation_prompt,
             continue_final_message=body.continue_final_message, tokenize=False,
             **(body.chat_template_kwargs or {}))
     except Exception as exc:  # noqa: BLE001 - a template that refuses the messages
         raise OpenAIError(400, f"the chat template could not render the messages: {exc}",
                           param="messages") from None
-    return tokenizer.encode(text, add_special_tokens=add_special_tokens)
+    return tokenizer.encode(text, add_special_tokens=body.add_special_tokens)

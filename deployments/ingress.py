@@ -20,6 +20,7 @@ import logging
 import time
 from typing import AsyncIterator, Callable
 
+from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from ray import serve
@@ -51,7 +52,7 @@ from deployments.tokenize_protocol import (DetokenizeRequest, DetokenizeResponse
                                            TokenizeCompletionRequest, TokenizeResponse)
 from deployments.tool_protocol import FunctionCallDelta, ToolCallDelta
 from deployments.openai_errors import OpenAIError, error_message
-from deployments.protocol import ChatCompletionRequest, CompletionRequest, random_id
+from deployments.protocol import MAX_REQUEST_ID_CHARS, ChatCompletionRequest, CompletionRequest, response_ids
 from deployments.responses_api_protocol import ResponsesRequest
 from deployments.responses_route import ResponsesRoutes
 from deployments.responses import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
@@ -60,6 +61,19 @@ from deployments.responses import (AssistantMessage, ChatChoice, ChatChunkChoice
 
 logger = logging.getLogger("ray.serve")
 
+
+
+def client_request_id(raw: Request, in_body: str | None) -> str | None:
+    """The id a request goes by: the body's `request_id`, else the X-Request-Id header. Serve
+    sets that header on every request that comes without one (its own request id, in its
+    logs), so the body's field comes first here; vLLM, with no such header of its own, reads
+    the header first."""
+    if in_body is not None:
+        return in_body
+    header = raw.headers.get("x-request-id")
+    if header is not None and not 0 < len(header) <= MAX_REQUEST_ID_CHARS:
+        raise OpenAIError(400, f"X-Request-Id must have 1 to {MAX_REQUEST_ID_CHARS} characters")
+    return header
 
 
 # -- the deployment -----------------------------------------------------------------------
@@ -128,13 +142,13 @@ class Ingress(ResponsesRoutes):
         except GuidedFormatError as exc:
             raise OpenAIError(400, str(exc), param=requested.param) from None
 
-    async def _start(self, request_id: str, prompts: list[list[int]], req, max_tokens: int | None,
+    async def _start(self, engine_ids: str, prompts: list[list[int]], req, max_tokens: int | None,
                      logprobs: int | None, prompt_param: str,
                      tools: RequestedFormat | None = None,
                      prompt_logprobs: int | None = None) -> list[Choice]:
         """Check every prompt, then start n engine requests per prompt and await their first outputs."""
         if req.ignored_fields:
-            logger.warning("%s: this server does not read the fields %s; they were ignored", request_id,
+            logger.warning("%s: this server does not read the fields %s; they were ignored", engine_ids,
                            ", ".join(req.ignored_fields))
         req = req.with_defaults(self.defaults.sampling)
         started = engine_requests(req, prompts, max_tokens, logprobs, prompt_logprobs, prompt_param,
@@ -146,7 +160,7 @@ class Ingress(ResponsesRoutes):
         choices: list[Choice] = []
         handle = self.target.options(stream=True)
         for r in started:
-            stream = handle.generate.remote(f"{request_id}-{r.index}", r.prompt_ids,
+            stream = handle.generate.remote(f"{engine_ids}-{r.index}", r.prompt_ids,
                                             {**dataclasses.asdict(r.params), **guided})
             detok = IncrementalDetokenizer(self.tokenizer, r.prompt_ids, req.stop_strings, req.skip_special_tokens,
                                            req.min_tokens, req.include_stop_str_in_output,
@@ -188,8 +202,8 @@ class Ingress(ResponsesRoutes):
             return None
         return self._usage([c for c in choices if c.index in indices])
 
-    def _chat_prompt(self, body, add_special_tokens: bool = False) -> list[int]:
-        return chat_prompt_ids(self.tokenizer, body, self.tool_syntax, self.native_tools, add_special_tokens)
+    def _chat_prompt(self, body) -> list[int]:
+        return chat_prompt_ids(self.tokenizer, body, self.tool_syntax, self.native_tools)
 
     # -- routes -------------------------------------------------------------------------------
     @app.get("/health")
@@ -210,7 +224,7 @@ class Ingress(ResponsesRoutes):
         """vLLM's /tokenize: a prompt, or chat messages rendered as /v1/chat/completions does."""
         self._check_model(body.model)
         if isinstance(body, TokenizeChatRequest):
-            ids = self._chat_prompt(body, body.add_special_tokens)
+            ids = self._chat_prompt(body)
         else:
             ids = self.tokenizer.encode(body.prompt, add_special_tokens=body.add_special_tokens)
         strs = self.tokenizer.convert_ids_to_tokens(ids) if body.return_token_strs else None
@@ -227,13 +241,13 @@ class Ingress(ResponsesRoutes):
         return DetokenizeResponse(prompt=self.tokenizer.decode(body.tokens))
 
     @app.post("/v1/completions")
-    async def completions(self, body: CompletionRequest):
+    async def completions(self, body: CompletionRequest, raw: Request):
         self._check_model(body.model)
         prompts = [p if isinstance(p, list) else self.tokenizer.encode(p) for p in body.prompts()]
-        request_id = random_id("cmpl")
+        request_id, engine_ids = response_ids("cmpl", client_request_id(raw, body.request_id))
         ranked = body.num_candidates > body.n  # best_of: each token's logprob ranks the candidates
         logprobs = body.logprobs if body.logprobs is not None or not ranked else 0
-        choices = await self._start(request_id, prompts, body, body.max_tokens, logprobs, "prompt",
+        choices = await self._start(engine_ids, prompts, body, body.max_tokens, logprobs, "prompt",
                                     prompt_logprobs=body.num_prompt_logprobs)
         created = int(time.time())
         if body.use_beam_search:
@@ -298,15 +312,15 @@ class Ingress(ResponsesRoutes):
                                           choices=[], usage=self._usage(choices)))
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(self, body: ChatCompletionRequest):
+    async def chat_completions(self, body: ChatCompletionRequest, raw: Request):
         self._check_model(body.model)
         try:
             tools = requested_tool_format(body, self.tool_syntax)
         except FormatRequestError as exc:
             raise OpenAIError(400, str(exc), param=exc.param) from None
         prompt_ids = self._chat_prompt(body)
-        request_id = random_id("chatcmpl")
-        choices = await self._start(request_id, [prompt_ids], body, body.max_new_tokens,
+        request_id, engine_ids = response_ids("chatcmpl", client_request_id(raw, body.request_id))
+        choices = await self._start(engine_ids, [prompt_ids], body, body.max_new_tokens,
                                     body.num_logprobs, "messages", tools)
         created = int(time.time())
         if body.use_beam_search:
@@ -381,9 +395,9 @@ class Ingress(ResponsesRoutes):
             yield chunk([], self._usage(choices))
 
     @app.post("/v1/responses")
-    async def create_response(self, body: ResponsesRequest):
+    async def create_response(self, body: ResponsesRequest, raw: Request):
         """OpenAI's Responses API (deployments/responses_route.py); no response is stored."""
-        return await self._create_response(body)
+        return await self._create_response(body, client_request_id(raw, body.request_id))
 
     @app.get("/v1/responses/{response_id}")
     async def get_response(self, response_id: str):

@@ -24,6 +24,7 @@ from deployments.tool_protocol import ToolCall, ToolChoice, ToolDefinition
 
 MAX_N = 16
 MAX_LOGPROBS = 20
+MAX_REQUEST_ID_CHARS = 256
 MAX_STOP = 16  # stop strings per request (each one is checked against every new character)
 INT64 = 2 ** 63
 # transformers' `apply_chat_template` arguments, which `chat_template_kwargs` may not set.
@@ -36,8 +37,15 @@ BEAM_SEARCH_CONFLICTS = ("top_p", "top_k", "min_p", "min_tokens", "allowed_token
                          "frequency_penalty", "repetition_penalty", "logit_bias")
 
 
-def random_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex}"
+def response_ids(prefix: str, client_id: str | None, separator: str = "-") -> tuple[str, str]:
+    """(the response's id, the base of its engine requests' ids). A client's id (vLLM's
+    `request_id`, or the X-Request-Id header) names the response; the engine's ids stay unique
+    whatever clients send, so two clients that send the same id do not collide."""
+    if client_id is None:
+        response_id = f"{prefix}{separator}{uuid.uuid4().hex}"
+        return response_id, response_id
+    response_id = f"{prefix}{separator}{client_id}"
+    return response_id, f"{response_id}-{uuid.uuid4().hex[:12]}"
 
 
 # -- requests -----------------------------------------------------------------------------
@@ -107,6 +115,12 @@ class SamplingFields(BaseModel):
     ignore_eos: bool = False
     speculative_decoding: bool = True  # specserve: False opts this request out of speculation
     cache_salt: str | None = Field(None, min_length=1)  # vLLM's: prefix-cache blocks shared only within a salt
+    # vLLM's: the response's id is "chatcmpl-" (or "cmpl-") and this (else the X-Request-Id header's).
+    request_id: str | None = Field(None, min_length=1, max_length=MAX_REQUEST_ID_CHARS)
+    # vLLM's, refused unless 0 or null as vLLM refuses them by default: this server schedules
+    # first come, first served, and runs no code a request names.
+    priority: int = 0
+    logits_processors: list[Any] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     response_format: ResponseFormat | None = None
@@ -151,6 +165,11 @@ class SamplingFields(BaseModel):
                 raise ValueError(f"logit_bias: values must be in [-100, 100], got {bias} for token {token}")
         if self.truncate_prompt_tokens == 0:
             raise ValueError("truncate_prompt_tokens must be positive, or -1 for the context length")
+        if self.priority != 0:
+            raise ValueError(f"priority: this server schedules requests first come, first served; "
+                             f"priority must be 0, got {self.priority}")
+        if self.logits_processors:
+            raise ValueError("logits_processors: this server runs no logits processors a request names")
         if self.stream_options is not None and not self.stream:
             raise ValueError("stream_options is only allowed when stream is true")
         if self.use_beam_search:
@@ -299,14 +318,22 @@ class ChatTemplateFields(BaseModel):
     chat /tokenize alike)."""
     add_generation_prompt: bool = True  # open an assistant turn after the messages
     continue_final_message: bool = False  # leave the last (assistant) message open, to be continued
+    add_special_tokens: bool = False  # BOS and the like on top of the template's (which writes them)
+    documents: list[dict[str, str]] | None = None  # for templates that render retrieved documents
     # More variables for the template, e.g. Qwen3's {"enable_thinking": false}.
     chat_template_kwargs: dict[str, Any] | None = None
+    # A template of the request's own: refused, as vLLM refuses one without
+    # --trust-request-chat-template (it runs as code in the server's renderer).
+    chat_template: str | None = None
 
     @model_validator(mode="after")
     def _check_template_fields(self) -> "ChatTemplateFields":
         if self.add_generation_prompt and self.continue_final_message:
             raise ValueError("continue_final_message needs add_generation_prompt to be false "
                              "(a final message is continued, or a new assistant turn is opened)")
+        if self.chat_template is not None:
+            raise ValueError("chat_template: this server renders messages with the model's own chat "
+                             "template only; a request's template is not accepted")
         taken = sorted(set(self.chat_template_kwargs or ()) & TEMPLATE_CALL_ARGUMENTS)
         if taken:
             raise ValueError(f"chat_template_kwargs cannot set {', '.join(taken)}: the server sets "

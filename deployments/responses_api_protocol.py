@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from deployments.protocol import MAX_LOGPROBS
+from deployments.protocol import MAX_LOGPROBS, MAX_REQUEST_ID_CHARS
 from deployments.responses import ChatTokenLogprob
 
 OUTPUT_LOGPROBS = "message.output_text.logprobs"  # the `include` value that asks for logprobs
@@ -28,7 +28,7 @@ SAMPLING_EXTRAS = ("top_k", "min_p", "min_tokens", "seed", "stop", "presence_pen
                    "frequency_penalty", "repetition_penalty", "logit_bias", "allowed_token_ids",
                    "ignore_eos", "stop_token_ids", "skip_special_tokens", "include_stop_str_in_output",
                    "return_tokens_as_token_ids", "speculative_decoding", "truncate_prompt_tokens",
-                   "chat_template_kwargs", "cache_salt")
+                   "chat_template_kwargs", "cache_salt", "priority", "logits_processors")
 
 Status = Literal["in_progress", "completed", "incomplete"]
 
@@ -86,6 +86,7 @@ class ResponsesRequest(BaseModel):
     service_tier: str | None = None
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
+    request_id: str | None = Field(None, min_length=1, max_length=MAX_REQUEST_ID_CHARS)  # vLLM's
 
     @property
     def ignored_fields(self) -> list[str]:

@@ -21,7 +21,8 @@ from deployments.guided_formats import FormatRequestError
 from deployments.openai_errors import OpenAIError
 from deployments.output_logprobs import chat_logprobs
 from deployments.responses_api_input import as_responses_error, chat_request
-from deployments.responses_api_output import ResponseEvents, ResponseOutput, finished, guarded_events, item_id
+from deployments.protocol import response_ids
+from deployments.responses_api_output import ResponseEvents, ResponseOutput, finished, guarded_events
 from deployments.responses_api_protocol import InputTokensDetails, ResponseObject, ResponsesRequest, ResponseUsage
 from deployments.tool_calls import ToolStream, parse_calls, requested_tool_format
 
@@ -29,16 +30,16 @@ logger = logging.getLogger("ray.serve")
 
 
 class ResponsesRoutes:
-    async def _create_response(self, body: ResponsesRequest):
+    async def _create_response(self, body: ResponsesRequest, client_request_id: str | None):
         self._check_model(body.model)
         if body.ignored_fields:
             logger.warning("a response request: this server does not read the fields %s; they were ignored",
                            ", ".join(body.ignored_fields))
-        response_id = item_id("resp")
+        response_id, engine_ids = response_ids("resp", client_request_id, "_")
         try:
             chat = chat_request(body).with_defaults(self.defaults.sampling)
             tools = requested_tool_format(chat, self.tool_syntax)
-            [choice] = await self._start(response_id, [self._chat_prompt(chat)], chat, chat.max_new_tokens,
+            [choice] = await self._start(engine_ids, [self._chat_prompt(chat)], chat, chat.max_new_tokens,
                                          chat.num_logprobs, "input", tools)
         except FormatRequestError as exc:
             raise as_responses_error(OpenAIError(400, str(exc), param=exc.param)) from None

@@ -19,7 +19,6 @@ class TokenizeCompletionRequest(BaseModel):
 class TokenizeChatRequest(ChatTemplateFields):
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
-    add_special_tokens: bool = False  # the template writes them
     return_token_strs: bool = False
     tools: list[ToolDefinition] | None = None
 

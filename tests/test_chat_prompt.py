@@ -14,7 +14,8 @@ from deployments.tokenize_protocol import TokenizeChatRequest
 from tests.checkpoints import DEFAULT_TARGET
 
 # The default target's template, plus a Qwen3-style switch for the thinking block.
-TEMPLATE = ("{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}<|end|>\n"
+TEMPLATE = ("{% for d in documents or [] %}<|doc|>{{ d['title'] }}: {{ d['text'] }}\n{% endfor %}"
+            "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}<|end|>\n"
             "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n"
             "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}{% endif %}")
 USER = [{"role": "user", "content": "Add two numbers."}]
@@ -49,8 +50,20 @@ def test_continue_final_message_leaves_the_assistant_message_open(tokenizer, req
     assert text == "<|user|>\nAdd two numbers.<|end|>\n<|assistant|>\ndef add(a, b):"
 
 
+@pytest.mark.parametrize("request_class", [ChatCompletionRequest, TokenizeChatRequest])
+def test_documents_reach_the_template_and_special_tokens_are_added_only_when_asked(tokenizer, request_class):
+    docs = [{"title": "Guide", "text": "Add with +."}]
+    text = prompt_text(tokenizer, request_class, {"messages": USER, "documents": docs})
+    assert text == "<|doc|>Guide: Add with +.\n<|user|>\nAdd two numbers.<|end|>\n<|assistant|>\n"
+    body = request_class.model_validate({"messages": USER, "add_special_tokens": True})
+    with_special = chat_prompt_ids(tokenizer, body, None, native_tools=False)
+    rendered = tokenizer.apply_chat_template(USER, add_generation_prompt=True, tokenize=False)
+    assert with_special == tokenizer.encode(rendered, add_special_tokens=True)
+
+
 @pytest.mark.parametrize("body,named", [
     ({"chat_template_kwargs": {"tokenize": True, "add_generation_prompt": False}}, "add_generation_prompt, tokenize"),
+    ({"chat_template": "{{ messages }}"}, "model's own chat template only"),
     ({"continue_final_message": True}, "continue_final_message needs add_generation_prompt to be false"),
 ])
 @pytest.mark.parametrize("request_class", [ChatCompletionRequest, TokenizeChatRequest])

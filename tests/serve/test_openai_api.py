@@ -214,6 +214,28 @@ def test_usage_counts_cached_prompt_tokens_and_a_cache_salt_keeps_them_apart(ser
     assert r.usage.input_tokens_details.cached_tokens > 0
 
 
+def test_a_clients_request_id_names_the_response_and_two_clients_may_send_the_same(serve_app, client):
+    """vLLM's `request_id` (else the X-Request-Id header, which Serve sets to its own request id
+    when the client did not): the response's id. The engine's ids stay unique, so the same id
+    sent twice at once runs twice."""
+    def chat(**kwargs):
+        return client.chat.completions.create(model=serve_app.model, max_tokens=24, temperature=0,
+                                              messages=[{"role": "user", "content": "Say something"}], **kwargs)
+
+    with ThreadPoolExecutor(2) as pool:
+        both = list(pool.map(lambda _: chat(extra_body={"request_id": "same-id"}), range(2)))
+    assert [r.id for r in both] == ["chatcmpl-same-id"] * 2
+    assert both[0].choices[0].message.content == both[1].choices[0].message.content
+    assert chat(extra_body={"request_id": "body"}, extra_headers={"X-Request-Id": "header"}).id == "chatcmpl-body"
+    assert chat(extra_headers={"X-Request-Id": "header"}).id == "chatcmpl-header"
+    done = client.completions.create(model=serve_app.model, prompt="x", max_tokens=1, extra_body={"request_id": "c1"})
+    assert done.id == "cmpl-c1"
+    assert client.responses.create(model=serve_app.model, input="x", max_output_tokens=1,
+                                   extra_body={"request_id": "r1"}).id == "resp_r1"
+    assert chat().id.startswith("chatcmpl-")
+    wait_for_free_kv(serve_app)
+
+
 def test_continuous_usage_stats_put_the_usage_so_far_in_every_chunk(serve_app, client):
     chunks = list(client.chat.completions.create(
         model=serve_app.model, messages=[{"role": "user", "content": "Say something"}], max_tokens=12,
