@@ -35,6 +35,9 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     logit_bias: dict[int, float] | None = None  # token id -> added to its logit, in [-100, 100]
     allowed_token_ids: list[int] | None = None  # vLLM's: only these tokens may be chosen
+    # vLLM's `bad_words`, as token sequences: a sequence's last token is barred wherever the
+    # output so far ends with the rest of it (a one-token word is barred everywhere).
+    bad_words_token_ids: list[list[int]] | None = None
     # Beam search (vLLM's `use_beam_search` with `best_of` beams): 1 is none. The output is the
     # best finished hypotheses by cumulative logprob / generated length ** length_penalty, with
     # transformers' `early_stopping` (True, False or "never").
@@ -72,6 +75,8 @@ class SamplingParams:
                              f"got {self.repetition_penalty}")
         if self.allowed_token_ids is not None and not self.allowed_token_ids:
             raise ValueError("allowed_token_ids must name at least one token")
+        if any(not word or min(word) < 0 for word in self.bad_words_token_ids or ()):
+            raise ValueError("bad_words: every word must be a non-empty sequence of token ids >= 0")
         if any(t < 0 for t in self.allowed_token_ids or ()):
             raise ValueError(f"allowed_token_ids: token ids must be >= 0, got {min(self.allowed_token_ids)}")
         for token_id, bias in (self.logit_bias or {}).items():
@@ -95,7 +100,7 @@ class SamplingParams:
     def penalised(self) -> bool:
         """Some penalty, bias or allowed set changes the logits before selection."""
         return bool(self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1
-                    or self.logit_bias or self.allowed_token_ids is not None)
+                    or self.logit_bias or self.allowed_token_ids is not None or self.bad_words_token_ids)
 
     @property
     def greedy(self) -> bool:

@@ -23,9 +23,11 @@ class EngineRequest:
 
 def engine_requests(req, prompts: list[list[int]], max_tokens: int | None, logprobs: int | None,
                     prompt_logprobs: int | None, prompt_param: str, max_model_len: int, vocab_size: int,
-                    defaults: GenerationDefaults) -> list[EngineRequest]:
+                    defaults: GenerationDefaults, bad_words_token_ids: list[list[int]] | None = None
+                    ) -> list[EngineRequest]:
     """`req` with the model's defaults already in; `max_tokens` as the route reads it (None: as
-    many as the context holds, or the model's `max_new_tokens`)."""
+    many as the context holds, or the model's `max_new_tokens`); `bad_words_token_ids`: its
+    `bad_words`, tokenized."""
     limit = max_model_len
     bias = req.token_bias
     for field, token_ids in (("logit_bias", bias), ("allowed_token_ids", req.allowed_token_ids)):
@@ -60,7 +62,7 @@ def engine_requests(req, prompts: list[list[int]], max_tokens: int | None, logpr
                     speculative_decoding=req.speculative_decoding, cache_salt=req.cache_salt,
                     presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
                     repetition_penalty=req.repetition_penalty, logit_bias=bias,
-                    allowed_token_ids=req.allowed_token_ids,
+                    allowed_token_ids=req.allowed_token_ids, bad_words_token_ids=bad_words_token_ids,
                     beam_width=req.beam_width if req.use_beam_search else 1,
                     length_penalty=req.length_penalty, early_stopping=req.early_stopping)
             except ValueError as exc:
@@ -77,6 +79,7 @@ def check_format_conflicts(req, format_param: str | None) -> None:
     if req.min_tokens:
         raise OpenAIError(400, f"min_tokens cannot be combined with {format_param}: the format decides "
                                "where the output may end", param="min_tokens")
-    if req.allowed_token_ids is not None:
-        raise OpenAIError(400, f"allowed_token_ids cannot be combined with {format_param}: the format "
-                               "decides which tokens may come", param="allowed_token_ids")
+    for name in ("allowed_token_ids", "bad_words"):
+        if getattr(req, name):
+            raise OpenAIError(400, f"{name} cannot be combined with {format_param}: the format "
+                                   "decides which tokens may come", param=name)

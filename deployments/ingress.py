@@ -36,6 +36,7 @@ from deployments.chat_prompt import chat_prompt_ids
 from deployments.choices import Choice, Event, guarded_stream, merge_choices, sse
 from deployments.detokenizer import IncrementalDetokenizer
 from deployments.engine_requests import check_format_conflicts, engine_requests
+from deployments.bad_words import bad_words_token_ids
 from deployments.beam_choices import beam_texts
 from deployments.best_of import keep_likeliest
 from deployments.echo import echo_logprobs, joined, vllm_prompt_logprobs
@@ -151,8 +152,9 @@ class Ingress(ResponsesRoutes):
             logger.warning("%s: this server does not read the fields %s; they were ignored", engine_ids,
                            ", ".join(req.ignored_fields))
         req = req.with_defaults(self.defaults.sampling)
+        bad_words = bad_words_token_ids(self.tokenizer, req.bad_words) if req.bad_words else None
         started = engine_requests(req, prompts, max_tokens, logprobs, prompt_logprobs, prompt_param,
-                                  self.max_model_len, self.vocab_size, self.defaults)
+                                  self.max_model_len, self.vocab_size, self.defaults, bad_words)
         output_format, format_param = await self._guide(req, tools)
         check_format_conflicts(req, format_param)
         guided = {} if output_format is None else {"output_format": output_format}

@@ -33,7 +33,8 @@ TEMPLATE_CALL_ARGUMENTS = frozenset((
     "continue_final_message", "tokenize", "padding", "truncation", "max_length", "return_tensors",
     "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs"))
 # Sampling settings beam search has no use for: refused when a request sets them.
-BEAM_SEARCH_CONFLICTS = ("top_p", "top_k", "min_p", "min_tokens", "allowed_token_ids", "seed", "presence_penalty",
+BEAM_SEARCH_CONFLICTS = ("top_p", "top_k", "min_p", "min_tokens", "allowed_token_ids", "bad_words", "seed",
+                         "presence_penalty",
                          "frequency_penalty", "repetition_penalty", "logit_bias")
 
 
@@ -134,6 +135,7 @@ class SamplingFields(BaseModel):
     repetition_penalty: float = Field(1.0, ge=MIN_REPETITION_PENALTY)  # vLLM's extra_body spelling
     logit_bias: dict[str, float] | None = None  # token id (as JSON keys are strings) -> bias
     allowed_token_ids: list[int] | None = Field(None, min_length=1)  # vLLM's: only these may be chosen
+    bad_words: list[str] | None = None  # vLLM's: never written (deployments/bad_words.py)
     # vLLM's extra_body beam search: `beam_width` beams (completions: best_of, else n), the n
     # best returned; length_penalty and early_stopping as transformers defines them.
     use_beam_search: bool = False
@@ -163,6 +165,8 @@ class SamplingFields(BaseModel):
                 raise ValueError(f"logit_bias: keys must be token ids, got {token!r}")
             if not -100 <= bias <= 100:
                 raise ValueError(f"logit_bias: values must be in [-100, 100], got {bias} for token {token}")
+        if any(not word.strip() for word in self.bad_words or ()):
+            raise ValueError("bad_words: words must not be empty")
         if self.truncate_prompt_tokens == 0:
             raise ValueError("truncate_prompt_tokens must be positive, or -1 for the context length")
         if self.priority != 0:

@@ -25,7 +25,7 @@ NEEDS_STORED_RESPONSES = ("previous_response_id", "conversation", "prompt")
 # The chat-completion fields (vLLM's extras among them) a Responses request may also set, as
 # vLLM's Responses API takes them; they pass to the chat request unchanged.
 SAMPLING_EXTRAS = ("top_k", "min_p", "min_tokens", "seed", "stop", "presence_penalty",
-                   "frequency_penalty", "repetition_penalty", "logit_bias", "allowed_token_ids",
+                   "frequency_penalty", "repetition_penalty", "logit_bias", "allowed_token_ids", "bad_words",
                    "ignore_eos", "stop_token_ids", "skip_special_tokens", "include_stop_str_in_output",
                    "return_tokens_as_token_ids", "speculative_decoding", "truncate_prompt_tokens",
                    "chat_template_kwargs", "cache_salt", "priority", "logits_processors")

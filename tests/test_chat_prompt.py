@@ -51,14 +51,17 @@ def test_continue_final_message_leaves_the_assistant_message_open(tokenizer, req
 
 
 @pytest.mark.parametrize("request_class", [ChatCompletionRequest, TokenizeChatRequest])
-def test_documents_reach_the_template_and_special_tokens_are_added_only_when_asked(tokenizer, request_class):
+def test_documents_reach_the_template_and_special_tokens_are_added_only_when_asked(tokenizer, request_class,
+                                                                                  monkeypatch):
     docs = [{"title": "Guide", "text": "Add with +."}]
     text = prompt_text(tokenizer, request_class, {"messages": USER, "documents": docs})
     assert text == "<|doc|>Guide: Add with +.\n<|user|>\nAdd two numbers.<|end|>\n<|assistant|>\n"
-    body = request_class.model_validate({"messages": USER, "add_special_tokens": True})
-    with_special = chat_prompt_ids(tokenizer, body, None, native_tools=False)
-    rendered = tokenizer.apply_chat_template(USER, add_generation_prompt=True, tokenize=False)
-    assert with_special == tokenizer.encode(rendered, add_special_tokens=True)
+    asked, encode = [], tokenizer.encode  # the shipped tokenizer adds no BOS: watch what is asked of it
+    monkeypatch.setattr(tokenizer, "encode", lambda text, add_special_tokens: asked.append(add_special_tokens)
+                        or encode(text, add_special_tokens=add_special_tokens))
+    for given in ({}, {"add_special_tokens": True}):
+        chat_prompt_ids(tokenizer, request_class.model_validate({"messages": USER, **given}), None, native_tools=False)
+    assert asked == [False, True]
 
 
 @pytest.mark.parametrize("body,named", [

@@ -1,4 +1,4 @@
-"""Allowed tokens, logit bias, presence, frequency and repetition penalties, and min_tokens: on
+"""Allowed tokens, logit bias, bad words, presence, frequency and repetition penalties, and min_tokens: on
 known logits they change each row exactly as defined (vLLM's semantics), the sampled
 distribution follows the penalised logits, the rows that verify drafts count the drafts before
 them, and greedy decoding with penalties equals transformers' (repetition penalty) and stays
@@ -101,6 +101,19 @@ def test_allowed_token_ids_leave_only_those_on_every_row_of_the_request():
     assert torch.equal(out[3], LOGITS)  # the other request's row is untouched
 
 
+def test_bad_words_bar_the_token_that_would_complete_them_on_each_row():
+    """OUTPUT ends with 5: the word [5, 6] bars 6 after it, and again after the drafts [1, 5];
+    the one-token word [7] is barred everywhere; [3, 5, 0] needs the 3 just before the 5."""
+    params = SamplingParams(bad_words_token_ids=[[5, 6], [7], [3, 5, 0], [2, 2, 3, 5, 4]])
+    req = decoding(params, drafts=[1, 5])
+    out = penalised([req], LOGITS.repeat(3, 1))
+    barred_per_row = [{6, 7, 0, 4}, {7}, {6, 7}]  # after ..., 3, 5 | ..., 5, 1 | ..., 1, 5
+    for row, barred in zip(out, barred_per_row):
+        expected = LOGITS.clone()
+        expected[list(barred)] = -torch.inf
+        assert torch.equal(row, expected), (row, barred)
+
+
 def drawn(params: SamplingParams, n: int, seed: int) -> torch.Tensor:
     """[V] float64: how often each token was drawn, one row of LOGITS for each of n requests."""
     requests = [decoding(params) for _ in range(n)]
@@ -192,6 +205,7 @@ GREEDY_PENALISED = [
     SamplingParams(**GREEDY, frequency_penalty=2.0, repetition_penalty=0.8, logit_bias={100: 3.0}),
     SamplingParams(max_tokens=40, temperature=0, min_tokens=30, stop_token_ids=[13, 203]),
     SamplingParams(**GREEDY, allowed_token_ids=list(range(0, 1000, 3))),
+    SamplingParams(**GREEDY, frequency_penalty=-1.0, bad_words_token_ids=[[13], [262, 262], [11, 220]]),
 ]
 
 
@@ -226,6 +240,21 @@ def test_greedy_with_penalties_is_exact_under_speculation(prompts):
         assert spec.generate(prompts, params) == expected  # batched
     stats = spec.stats().spec
     assert stats.num_accepted_tokens > 0, stats  # drafts were verified, and some kept
+
+
+def test_a_bad_word_from_the_greedy_output_is_never_written(prompts):
+    engine = LLMEngine(EngineConfig(model=str(DEFAULT_TARGET), num_kv_blocks=128))
+    greedy = dict(max_tokens=24, temperature=0, ignore_eos=True)
+    [plain] = engine.generate(prompts[:1], SamplingParams(**greedy))
+    word = plain[3:5]  # two tokens the model writes
+
+    def first(seq, part) -> int | None:
+        return next((i for i in range(len(seq) - len(part) + 1) if seq[i:i + len(part)] == part), None)
+
+    [without] = engine.generate(prompts[:1], SamplingParams(**greedy, bad_words_token_ids=[word]))
+    at = first(plain, word)
+    assert first(without, word) is None
+    assert without[:at + 1] == plain[:at + 1] != without[:at + 2]  # the same until the word would end
 
 
 def test_logit_bias_removes_and_forces_tokens_under_greedy(prompts):

@@ -96,6 +96,9 @@ CASES = [
     ("chat-continue-and-open-a-turn", CHAT, dict(json={"messages": USER, "continue_final_message": True}), 400,
      "continue_final_message"),
     ("cache-salt-empty", COMPLETIONS, dict(json={"prompt": "x", "cache_salt": ""}), 400, "cache_salt"),
+    ("bad-words-empty", COMPLETIONS, dict(json={"prompt": "x", "bad_words": [" "]}), 400, "bad_words"),
+    ("bad-words-with-an-output-format", CHAT, dict(json={
+        "messages": USER, "bad_words": ["x"], "response_format": {"type": "json_object"}}), 400, "bad_words"),
     ("priority-without-a-priority-policy", CHAT, dict(json={"messages": USER, "priority": 1}), 400, "priority"),
     ("logits-processors", COMPLETIONS, dict(json={"prompt": "x", "logits_processors": ["my.module:Processor"]}), 400,
      "logits_processors"),

@@ -250,6 +250,21 @@ def test_continuous_usage_stats_put_the_usage_so_far_in_every_chunk(serve_app, c
     assert sum(1 for c in plain if c.usage.prompt_tokens != plain[0].usage.prompt_tokens) == 0
 
 
+def test_bad_words_are_never_written(serve_app, client, engine, tokenizer):
+    """vLLM's `bad_words`: the word's token sequences (as it starts the text, and after a space)
+    never appear in the output, which follows greedy decoding until one would."""
+    prompt = PROMPTS[0]
+    full, _ = engine_text(engine, tokenizer, tokenizer.encode(prompt), 24)
+    word = next(w for w in full.split() if len(w) > 1)
+    r = client.completions.create(model=serve_app.model, prompt=prompt, max_tokens=24, temperature=0, logprobs=0,
+                                  extra_body={"bad_words": [word], "return_tokens_as_token_ids": True})
+    ids = [int(t.removeprefix("token_id:")) for t in r.choices[0].logprobs.tokens]
+    for sequence in (tokenizer.encode(word, add_special_tokens=False),
+                     tokenizer.encode(" " + word, add_special_tokens=False)):
+        assert not any(ids[i:i + len(sequence)] == sequence for i in range(len(ids))), (word, sequence, ids)
+    assert r.choices[0].text != full
+
+
 def test_32_concurrent_streams_finish_with_correct_usage(serve_app, client, tokenizer):
     def run(i: int):
         prompt = f"Request number {i}: {PROMPTS[i % len(PROMPTS)]}"

@@ -1,9 +1,10 @@
-"""Allowed tokens, logit bias, repetition, frequency and presence penalties, and `min_tokens`,
-batched on the logits' device.
+"""Allowed tokens, logit bias, bad words, repetition, frequency and presence penalties, and
+`min_tokens`, batched on the logits' device.
 
 vLLM's semantics, in its order: a request with `allowed_token_ids` has every other token's
 logit set to -inf; the bias is added (and a row before `min_tokens` are out gets -inf on every
-stop token, EOS included, as vLLM's min-tokens processor does); then a token seen in the
+stop token, EOS included, as vLLM's min-tokens processor does, and -inf on the token that would
+complete one of its `bad_words`); then a token seen in the
 prompt or the output has a positive logit divided by the repetition penalty and a negative one
 multiplied by it; then the frequency penalty times the token's count in the output, and the
 presence penalty once if it is there at all, are subtracted. Temperature and the filters come
@@ -75,6 +76,11 @@ class Penalties:
                     bias_row += [len(rows)] * len(barred)
                     bias_token += barred
                     bias_value += [-math.inf] * len(barred)
+                if p.bad_words_token_ids:
+                    completing = bad_word_ends(p.bad_words_token_ids, req.output_token_ids, drafts[:j])
+                    bias_row += [len(rows)] * len(completing)
+                    bias_token += completing
+                    bias_value += [-math.inf] * len(completing)
                 rows.append(first + j)
                 drafts_before.append(drafts[:j] + [PAD] * (max_k - j))
             request += [i] * (len(drafts) + 1)
@@ -93,6 +99,21 @@ class Penalties:
                    torch.tensor(bias_value, **f32)) if bias_row else None),
             allowed=((torch.tensor(restricted, **i64), torch.tensor(allowed_row, **i64),
                       torch.tensor(allowed_token, **i64)) if restricted else None))
+
+
+def bad_word_ends(words: list[list[int]], output: list[int], drafts: list[int]) -> list[int]:
+    """The tokens that would complete one of `words` after `output` + `drafts` (vLLM's rule:
+    a word's last token where the text so far ends with the rest of it)."""
+    ends = []
+    for word in words:
+        head = len(word) - 1
+        if head == 0:
+            ends.append(word[0])
+            continue
+        tail = (output[-head:] + drafts)[-head:] if len(drafts) < head else drafts[-head:]
+        if tail == word[:-1]:
+            ends.append(word[-1])
+    return ends
 
 
 def _padded(lists: list[list[int]], device: torch.device) -> torch.Tensor:
