@@ -329,7 +329,7 @@ class Ingress(ResponsesRoutes):
             beams = beam_texts(choices, body.n)
             return ChatCompletionResponse(
                 id=request_id, created=created, model=self.model_name, usage=self._usage(choices),
-                choices=[ChatChoice(index=b.index, message=AssistantMessage(content=b.text),
+                choices=[ChatChoice(index=b.index, message=AssistantMessage(content=body.echoed_text + b.text),
                                     finish_reason=b.finish_reason, stop_reason=b.stop_reason) for b in beams])
         calls_possible = tools is not None
         if body.stream:
@@ -348,7 +348,7 @@ class Ingress(ResponsesRoutes):
             calls = parse_calls(text, self.tool_syntax) if calls_possible else None
             out.append(ChatChoice(
                 index=c.index,
-                message=AssistantMessage(content=None if calls else text, tool_calls=calls),
+                message=AssistantMessage(content=None if calls else body.echoed_text + text, tool_calls=calls),
                 logprobs=ChatLogprobs(content=logprobs[c.index]) if body.logprobs else None,
                 finish_reason="tool_calls" if calls and c.finish_reason == "stop" else c.finish_reason,
                 stop_reason=c.stop_reason))
@@ -367,6 +367,9 @@ class Ingress(ResponsesRoutes):
             if calls_possible else {}
         yield chunk([ChatChunkChoice(index=c.index, delta=DeltaMessage(role="assistant", content=""))
                      for c in choices])
+        if body.echoed_text:
+            yield chunk([ChatChunkChoice(index=c.index, delta=DeltaMessage(content=body.echoed_text))
+                         for c in choices])
         async for event in merge_choices(choices):
             i, finish, text = event.choice.index, event.finish_reason, event.text
             calls = None

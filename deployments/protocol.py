@@ -354,12 +354,19 @@ class ChatCompletionRequest(SamplingFields, ChatTemplateFields):
     tools: list[ToolDefinition] | None = None
     tool_choice: ToolChoice | None = None  # None: "auto" with tools, "none" without
     parallel_tool_calls: bool = True
+    echo: bool = False  # vLLM's: the reply's content starts with the last message's, if that is the assistant's
 
     @model_validator(mode="after")
     def _check(self) -> "ChatCompletionRequest":
         if self.top_logprobs is not None and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs to be true")
         return self
+
+    @property
+    def echoed_text(self) -> str:
+        """What `echo` puts before the reply: the final assistant message being continued."""
+        last = self.messages[-1]
+        return last.text() if self.echo and last.role == "assistant" else ""
 
     @property
     def effective_tool_choice(self) -> ToolChoice:

@@ -69,6 +69,20 @@ def test_a_token_only_generation_config_names_ends_the_request_as_eos(checkpoint
     assert ignoring == free_run
 
 
+def test_the_offline_engine_without_params_takes_the_model_defaults(checkpoint):
+    prompt = [5, 17, 230, 99, 41]
+    engine = LLMEngine(EngineConfig(model=str(checkpoint), num_kv_blocks=64))
+    assert engine.default_sampling_params() == SamplingParams()  # the file sets no sampling field
+    file = checkpoint / "generation_config.json"
+    written = file.read_text()
+    try:
+        file.write_text(json.dumps({**json.loads(written), "temperature": 0.0, "max_new_tokens": 7}))
+        assert engine.default_sampling_params() == SamplingParams(temperature=0.0, max_tokens=7)
+        assert engine.generate([prompt]) == engine.generate([prompt], SamplingParams(temperature=0, max_tokens=7))
+    finally:
+        file.write_text(written)
+
+
 def test_unset_request_fields_take_the_model_defaults_and_given_ones_win():
     model = {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05}
     unset = CompletionRequest(prompt="x").with_defaults(model)

@@ -27,6 +27,7 @@ from app.engine.spec.speculator import SpecStats, Speculator
 from app.engine.step_in_flight import StepInFlight
 from app.guided.vocabulary import GuidedVocabulary, build_guided_vocabulary
 from app.models.config import ModelConfig
+from app.models.generation_config import GenerationDefaults
 from app.outputs import RequestOutput, RequestRejected
 from app.sampling_params import SamplingParams
 
@@ -386,9 +387,18 @@ class LLMEngine:
             num_steps=self.num_steps,
             spec=self.speculator.stats_snapshot() if self.speculator else SpecStats())
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]
+    def default_sampling_params(self) -> SamplingParams:
+        """vLLM's `LLM.get_default_sampling_params`: the checkpoint's generation_config.json
+        settings (app/models/generation_config.py) where it has them, SamplingParams' otherwise."""
+        defaults = GenerationDefaults.from_dir(self.config.model)
+        length = {} if defaults.max_tokens is None else {"max_tokens": defaults.max_tokens}
+        return SamplingParams(**defaults.sampling, **length)
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams] | None = None
                  ) -> list[list[int]]:
-        """Offline convenience: run prompts to completion, return their output token ids."""
+        """Offline convenience: run prompts to completion, return their output token ids.
+        No params: the model's defaults (`default_sampling_params`), as vLLM's `LLM.generate`."""
+        params = self.default_sampling_params() if params is None else params
         params_list = params if isinstance(params, list) else [params] * len(prompts)
         ids = [f"offline-{next(self._offline_ids)}" for _ in prompts]
         for rid, prompt, p in zip(ids, prompts, params_list):

@@ -236,6 +236,24 @@ def test_a_clients_request_id_names_the_response_and_two_clients_may_send_the_sa
     wait_for_free_kv(serve_app)
 
 
+def test_chat_echo_puts_the_continued_assistant_message_before_the_reply(serve_app, client):
+    """vLLM's chat `echo`, with `continue_final_message`: the reply reads as the whole message."""
+    messages = [{"role": "user", "content": "Add two numbers."}, {"role": "assistant", "content": "def add(a, b):"}]
+    continued = dict(add_generation_prompt=False, continue_final_message=True)
+
+    def reply(stream=False, **extra):
+        r = client.chat.completions.create(model=serve_app.model, messages=messages, max_tokens=12, temperature=0,
+                                           stream=stream, extra_body={**continued, **extra})
+        return "".join(c.choices[0].delta.content or "" for c in r if c.choices) if stream \
+            else r.choices[0].message.content
+
+    plain = reply()
+    assert reply(echo=True) == reply(stream=True, echo=True) == "def add(a, b):" + plain
+    user_last = client.chat.completions.create(model=serve_app.model, messages=messages[:1], max_tokens=4,
+                                               temperature=0, extra_body={"echo": True})
+    assert not user_last.choices[0].message.content.startswith("Add two")  # only an assistant turn is echoed
+
+
 def test_continuous_usage_stats_put_the_usage_so_far_in_every_chunk(serve_app, client):
     chunks = list(client.chat.completions.create(
         model=serve_app.model, messages=[{"role": "user", "content": "Say something"}], max_tokens=12,
