@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 MAX_PROMPT_LOOKUP = 4  # the longest match of a request's last tokens n-gram lookup tries
+SCHEDULING_POLICIES = ("fcfs", "priority")
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
            "fp16": torch.float16, "half": torch.float16, "bfloat16": torch.bfloat16,
@@ -41,6 +42,9 @@ class EngineConfig:
     max_model_len: int | None = None  # None: the checkpoint's max_position_embeddings
     max_num_seqs: int = 128
     max_num_batched_tokens: int = 1024
+    # "fcfs": requests in arrival order; "priority": by their `priority` (lower first, vLLM's
+    # rule), then arrival, and the lowest-priority running request is the one preempted.
+    scheduling_policy: str = "fcfs"
     enable_prefix_caching: bool = True
     seed: int = 0
     # "auto": Triton kernels on CUDA; on the CPU, the C++ paged kernel for decode and verify
@@ -78,6 +82,9 @@ class EngineConfig:
             raise ValueError("block_size must be a positive power of two")
         if self.max_num_seqs <= 0 or self.max_num_batched_tokens <= 0:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")
+        if self.scheduling_policy not in SCHEDULING_POLICIES:
+            raise ValueError(f"scheduling_policy must be one of {', '.join(SCHEDULING_POLICIES)}, "
+                             f"got {self.scheduling_policy!r}")
         for name in ("max_model_len", "num_kv_blocks"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1 (or None)")

@@ -25,6 +25,9 @@ class SamplingParams:
     logprobs: int | None = None  # None: none; n: the sampled token's logprob plus the top n
     prompt_logprobs: int | None = None  # as `logprobs`, for the prompt's own tokens (vLLM's)
     speculative_decoding: bool = True  # False: never verify draft tokens for this request
+    # vLLM's: under the "priority" scheduling policy, lower runs first (the engine refuses
+    # anything but 0 under "fcfs").
+    priority: int = 0
     # vLLM's: only requests with the same salt share prefix-cache blocks (tenants cannot learn
     # from a hit what another one sent); None shares with every unsalted request.
     cache_salt: str | None = None

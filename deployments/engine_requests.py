@@ -59,7 +59,7 @@ def engine_requests(req, prompts: list[list[int]], max_tokens: int | None, logpr
                     seed=None if req.seed is None else req.seed + j,
                     stop_token_ids=list(req.stop_token_ids or []), ignore_eos=req.ignore_eos,
                     logprobs=logprobs, prompt_logprobs=prompt_logprobs,
-                    speculative_decoding=req.speculative_decoding, cache_salt=req.cache_salt,
+                    speculative_decoding=req.speculative_decoding, cache_salt=req.cache_salt, priority=req.priority,
                     presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
                     repetition_penalty=req.repetition_penalty, logit_bias=bias,
                     allowed_token_ids=req.allowed_token_ids, bad_words_token_ids=bad_words_token_ids,

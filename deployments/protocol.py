@@ -118,10 +118,10 @@ class SamplingFields(BaseModel):
     cache_salt: str | None = Field(None, min_length=1)  # vLLM's: prefix-cache blocks shared only within a salt
     # vLLM's: the response's id is "chatcmpl-" (or "cmpl-") and this (else the X-Request-Id header's).
     request_id: str | None = Field(None, min_length=1, max_length=MAX_REQUEST_ID_CHARS)
-    # vLLM's, refused unless 0 or null as vLLM refuses them by default: this server schedules
-    # first come, first served, and runs no code a request names.
-    priority: int = 0
-    logits_processors: list[Any] | None = None
+    # vLLM's: lower runs first under `scheduling_policy: priority` (anything but 0 is refused
+    # under the default "fcfs", as vLLM refuses it).
+    priority: int = Field(0, ge=-INT64, lt=INT64)
+    logits_processors: list[Any] | None = None  # refused: this server runs no code a request names
     stream: bool = False
     stream_options: StreamOptions | None = None
     response_format: ResponseFormat | None = None
@@ -169,9 +169,6 @@ class SamplingFields(BaseModel):
             raise ValueError("bad_words: words must not be empty")
         if self.truncate_prompt_tokens == 0:
             raise ValueError("truncate_prompt_tokens must be positive, or -1 for the context length")
-        if self.priority != 0:
-            raise ValueError(f"priority: this server schedules requests first come, first served; "
-                             f"priority must be 0, got {self.priority}")
         if self.logits_processors:
             raise ValueError("logits_processors: this server runs no logits processors a request names")
         if self.stream_options is not None and not self.stream:

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # A value other than the default for every field the configs have.
 NON_DEFAULT = {"dtype": "float16", "device": "cpu", "block_size": 32, "num_kv_blocks": 77,
                "kv_cache_memory_gib": 0.5, "max_model_len": 1000, "max_num_seqs": 9,
-               "max_num_batched_tokens": 333, "enable_prefix_caching": False, "seed": 5,
+               "max_num_batched_tokens": 333, "scheduling_policy": "priority", "enable_prefix_caching": False, "seed": 5,
                "attention_backend": "torch", "enable_cuda_graphs": False, "speculative_method": "ngram",
                "num_speculative_tokens": 2, "speculation_schedule": {1: 2, 4: 0}, "adaptive_speculation": False,
                "draft_model": "checkpoints/tiny-draft", "enable_jump_forward": False, "overlap_scheduling": True,

@@ -43,9 +43,10 @@ class LLMEngine:
         self.runner = ModelRunner(config, self.model_config, self.max_model_len, verifying)
         self.block_manager = BlockManager(self.runner.num_blocks, config.block_size,
                                           config.enable_prefix_caching)
-        self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
+        self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens,
+                                   config.scheduling_policy)
         self.limits = RequestLimits(self.max_model_len, config.block_size, self.block_manager.num_blocks,
-                                    self.model_config.vocab_size)
+                                    self.model_config.vocab_size, config.scheduling_policy == "priority")
         self.selector = Selector(config.seed)
         if self.runner.device.type == "cuda":
             compile_draws(self.model_config.vocab_size, self.runner.device)

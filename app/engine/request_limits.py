@@ -1,6 +1,6 @@
 """What a request is checked against before it is queued.
 
-A plain record of four numbers, so that a front running the engine in another process
+A plain record of a few numbers, so that a front running the engine in another process
 refuses an impossible request itself, at once, with the same message the engine would give.
 """
 
@@ -18,6 +18,7 @@ class RequestLimits:
     block_size: int
     num_blocks: int  # the whole KV pool
     vocab_size: int
+    priority_scheduling: bool = False  # the engine's policy is "priority": a request's priority counts
 
     def check(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
         """Raise RequestRejected for a request that could never be served."""
@@ -38,6 +39,9 @@ class RequestLimits:
             self.check_beam_search(n, params)
         if any(not 0 <= t < self.vocab_size for t in prompt_token_ids):
             raise RequestRejected(f"prompt token ids must be in [0, {self.vocab_size})")
+        if params.priority != 0 and not self.priority_scheduling:
+            raise RequestRejected(f"priority {params.priority} needs the \"priority\" scheduling policy; "
+                                  "this engine serves first come, first served (priority 0)")
         self.check_token_ids("logit_bias", params.logit_bias)
         self.check_token_ids("allowed_token_ids", params.allowed_token_ids)
 

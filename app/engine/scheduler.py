@@ -2,13 +2,17 @@
 computed tokens catch up with its known tokens.
 
 Decodes are served first, then prompt chunks, then waiting requests in arrival order; when the
-pool runs out the newest running request is preempted and later recomputed. A decode's draft
+pool runs out the newest running request is preempted and later recomputed. Under the
+"priority" policy (vLLM's), waiting requests are taken by (priority, arrival), lower first, and
+the running request preempted is the one last in that order. A decode's draft
 tokens are scheduled like prompt tokens (their KV slots reserved in the same allocation) and
 are the first thing cut when the budget runs short.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -27,16 +31,37 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int):
+    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
+                 policy: str = "fcfs"):
         self.block_manager = block_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.by_priority = policy == "priority"
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.num_preemptions = 0
+        self._arrivals = itertools.count()
+        self._rank: dict[Request, tuple[int, int]] = {}  # under "priority": (priority, arrival)
 
     def add(self, req: Request) -> None:
-        self.waiting.append(req)
+        if not self.by_priority:
+            self.waiting.append(req)
+            return
+        self._queue_by_rank(req)
+
+    def _rank_of(self, req: Request) -> tuple[int, int]:
+        """(priority, arrival), given when first asked (a beam's fork is never `add`ed)."""
+        rank = self._rank.get(req)
+        if rank is None:
+            rank = self._rank[req] = (req.params.priority, next(self._arrivals))
+        return rank
+
+    def _queue_by_rank(self, req: Request) -> None:
+        self.waiting.insert(bisect.bisect_right(self.waiting, self._rank_of(req), key=self._rank_of), req)
+
+    def _victim(self) -> Request:
+        """The running request to preempt when the pool runs out."""
+        return max(self.running, key=self._rank_of) if self.by_priority else self.running[-1]
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
@@ -47,6 +72,7 @@ class Scheduler:
             self.running.remove(req)
         elif req in self.waiting:
             self.waiting.remove(req)
+        self._rank.pop(req, None)
         self.block_manager.free(req)
 
     def schedule(self, hold: frozenset[Request] | set[Request] = frozenset()) -> SchedulerOutput:
@@ -68,7 +94,7 @@ class Scheduler:
             if num_new < wanted:  # drafts go first when the budget runs short
                 req.trim_spec(req.num_computed_tokens + num_new - req.num_tokens)
             while not self.block_manager.allocate(req, req.num_computed_tokens + num_new):
-                victim = self.running[-1]
+                victim = self._victim()
                 budget += out.num_scheduled_tokens.pop(victim, 0)
                 self._preempt(victim)
                 out.preempted.append(victim)
@@ -88,7 +114,7 @@ class Scheduler:
         and what waits (the rest) does not fit beside them. Preempt them, newest first, to the
         back of the queue (what they reported stands) until the queue's head is admitted."""
         while not out and self.running:
-            self._preempt(self.running[-1], to_back=True)
+            self._preempt(self._victim(), to_back=True)
             self._admit_waiting(out, budget)
 
     def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
@@ -119,5 +145,7 @@ class Scheduler:
         self.num_preemptions += 1
         if to_back:
             self.waiting.append(req)
+        elif self.by_priority:
+            self._queue_by_rank(req)
         else:
             self.waiting.appendleft(req)
