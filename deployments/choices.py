@@ -14,7 +14,7 @@ from typing import AsyncIterator
 from deployments.detokenizer import IncrementalDetokenizer
 from deployments.errors import REPLICA_LOST, replica_lost
 from deployments.openai_errors import error_message
-from deployments.responses import ErrorInfo, ErrorResponse
+from deployments.responses import ErrorInfo, ErrorResponse, PromptTokensDetails, UsageInfo
 from deployments.metrics import RequestTimer
 
 logger = logging.getLogger("ray.serve")
@@ -110,6 +110,18 @@ class Choice:
                     return
         finally:
             self.close()
+
+
+def usage_of(choices: list[Choice]) -> UsageInfo:
+    """Each prompt counted once: its length, and its cached tokens as the choice that found
+    the fewest (the later choices of a prompt may find the first one's blocks)."""
+    prompt = sum({c.prompt_index: len(c.prompt_ids) for c in choices}.values())
+    cached: dict[int, int] = {}
+    for c in choices:
+        cached[c.prompt_index] = min(cached.get(c.prompt_index, c.num_cached_tokens), c.num_cached_tokens)
+    completion = sum(c.num_output_tokens for c in choices)
+    return UsageInfo(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
+                     prompt_tokens_details=PromptTokensDetails(cached_tokens=sum(cached.values())))
 
 
 async def merge_choices(choices: list[Choice]) -> AsyncIterator[Event]:

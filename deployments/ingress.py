@@ -33,7 +33,7 @@ from app.guided.output_format import OutputFormat
 from app.models.generation_config import GenerationDefaults
 from app.outputs import EngineOverloaded
 from deployments.chat_prompt import chat_prompt_ids
-from deployments.choices import Choice, Event, guarded_stream, merge_choices, sse
+from deployments.choices import Choice, Event, guarded_stream, merge_choices, sse, usage_of
 from deployments.detokenizer import IncrementalDetokenizer
 from deployments.engine_requests import check_format_conflicts, engine_requests
 from deployments.bad_words import bad_words_token_ids
@@ -53,28 +53,15 @@ from deployments.tokenize_protocol import (DetokenizeRequest, DetokenizeResponse
                                            TokenizeCompletionRequest, TokenizeResponse)
 from deployments.tool_protocol import FunctionCallDelta, ToolCallDelta
 from deployments.openai_errors import OpenAIError, error_message
-from deployments.protocol import MAX_REQUEST_ID_CHARS, ChatCompletionRequest, CompletionRequest, response_ids
+from deployments.protocol import ChatCompletionRequest, CompletionRequest
+from deployments.request_ids import client_request_id, response_ids
 from deployments.responses_api_protocol import ResponsesRequest
 from deployments.responses_route import ResponsesRoutes
 from deployments.responses import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
                                    ChatCompletionResponse, ChatLogprobs, CompletionChoice, CompletionResponse,
-                                   DeltaMessage, ModelCard, ModelList, PromptTokensDetails, UsageInfo)
+                                   DeltaMessage, ModelCard, ModelList, UsageInfo)
 
 logger = logging.getLogger("ray.serve")
-
-
-
-def client_request_id(raw: Request, in_body: str | None) -> str | None:
-    """The id a request goes by: the body's `request_id`, else the X-Request-Id header. Serve
-    sets that header on every request that comes without one (its own request id, in its
-    logs), so the body's field comes first here; vLLM, with no such header of its own, reads
-    the header first."""
-    if in_body is not None:
-        return in_body
-    header = raw.headers.get("x-request-id")
-    if header is not None and not 0 < len(header) <= MAX_REQUEST_ID_CHARS:
-        raise OpenAIError(400, f"X-Request-Id must have 1 to {MAX_REQUEST_ID_CHARS} characters")
-    return header
 
 
 # -- the deployment -----------------------------------------------------------------------
@@ -187,22 +174,11 @@ class Ingress(ResponsesRoutes):
         return choices
 
     @staticmethod
-    def _usage(choices: list[Choice]) -> UsageInfo:
-        """Each prompt counted once: its length, and its cached tokens as the choice that found
-        the fewest (the later choices of a prompt may find the first one's blocks)."""
-        prompt = sum({c.prompt_index: len(c.prompt_ids) for c in choices}.values())
-        cached: dict[int, int] = {}
-        for c in choices:
-            cached[c.prompt_index] = min(cached.get(c.prompt_index, c.num_cached_tokens), c.num_cached_tokens)
-        completion = sum(c.num_output_tokens for c in choices)
-        return UsageInfo(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
-                         prompt_tokens_details=PromptTokensDetails(cached_tokens=sum(cached.values())))
-
-    def _chunk_usage(self, body, choices: list[Choice], indices) -> UsageInfo | None:
+    def _chunk_usage(body, choices: list[Choice], indices) -> UsageInfo | None:
         """vLLM's `continuous_usage_stats`: the usage so far of the choices a chunk carries."""
         if not body.continuous_usage:
             return None
-        return self._usage([c for c in choices if c.index in indices])
+        return usage_of([c for c in choices if c.index in indices])
 
     def _chat_prompt(self, body) -> list[int]:
         return chat_prompt_ids(self.tokenizer, body, self.tool_syntax, self.native_tools)
@@ -255,7 +231,7 @@ class Ingress(ResponsesRoutes):
         if body.use_beam_search:
             beams = beam_texts(choices, body.n)
             return CompletionResponse(
-                id=request_id, created=created, model=self.model_name, usage=self._usage(choices),
+                id=request_id, created=created, model=self.model_name, usage=usage_of(choices),
                 choices=[CompletionChoice(index=b.index, text=b.text, finish_reason=b.finish_reason,
                                           stop_reason=b.stop_reason) for b in beams])
         to_echo = {}  # the prompt text still to put before each choice's first chunk
@@ -283,7 +259,7 @@ class Ingress(ResponsesRoutes):
             if body.logprobs is None:
                 returned = [c.model_copy(update={"logprobs": None}) for c in returned]
         return CompletionResponse(id=request_id, created=created, model=self.model_name,
-                                  usage=self._usage(choices), choices=returned)
+                                  usage=usage_of(choices), choices=returned)
 
     def _completion_choice(self, body: CompletionRequest, event: Event, to_echo: dict[int, str]
                            ) -> CompletionChoice:
@@ -311,7 +287,7 @@ class Ingress(ResponsesRoutes):
                                          usage=self._chunk_usage(body, choices, (event.choice.index,))))
         if body.include_usage:
             yield sse(CompletionResponse(id=request_id, created=created, model=self.model_name,
-                                          choices=[], usage=self._usage(choices)))
+                                          choices=[], usage=usage_of(choices)))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(self, body: ChatCompletionRequest, raw: Request):
@@ -328,7 +304,7 @@ class Ingress(ResponsesRoutes):
         if body.use_beam_search:
             beams = beam_texts(choices, body.n)
             return ChatCompletionResponse(
-                id=request_id, created=created, model=self.model_name, usage=self._usage(choices),
+                id=request_id, created=created, model=self.model_name, usage=usage_of(choices),
                 choices=[ChatChoice(index=b.index, message=AssistantMessage(content=body.echoed_text + b.text),
                                     finish_reason=b.finish_reason, stop_reason=b.stop_reason) for b in beams])
         calls_possible = tools is not None
@@ -353,7 +329,7 @@ class Ingress(ResponsesRoutes):
                 finish_reason="tool_calls" if calls and c.finish_reason == "stop" else c.finish_reason,
                 stop_reason=c.stop_reason))
         return ChatCompletionResponse(id=request_id, created=created, model=self.model_name,
-                                      usage=self._usage(choices), choices=out)
+                                      usage=usage_of(choices), choices=out)
 
     async def _stream_chat(self, request_id: str, created: int, body: ChatCompletionRequest,
                            choices: list[Choice], calls_possible: bool) -> AsyncIterator[str]:
@@ -397,7 +373,7 @@ class Ingress(ResponsesRoutes):
                                          logprobs=chat_logprobs(event.logprobs, self._token_names(body)),
                                          finish_reason=finish, stop_reason=event.stop_reason)])
         if body.include_usage:
-            yield chunk([], self._usage(choices))
+            yield chunk([], usage_of(choices))
 
     @app.post("/v1/responses")
     async def create_response(self, body: ResponsesRequest, raw: Request):

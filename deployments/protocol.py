@@ -14,17 +14,16 @@ one a request uses into the `OutputFormat` the target's engine follows.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.sampling_params import GREEDY_BELOW_TEMPERATURE, MIN_REPETITION_PENALTY
+from deployments.request_ids import MAX_REQUEST_ID_CHARS
 from deployments.tool_protocol import ToolCall, ToolChoice, ToolDefinition
 
 MAX_N = 16
 MAX_LOGPROBS = 20
-MAX_REQUEST_ID_CHARS = 256
 MAX_STOP = 16  # stop strings per request (each one is checked against every new character)
 INT64 = 2 ** 63
 # transformers' `apply_chat_template` arguments, which `chat_template_kwargs` may not set.
@@ -36,17 +35,6 @@ TEMPLATE_CALL_ARGUMENTS = frozenset((
 BEAM_SEARCH_CONFLICTS = ("top_p", "top_k", "min_p", "min_tokens", "allowed_token_ids", "bad_words", "seed",
                          "presence_penalty",
                          "frequency_penalty", "repetition_penalty", "logit_bias")
-
-
-def response_ids(prefix: str, client_id: str | None, separator: str = "-") -> tuple[str, str]:
-    """(the response's id, the base of its engine requests' ids). A client's id (vLLM's
-    `request_id`, or the X-Request-Id header) names the response; the engine's ids stay unique
-    whatever clients send, so two clients that send the same id do not collide."""
-    if client_id is None:
-        response_id = f"{prefix}{separator}{uuid.uuid4().hex}"
-        return response_id, response_id
-    response_id = f"{prefix}{separator}{client_id}"
-    return response_id, f"{response_id}-{uuid.uuid4().hex[:12]}"
 
 
 # -- requests -----------------------------------------------------------------------------

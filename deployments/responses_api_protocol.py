@@ -15,7 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from deployments.protocol import MAX_LOGPROBS, MAX_REQUEST_ID_CHARS
+from deployments.protocol import MAX_LOGPROBS
+from deployments.request_ids import MAX_REQUEST_ID_CHARS
 from deployments.responses import ChatTokenLogprob
 
 OUTPUT_LOGPROBS = "message.output_text.logprobs"  # the `include` value that asks for logprobs

@@ -16,12 +16,12 @@ from typing import AsyncIterator, Callable
 
 from fastapi.responses import StreamingResponse
 
-from deployments.choices import Choice, Event, merge_choices
+from deployments.choices import Choice, Event, merge_choices, usage_of
 from deployments.guided_formats import FormatRequestError
 from deployments.openai_errors import OpenAIError
 from deployments.output_logprobs import chat_logprobs
 from deployments.responses_api_input import as_responses_error, chat_request
-from deployments.protocol import response_ids
+from deployments.request_ids import response_ids
 from deployments.responses_api_output import ResponseEvents, ResponseOutput, finished, guarded_events
 from deployments.responses_api_protocol import InputTokensDetails, ResponseObject, ResponsesRequest, ResponseUsage
 from deployments.tool_calls import ToolStream, parse_calls, requested_tool_format
@@ -75,7 +75,7 @@ class ResponsesRoutes:
         return chat_logprobs(event.logprobs, names).content
 
     def _response_usage(self, choice: Choice) -> ResponseUsage:
-        usage = self._usage([choice])
+        usage = usage_of([choice])
         return ResponseUsage(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens,
                              total_tokens=usage.total_tokens, input_tokens_details=InputTokensDetails(
                                  cached_tokens=usage.prompt_tokens_details.cached_tokens))
