@@ -71,8 +71,10 @@ class Ingress(ResponsesRoutes):
     def __init__(self, target, metrics_hub, model_path: str, served_model_name: str,
                  max_model_len: int, vocab_size: int, api_keys: list[str] | None = None,
                  max_request_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 defaults: GenerationDefaults = GenerationDefaults(), eos_token_ids: tuple[int, ...] = ()):
+                 defaults: GenerationDefaults = GenerationDefaults(), eos_token_ids: tuple[int, ...] = (),
+                 priority_scheduling: bool = False):
         self.target = target
+        self.priority_scheduling = priority_scheduling  # the engines' `scheduling_policy` is "priority"
         self.model_path = model_path
         self.model_name = served_model_name
         app.state.gate = GateSettings.of(api_keys, max_request_body_bytes)  # read by RequestGate
@@ -139,6 +141,9 @@ class Ingress(ResponsesRoutes):
             logger.warning("%s: this server does not read the fields %s; they were ignored", engine_ids,
                            ", ".join(req.ignored_fields))
         req = req.with_defaults(self.defaults.sampling)
+        if req.priority and not self.priority_scheduling:
+            raise OpenAIError(400, f"priority {req.priority} needs `scheduling_policy: priority`; this server "
+                                   "serves requests first come, first served (priority 0)", param="priority")
         bad_words = bad_words_token_ids(self.tokenizer, req.bad_words) if req.bad_words else None
         started = engine_requests(req, prompts, max_tokens, logprobs, prompt_logprobs, prompt_param,
                                   self.max_model_len, self.vocab_size, self.defaults, bad_words)

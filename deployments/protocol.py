@@ -33,8 +33,7 @@ TEMPLATE_CALL_ARGUMENTS = frozenset((
     "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs"))
 # Sampling settings beam search has no use for: refused when a request sets them.
 BEAM_SEARCH_CONFLICTS = ("top_p", "top_k", "min_p", "min_tokens", "allowed_token_ids", "bad_words", "seed",
-                         "presence_penalty",
-                         "frequency_penalty", "repetition_penalty", "logit_bias")
+                         "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias")
 
 
 # -- requests -----------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """Overload: more concurrent requests than the KV pool holds all finish (queued, or preempted
 and recomputed, with the same greedy text as alone); past `max_num_waiting_requests` new
-requests get a 429 with an OpenAI error body instead of a queue that grows without bound."""
+requests get a 429 with an OpenAI error body instead of a queue that grows without bound. The
+app runs vLLM's priority scheduling, so preemption here picks the lowest-priority (then newest)
+request, and requests may carry a `priority`."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ pytestmark = pytest.mark.slow
 
 NUM_KV_BLOCKS = 12  # 12 x 16 = 192 token slots in the whole pool
 WAITING_CAP = 16
-SERVE_APP_ARGS = {"num_kv_blocks": NUM_KV_BLOCKS, "max_num_waiting_requests": WAITING_CAP}
+SERVE_APP_ARGS = {"num_kv_blocks": NUM_KV_BLOCKS, "max_num_waiting_requests": WAITING_CAP,
+                  "scheduling_policy": "priority"}
 MAX_TOKENS = 48  # prompt (< 16 tokens) + 48 -> 4 blocks per request at full length
 
 
@@ -24,9 +27,9 @@ def client(serve_app) -> openai.OpenAI:
     return openai.OpenAI(base_url=serve_app.base_url, api_key="x", max_retries=0, timeout=300)
 
 
-def complete(client, model, prompt: str, stream: bool, max_tokens: int = MAX_TOKENS):
+def complete(client, model, prompt: str, stream: bool, max_tokens: int = MAX_TOKENS, priority: int = 0):
     kwargs = dict(model=model, prompt=prompt, max_tokens=max_tokens, temperature=0,
-                  extra_body={"ignore_eos": True})
+                  extra_body={"ignore_eos": True, "priority": priority})
     if not stream:
         r = client.completions.create(**kwargs)
         return r.choices[0].text, r.usage.completion_tokens
@@ -39,8 +42,8 @@ def test_more_requests_than_the_kv_pool_holds_all_finish_with_the_same_text(serv
     expected = [complete(client, serve_app.model, p, stream=False) for p in prompts[:3]]
     before = target_stats(serve_app)
     with ThreadPoolExecutor(len(prompts)) as pool:
-        results = list(pool.map(lambda ip: complete(client, serve_app.model, ip[1], stream=ip[0] % 2 == 0),
-                                enumerate(prompts)))
+        results = list(pool.map(lambda ip: complete(client, serve_app.model, ip[1], stream=ip[0] % 2 == 0,
+                                                    priority=ip[0] % 3 - 1), enumerate(prompts)))
     after = wait_for_idle_kv(serve_app)
     assert all(n == MAX_TOKENS for _, n in results), results
     assert results[:3] == expected  # preemption and recompute give the text a lone request gets
