@@ -29,10 +29,16 @@ def client_request_id(raw: Request, in_body: str | None) -> str | None:
     return header
 
 
+def new_id(prefix: str, separator: str = "-") -> str:
+    """A fresh id: chat's and completions' with a dash, the Responses API's (`resp_`, `msg_`)
+    with an underscore."""
+    return f"{prefix}{separator}{uuid.uuid4().hex}"
+
+
 def response_ids(prefix: str, client_id: str | None, separator: str = "-") -> tuple[str, str]:
     """(the response's id, the base of its engine requests' ids)."""
     if client_id is None:
-        response_id = f"{prefix}{separator}{uuid.uuid4().hex}"
+        response_id = new_id(prefix, separator)
         return response_id, response_id
     response_id = f"{prefix}{separator}{client_id}"
     return response_id, f"{response_id}-{uuid.uuid4().hex[:12]}"

@@ -17,28 +17,23 @@ after the stream began ends it with `response.failed`.
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any, AsyncIterator
 
 from pydantic_core import to_jsonable_python
 
 from deployments.choices import stream_failure_message
+from deployments.request_ids import new_id
 from deployments.responses import ChatTokenLogprob
 from deployments.responses_api_protocol import (FunctionToolCall, IncompleteDetails, OutputItem, OutputMessage,
                                                 OutputText, ResponseError, ResponseObject, ResponseUsage)
 from deployments.tool_protocol import ToolCall
 
 
-def item_id(prefix: str) -> str:
-    """OpenAI's ids here are `resp_...`, `msg_...`: an underscore, where chat's have a dash."""
-    return f"{prefix}_{uuid.uuid4().hex}"
-
-
 class ResponseOutput:
     """The output of one response as it grows: text, its logprobs, then the calls."""
 
     def __init__(self, with_logprobs: bool):
-        self.message_id = item_id("msg")
+        self.message_id = new_id("msg", "_")
         self.text = ""
         self.logprobs: list[ChatTokenLogprob] | None = [] if with_logprobs else None
         self.calls: list[FunctionToolCall] = []

@@ -72,15 +72,12 @@ class Penalties:
                     restricted.append(len(rows))
                     allowed_row += [len(rows)] * len(p.allowed_token_ids)
                     allowed_token += p.allowed_token_ids
-                if req.num_output_tokens + j < p.min_tokens:
-                    bias_row += [len(rows)] * len(barred)
-                    bias_token += barred
-                    bias_value += [-math.inf] * len(barred)
+                never = barred if req.num_output_tokens + j < p.min_tokens else []
                 if p.bad_words_token_ids:
-                    completing = bad_word_ends(p.bad_words_token_ids, req.output_token_ids, drafts[:j])
-                    bias_row += [len(rows)] * len(completing)
-                    bias_token += completing
-                    bias_value += [-math.inf] * len(completing)
+                    never = never + bad_word_ends(p.bad_words_token_ids, req.output_token_ids, drafts[:j])
+                bias_row += [len(rows)] * len(never)
+                bias_token += never
+                bias_value += [-math.inf] * len(never)
                 rows.append(first + j)
                 drafts_before.append(drafts[:j] + [PAD] * (max_k - j))
             request += [i] * (len(drafts) + 1)
