@@ -106,15 +106,18 @@ def test_beams_share_the_prompt_blocks_and_copy_where_they_diverge(prompts):
     assert engine.block_manager.num_used_blocks == 0
 
 
-def test_same_beams_under_preemption_and_beside_plain_requests(prompts, hf_model):
+@pytest.mark.parametrize("policy", ["fcfs", "priority"])
+def test_same_beams_under_preemption_and_beside_plain_requests(prompts, hf_model, policy):
     """A pool too small for everything at once: beams are preempted and recomputed (their
-    searches wait for them) and plain greedy requests run beside; the results do not change."""
+    searches wait for them) and plain greedy requests run beside; the results do not change,
+    under either scheduling policy."""
     params = beam_params(4, 1.0, False, 24)
     expected = [transformers_beams(hf_model, p, 4, 4, 1.0, False, 24) for p in prompts]
     greedy = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
     alone = LLMEngine(EngineConfig(model=str(DEFAULT_TARGET), num_kv_blocks=256))
     plain_alone = alone.generate(prompts, greedy)
-    engine = LLMEngine(EngineConfig(model=str(DEFAULT_TARGET), num_kv_blocks=24, max_num_batched_tokens=64))
+    engine = LLMEngine(EngineConfig(model=str(DEFAULT_TARGET), num_kv_blocks=24, max_num_batched_tokens=64,
+                                    scheduling_policy=policy))
     requests = {f"b{i}": (p, params) for i, p in enumerate(prompts)}
     requests.update({f"g{i}": (p, greedy) for i, p in enumerate(prompts)})
     results = run(engine, requests)

@@ -60,6 +60,29 @@ def test_fcfs_preempts_the_newest_and_requeues_it_first():
     assert out.preempted == [third] and scheduler.waiting[0] is third
 
 
+def test_a_beam_forked_from_a_waiting_beam_waits_at_its_parents_rank():
+    """A beam forked after its parent was preempted queues as its parent does: by rank under
+    "priority", not ahead of more urgent requests; first under "fcfs"."""
+    for policy, expected in (("priority", ["urgent", "parent", "fork", "later"]),
+                             ("fcfs", ["fork", "urgent", "parent", "later"])):
+        scheduler = Scheduler(BlockManager(64, 4), max_num_seqs=4, max_num_batched_tokens=64, policy=policy)
+        parent = request("parent", priority=1)
+        for r in (request("urgent", priority=0), parent, request("later", priority=2)):
+            scheduler.add(r)
+        scheduler.add_fork(parent, request("fork", priority=1))
+        assert [r.request_id for r in scheduler.waiting] == expected, policy
+
+
+def test_a_beam_forked_from_a_running_beam_runs_beside_it():
+    scheduler = Scheduler(BlockManager(64, 4), max_num_seqs=4, max_num_batched_tokens=64, policy="priority")
+    parent = request("parent")
+    scheduler.add(parent)
+    scheduler.schedule()
+    fork = request("fork")
+    scheduler.add_fork(parent, fork)
+    assert scheduler.running == [parent, fork] and fork.status == parent.status
+
+
 def test_an_engine_under_priority_finishes_the_urgent_request_first_and_fcfs_refuses_priorities():
     engine = LLMEngine(EngineConfig(model=str(DEFAULT_TARGET), num_kv_blocks=64, max_num_seqs=1,
                                     scheduling_policy="priority"))

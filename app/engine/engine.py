@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import time
 
 import torch
 
 from app.config import EngineConfig
-from app.engine.beam_search import BeamSearch
+from app.engine.beam_searches import BeamSearches
 from app.engine.block_manager import BlockManager
 from app.engine.engine_stats import EngineStats
 from app.engine.guided_rows import plan_guided_drafts
 from app.engine.model_runner import ModelRunner, StepLogits
-from app.engine.request import Request, RequestStatus, ending_eos_token_ids, stop_token_ids
+from app.engine.request import Request
 from app.engine.request_limits import RequestLimits
 from app.engine.scheduler import Scheduler
 from app.engine.selection.draw import compile_draws
@@ -59,8 +58,7 @@ class LLMEngine:
                                          config.seed, config.adaptive_speculation, config.prompt_lookup_first,
                                          config.lookup_recent_output_tokens)
         self.requests: dict[str, Request] = {}
-        self.beam_searches: dict[str, BeamSearch] = {}  # by the caller's request id
-        self._beam_ids = itertools.count()
+        self.beam_searches = BeamSearches(self.model_config, self.scheduler, self.block_manager, self._release)
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.num_steps = 0
@@ -83,7 +81,7 @@ class LLMEngine:
         if params.beam_search:
             if guide is not None:
                 raise RequestRejected("beam search cannot follow an output format")
-            self._start_beam_search(request_id, prompt_token_ids, params)
+            self.beam_searches.start(request_id, prompt_token_ids, params)
             return
         req = Request(request_id, prompt_token_ids, params, self.model_config.eos_token_ids)
         req.guide = guide
@@ -91,10 +89,7 @@ class LLMEngine:
         self.scheduler.add(req)
 
     def abort_request(self, request_id: str) -> None:
-        search = self.beam_searches.pop(request_id, None)
-        for beam in search.live if search is not None else ():
-            beam.handle.finish("abort")
-            self._release(beam.handle)
+        self.beam_searches.abort(request_id)
         req = self.requests.pop(request_id, None)
         if req is not None:
             req.finish("abort")
@@ -232,20 +227,14 @@ class LLMEngine:
         if layout is None:
             return []
         outputs = []
-        searches = {}
         for req, c in zip(layout.requests, chosen):
             if req.beam_search is not None:
-                req.beam_search.report(req, c.logprobs[0].top)
-                self.block_manager.cache_full_blocks(req)
-                searches[req.beam_search.request_id] = req.beam_search
+                self.beam_searches.report(req, c)
                 continue
             if req.spec_token_ids and not req.spec_forced and self.speculator is not None:
                 self.speculator.record_verified(len(req.spec_token_ids), c.num_accepted)
             outputs.append(self._apply_verified(req, c))
-        for search in searches.values():
-            if search.ready:
-                outputs += self._advance_beam_search(search)
-        return outputs
+        return outputs + self.beam_searches.advance_ready()
 
     @property
     def tokenizer(self):
@@ -294,71 +283,6 @@ class LLMEngine:
             self._release(req)
         return out
 
-    # -- beam search ---------------------------------------------------------------------------
-    def _start_beam_search(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
-        """Each live beam runs as a greedy request of its own that reports its likeliest next
-        tokens (its logprobs) instead of choosing one; `BeamSearch` decides what lives on."""
-        eos = self.model_config.eos_token_ids
-        search = BeamSearch(request_id, params, stop_token_ids(params, eos), ending_eos_token_ids(params, eos))
-        if search.num_candidates > self.model_config.vocab_size:
-            raise RequestRejected(f"{params.beam_width} beams need {search.num_candidates} candidates per step, "
-                                  f"more than the vocabulary's {self.model_config.vocab_size} tokens")
-        beam_params = dataclasses.replace(params, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, logprobs=None,
-                                          prompt_logprobs=None, speculative_decoding=False, beam_width=1)
-        beam_params.logprobs = search.num_candidates  # may exceed the API's 20: set past the check
-        root = self._beam_request(search, prompt_token_ids, beam_params)
-        search.start(root)
-        self.beam_searches[request_id] = search
-        self.scheduler.add(root)
-
-    def _beam_request(self, search: BeamSearch, prompt_token_ids: list[int], params: SamplingParams) -> Request:
-        req = Request(f"{search.request_id}#beam-{next(self._beam_ids)}", prompt_token_ids, params)
-        req.beam_search = search
-        return req
-
-    def _advance_beam_search(self, search: BeamSearch) -> list[RequestOutput]:
-        """Apply one step's decision: the first continuation of a beam goes on in its request,
-        each further one forks it (sharing its blocks), a beam with none is released."""
-        parents = [beam.handle for beam in search.live]
-        continuations = search.advance()
-        handles, kept = [], set()
-        for c in continuations:
-            if c.parent in kept:
-                handles.append(self._fork_beam(c.parent))
-            else:
-                kept.add(c.parent)
-                handles.append(c.parent)
-        for parent in parents:
-            if parent not in kept:
-                parent.finish("stop")
-                self._release(parent)
-        for beam, c in zip(handles, continuations):
-            beam.all_token_ids.append(c.token_id)
-        self.generation_tokens += len(continuations)
-        search.bind(handles)
-        if not search.done:
-            return []
-        del self.beam_searches[search.request_id]
-        best = search.best(search.width)
-        prompt_len = len(parents[0].prompt_token_ids)
-        return [RequestOutput(
-            request_id=search.request_id, new_token_ids=[], finished=True, finish_reason=best[0].finish_reason,
-            num_prompt_tokens=prompt_len, num_output_tokens=len(best[0].token_ids),
-            num_cached_tokens=parents[0].num_cached_tokens, beams=best)]
-
-    def _fork_beam(self, parent: Request) -> Request:
-        child = self._beam_request(parent.beam_search, parent.prompt_token_ids, parent.params)
-        child.all_token_ids = list(parent.all_token_ids)
-        child.num_cached_tokens = parent.num_cached_tokens
-        if parent.status == RequestStatus.RUNNING:
-            self.block_manager.fork(parent, child)
-            child.num_computed_tokens = parent.num_computed_tokens
-            child.status = RequestStatus.RUNNING
-            self.scheduler.running.append(child)
-        else:  # the parent was preempted after its report: the child recomputes too
-            self.scheduler.waiting.appendleft(child)
-        return child
-
     def _release(self, req: Request) -> None:
         self.scheduler.finish(req)
         self.requests.pop(req.request_id, None)
@@ -384,7 +308,8 @@ class LLMEngine:
             num_blocks_total=bm.num_blocks, num_blocks_used=bm.num_used_blocks,
             kv_cache_usage=bm.usage, prefix_cache_queries=bm.prefix_cache_queries,
             prefix_cache_hits=bm.prefix_cache_hits, num_preemptions=self.scheduler.num_preemptions,
-            prompt_tokens=self.prompt_tokens, generation_tokens=self.generation_tokens,
+            prompt_tokens=self.prompt_tokens,
+            generation_tokens=self.generation_tokens + self.beam_searches.num_generated_tokens,
             num_steps=self.num_steps,
             spec=self.speculator.stats_snapshot() if self.speculator else SpecStats())
 

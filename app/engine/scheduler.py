@@ -49,8 +49,21 @@ class Scheduler:
             return
         self._queue_by_rank(req)
 
+    def add_fork(self, parent: Request, child: Request) -> None:
+        """A beam forked from `parent`: it runs beside it, or, when the parent was preempted,
+        waits where a preempted request does. It ranks as its parent."""
+        if self.by_priority:
+            self._rank[child] = self._rank_of(parent)
+        if parent.status == RequestStatus.RUNNING:
+            child.status = RequestStatus.RUNNING
+            self.running.append(child)
+        elif self.by_priority:
+            self._queue_by_rank(child)
+        else:
+            self.waiting.appendleft(child)
+
     def _rank_of(self, req: Request) -> tuple[int, int]:
-        """(priority, arrival), given when first asked (a beam's fork is never `add`ed)."""
+        """(priority, arrival), given when first asked."""
         rank = self._rank.get(req)
         if rank is None:
             rank = self._rank[req] = (req.params.priority, next(self._arrivals))
