@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from app.config import EngineConfig
 from app.engine.front_config import FrontConfig
+from deployments.reasoning import REASONING_PARSERS
 from deployments.constraint import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_MAX_CACHED_INDEXES
 from deployments.request_gate import DEFAULT_MAX_BODY_BYTES
 
@@ -53,6 +54,9 @@ class _GraphArgs(BaseModel):
     # ConstraintService keeps (deployments/constraint.py).
     guided_compile_timeout_s: float = Field(DEFAULT_COMPILE_TIMEOUT_S, gt=0)
     guided_max_cached_indexes: int = Field(DEFAULT_MAX_CACHED_INDEXES, ge=1)
+    # A thinking model's reasoning goes to chat replies' `reasoning` field, apart from the answer
+    # (vLLM's --reasoning-parser; deployments/reasoning.py). None: the output is all content.
+    reasoning_parser: Literal[REASONING_PARSERS] | None = None
 
     @field_validator("*", mode="before")
     @classmethod

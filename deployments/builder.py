@@ -126,7 +126,8 @@ def build_app(args: dict) -> Application:
     model_config = ModelConfig.from_dir(model)
     return Ingress.bind(target, hub, model, name, target_config.max_model_len, model_config.vocab_size,
                         api_keys(a), a.max_request_body_bytes, request_defaults(a, model),
-                        model_config.eos_token_ids, target_config.scheduling_policy == "priority")
+                        model_config.eos_token_ids, target_config.scheduling_policy == "priority",
+                        a.reasoning_parser)
 
 
 def request_defaults(args: AppArgs, model: str) -> GenerationDefaults:

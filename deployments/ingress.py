@@ -54,6 +54,7 @@ from deployments.tokenize_protocol import (DetokenizeRequest, DetokenizeResponse
 from deployments.tool_protocol import FunctionCallDelta, ToolCallDelta
 from deployments.openai_errors import OpenAIError, error_message
 from deployments.protocol import ChatCompletionRequest, CompletionRequest
+from deployments.reasoning import ReasoningStream, split_reasoning, thinks
 from deployments.request_ids import client_request_id, response_ids
 from deployments.responses_api_protocol import ResponsesRequest
 from deployments.responses_route import ResponsesRoutes
@@ -72,9 +73,10 @@ class Ingress(ResponsesRoutes):
                  max_model_len: int, vocab_size: int, api_keys: list[str] | None = None,
                  max_request_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  defaults: GenerationDefaults = GenerationDefaults(), eos_token_ids: tuple[int, ...] = (),
-                 priority_scheduling: bool = False):
+                 priority_scheduling: bool = False, reasoning_parser: str | None = None):
         self.target = target
         self.priority_scheduling = priority_scheduling  # the engines' `scheduling_policy` is "priority"
+        self.reasoning_parser = reasoning_parser  # deployments/reasoning.py
         self.model_path = model_path
         self.model_name = served_model_name
         app.state.gate = GateSettings.of(api_keys, max_request_body_bytes)  # read by RequestGate
@@ -110,7 +112,7 @@ class Ingress(ResponsesRoutes):
             text = self._token_text[token_id] = self.tokenizer.decode([token_id])
         return text
 
-    async def _guide(self, req, tools: RequestedFormat | None = None
+    async def _guide(self, req, tools: RequestedFormat | None = None, thinking: bool = False
                      ) -> tuple[OutputFormat | None, str | None]:
         """(the `OutputFormat` the output must follow, the request field it came from) when the
         request asks for an output format or tool calls, else (None, None). A format that cannot
@@ -128,15 +130,16 @@ class Ingress(ResponsesRoutes):
         if requested is None:
             return None, None
         try:  # JSON schema to regex: in a thread, so that a huge schema does not hold the loop
-            return await asyncio.to_thread(requested.output_format), requested.param
+            return await asyncio.to_thread(requested.output_format, thinking), requested.param
         except GuidedFormatError as exc:
             raise OpenAIError(400, str(exc), param=requested.param) from None
 
     async def _start(self, engine_ids: str, prompts: list[list[int]], req, max_tokens: int | None,
                      logprobs: int | None, prompt_param: str,
                      tools: RequestedFormat | None = None,
-                     prompt_logprobs: int | None = None) -> list[Choice]:
-        """Check every prompt, then start n engine requests per prompt and await their first outputs."""
+                     prompt_logprobs: int | None = None, thinking: bool = False) -> list[Choice]:
+        """Check every prompt, then start n engine requests per prompt and await their first outputs.
+        `thinking`: the outputs start with reasoning, which an output format leaves free."""
         if req.ignored_fields:
             logger.warning("%s: this server does not read the fields %s; they were ignored", engine_ids,
                            ", ".join(req.ignored_fields))
@@ -147,7 +150,7 @@ class Ingress(ResponsesRoutes):
         bad_words = bad_words_token_ids(self.tokenizer, req.bad_words) if req.bad_words else None
         started = engine_requests(req, prompts, max_tokens, logprobs, prompt_logprobs, prompt_param,
                                   self.max_model_len, self.vocab_size, self.defaults, bad_words)
-        output_format, format_param = await self._guide(req, tools)
+        output_format, format_param = await self._guide(req, tools, thinking)
         check_format_conflicts(req, format_param)
         guided = {} if output_format is None else {"output_format": output_format}
 
@@ -303,19 +306,20 @@ class Ingress(ResponsesRoutes):
             raise OpenAIError(400, str(exc), param=exc.param) from None
         prompt_ids = self._chat_prompt(body)
         request_id, engine_ids = response_ids("chatcmpl", client_request_id(raw, body.request_id))
+        thinking = self._thinks(body)
         choices = await self._start(engine_ids, [prompt_ids], body, body.max_new_tokens,
-                                    body.num_logprobs, "messages", tools)
+                                    body.num_logprobs, "messages", tools, thinking=thinking)
         created = int(time.time())
         if body.use_beam_search:
             beams = beam_texts(choices, body.n)
             return ChatCompletionResponse(
                 id=request_id, created=created, model=self.model_name, usage=usage_of(choices),
-                choices=[ChatChoice(index=b.index, message=AssistantMessage(content=body.echoed_text + b.text),
+                choices=[ChatChoice(index=b.index, message=self._chat_message(body, b.text, thinking),
                                     finish_reason=b.finish_reason, stop_reason=b.stop_reason) for b in beams])
         calls_possible = tools is not None
         if body.stream:
             return StreamingResponse(guarded_stream(request_id, choices, self._stream_chat(
-                request_id, created, body, choices, calls_possible)), media_type="text/event-stream")
+                request_id, created, body, choices, calls_possible, thinking)), media_type="text/event-stream")
         texts = {c.index: [] for c in choices}
         logprobs: dict[int, list] = {c.index: [] for c in choices}
         async for event in merge_choices(choices):
@@ -325,19 +329,29 @@ class Ingress(ResponsesRoutes):
                 logprobs[event.choice.index].extend(lp.content)
         out = []
         for c in choices:
-            text = "".join(texts[c.index])
-            calls = parse_calls(text, self.tool_syntax) if calls_possible else None
+            message = self._chat_message(body, "".join(texts[c.index]), thinking, calls_possible)
+            calls = message.tool_calls
             out.append(ChatChoice(
-                index=c.index,
-                message=AssistantMessage(content=None if calls else body.echoed_text + text, tool_calls=calls),
+                index=c.index, message=message,
                 logprobs=ChatLogprobs(content=logprobs[c.index]) if body.logprobs else None,
                 finish_reason="tool_calls" if calls and c.finish_reason == "stop" else c.finish_reason,
                 stop_reason=c.stop_reason))
         return ChatCompletionResponse(id=request_id, created=created, model=self.model_name,
                                       usage=usage_of(choices), choices=out)
 
+    def _thinks(self, body: ChatCompletionRequest) -> bool:
+        return thinks(self.reasoning_parser, body.chat_template_kwargs)
+
+    def _chat_message(self, body: ChatCompletionRequest, output: str, thinking: bool,
+                      calls_possible: bool = False) -> AssistantMessage:
+        """A whole reply: its reasoning apart, then its tool calls, or else its text."""
+        reasoning, text = split_reasoning(output, thinking)
+        calls = parse_calls(text, self.tool_syntax) if calls_possible else None
+        return AssistantMessage(content=None if calls or (reasoning and not text) else body.echoed_text + text,
+                                tool_calls=calls, reasoning=reasoning if thinking and body.include_reasoning else None)
+
     async def _stream_chat(self, request_id: str, created: int, body: ChatCompletionRequest,
-                           choices: list[Choice], calls_possible: bool) -> AsyncIterator[str]:
+                           choices: list[Choice], calls_possible: bool, thinking: bool) -> AsyncIterator[str]:
         def chunk(choice_list, usage=None) -> str:
             usage = usage or self._chunk_usage(body, choices, {c.index for c in choice_list})
             return sse(ChatCompletionChunk(id=request_id, created=created, model=self.model_name,
@@ -351,18 +365,24 @@ class Ingress(ResponsesRoutes):
         if body.echoed_text:
             yield chunk([ChatChunkChoice(index=c.index, delta=DeltaMessage(content=body.echoed_text))
                          for c in choices])
+        splits = {c.index: ReasoningStream(thinking) for c in choices}
         async for event in merge_choices(choices):
-            i, finish, text = event.choice.index, event.finish_reason, event.text
+            i, finish = event.choice.index, event.finish_reason
+            reasoning, text = splits[i].feed(event.text)
+            if finish is not None:
+                reasoning, text = (a + b for a, b in zip((reasoning, text), splits[i].finish()))
+            reasoning = reasoning if body.include_reasoning else ""
             calls = None
             if i in streams:
                 text = streams[i].feed(text)
                 if finish is not None:
                     held, calls = streams[i].finish()
                     text += held
-                if not text and finish is None and not event.logprobs:
-                    continue  # held: part of a call, or maybe the start of one
+            if not text and not reasoning and finish is None and not event.logprobs:
+                continue  # held: part of a call or a tag, or maybe the start of one
             if calls:
-                yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(content=text or None),
+                yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(content=text or None,
+                                                                         reasoning=reasoning or None),
                                              logprobs=chat_logprobs(event.logprobs, self._token_names(body)))])
                 for k, call in enumerate(calls):
                     for delta in (ToolCallDelta(index=k, id=call.id, type="function", function=
@@ -374,7 +394,7 @@ class Ingress(ResponsesRoutes):
                                              "tool_calls" if finish == "stop" else finish,
                                              stop_reason=event.stop_reason)])
                 continue
-            yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(content=text or None),
+            yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(content=text or None, reasoning=reasoning or None),
                                          logprobs=chat_logprobs(event.logprobs, self._token_names(body)),
                                          finish_reason=finish, stop_reason=event.stop_reason)])
         if body.include_usage:

@@ -292,6 +292,10 @@ class ChatMessage(BaseModel):
     name: str | None = None
     tool_calls: list[ToolCall] | None = None  # an assistant turn that called tools
     tool_call_id: str | None = None  # a tool turn: the call it answers
+    # An assistant turn's reasoning, fed back (vLLM's `reasoning`; `reasoning_content`, its old
+    # name, is what DeepSeek's API and many clients send). Templates read `reasoning_content`.
+    reasoning: str | None = None
+    reasoning_content: str | None = None
 
     def text(self) -> str:
         if self.content is None:
@@ -339,6 +343,7 @@ class ChatCompletionRequest(SamplingFields, ChatTemplateFields):
     tool_choice: ToolChoice | None = None  # None: "auto" with tools, "none" without
     parallel_tool_calls: bool = True
     echo: bool = False  # vLLM's: the reply's content starts with the last message's, if that is the assistant's
+    include_reasoning: bool = True  # vLLM's: false leaves a thinking model's reasoning out of the reply
 
     @model_validator(mode="after")
     def _check(self) -> "ChatCompletionRequest":

@@ -5,7 +5,8 @@ request checks (the template, tool grammars, sampling fields) is then checked on
 
 Input items: messages (a string, or `input_text` / `output_text` parts), `function_call` items
 (an assistant turn's calls, consecutive ones in one turn) and `function_call_output` items (tool
-turns). `reasoning` items are skipped: nothing here wrote them and no template reads them. Other
+turns). A `reasoning` item's text goes with the assistant turn after it, as that turn's
+`reasoning` (templates of thinking models may render it). Other
 item kinds (images, files, references to stored items) and tools other than functions are a 400
 naming the item.
 """
@@ -22,7 +23,6 @@ from deployments.responses_api_protocol import NEEDS_STORED_RESPONSES, Responses
 from deployments.tool_protocol import FunctionCall, FunctionDefinition, ToolCall
 
 TEXT_PARTS = ("input_text", "output_text", "text")
-SKIPPED_ITEMS = ("reasoning",)
 
 
 class MessageItem(BaseModel):
@@ -81,13 +81,16 @@ def input_messages(body: ResponsesRequest) -> list[ChatMessage]:
     messages = [ChatMessage(role="system", content=body.instructions)] if body.instructions else []
     items = [{"role": "user", "content": body.input}] if isinstance(body.input, str) else body.input
     call_names: dict[str, str] = {}  # call_id -> function name, for the tool turns that answer them
+    reasoning = None  # a reasoning item's, for the assistant turn that follows it
     for i, item in enumerate(items):
         kind = item.get("type", "message")
-        if kind in SKIPPED_ITEMS:
-            continue
-        if kind == "message":
+        if kind == "reasoning":
+            reasoning = "".join(part.get("text", "") for part in item.get("content") or ())
+        elif kind == "message":
             m = _parsed(MessageItem, item, i)
-            messages.append(ChatMessage(role=m.role, content=_text(m.content, i)))
+            messages.append(ChatMessage(role=m.role, content=_text(m.content, i),
+                                        reasoning=reasoning if m.role == "assistant" else None))
+            reasoning = None if m.role == "assistant" else reasoning
         elif kind == "function_call":
             c = _parsed(FunctionCallItem, item, i)
             call_names[c.call_id] = c.name
@@ -96,7 +99,8 @@ def input_messages(body: ResponsesRequest) -> list[ChatMessage]:
             if last is not None and last.role == "assistant":  # one turn: its text and all its calls
                 last.tool_calls = (last.tool_calls or []) + [call]
             else:
-                messages.append(ChatMessage(role="assistant", tool_calls=[call]))
+                messages.append(ChatMessage(role="assistant", tool_calls=[call], reasoning=reasoning))
+                reasoning = None
         elif kind == "function_call_output":
             o = _parsed(FunctionCallOutputItem, item, i)
             messages.append(ChatMessage(role="tool", tool_call_id=o.call_id, name=call_names.get(o.call_id),

@@ -1,12 +1,14 @@
 """A Responses API answer, built from the one chat choice the ingress ran for it: whole, or as
 the stream of events OpenAI sends (`response.created`, ..., `response.completed`).
 
-Output items come in the order the model wrote them: a message with the text (when there is
-text, or when there are no calls: an empty message), then one `function_call` item per call.
+Output items come in the order the model wrote them: its reasoning (a thinking model's, with
+the app's `reasoning_parser`), a message with the text (when there is text, or when there are no
+calls: an empty message), then one `function_call` item per call.
 An output cut at `max_output_tokens` makes the response `incomplete` with that reason, as
 OpenAI reports it.
 
-The stream: `response.created` and `response.in_progress`; the message item and its text part
+The stream: `response.created` and `response.in_progress`; the reasoning item, its part and its
+`response.reasoning_text.delta`s, closed when the answer begins; the message item and its text part
 opened when its first text is known not to start a call (deployments/tool_calls.py:
 ToolStream), then `response.output_text.delta` per step; at the end the message closed, each
 call as an item with its arguments in one delta; then `response.completed` (or
@@ -25,14 +27,17 @@ from deployments.choices import stream_failure_message
 from deployments.request_ids import new_id
 from deployments.responses import ChatTokenLogprob
 from deployments.responses_api_protocol import (FunctionToolCall, IncompleteDetails, OutputItem, OutputMessage,
-                                                OutputText, ResponseError, ResponseObject, ResponseUsage)
+                                                OutputText, ReasoningItem, ReasoningText, ResponseError,
+                                                ResponseObject, ResponseUsage)
 from deployments.tool_protocol import ToolCall
 
 
 class ResponseOutput:
-    """The output of one response as it grows: text, its logprobs, then the calls."""
+    """The output of one response as it grows: reasoning, text and its logprobs, then the calls."""
 
     def __init__(self, with_logprobs: bool):
+        self.reasoning_id = new_id("rs", "_")
+        self.reasoning = ""
         self.message_id = new_id("msg", "_")
         self.text = ""
         self.logprobs: list[ChatTokenLogprob] | None = [] if with_logprobs else None
@@ -49,14 +54,24 @@ class ResponseOutput:
 
     @property
     def has_message(self) -> bool:
-        return bool(self.text) or not self.calls
+        """Text, or nothing else: a reply cut while reasoning has its reasoning item only."""
+        return bool(self.text) or not (self.calls or self.reasoning)
+
+    @property
+    def message_index(self) -> int:
+        """The message's place among the output items: after the reasoning, when there is one."""
+        return int(bool(self.reasoning))
+
+    def reasoning_item(self, status: str) -> ReasoningItem:
+        return ReasoningItem(id=self.reasoning_id, status=status, content=[ReasoningText(text=self.reasoning)])
 
     def message(self, status: str) -> OutputMessage:
         return OutputMessage(id=self.message_id, status=status,
                              content=[OutputText(text=self.text, logprobs=self.logprobs)])
 
     def items(self, status: str) -> list[OutputItem]:
-        return ([self.message(status)] if self.has_message else []) + list(self.calls)
+        return (([self.reasoning_item(status)] if self.reasoning else [])
+                + ([self.message(status)] if self.has_message else []) + list(self.calls))
 
 
 def finished(response: ResponseObject, output: ResponseOutput, finish_reason: str | None,
@@ -80,27 +95,46 @@ class ResponseEvents:
         self.sequence_number += 1
         return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
-    def open_message(self, output: ResponseOutput) -> list[str]:
-        return [self.event("response.output_item.added", output_index=0, item=output.message("in_progress")
+    def open_reasoning(self, output: ResponseOutput) -> list[str]:
+        return [self.event("response.output_item.added", output_index=0, item=output.reasoning_item("in_progress")
                            .model_copy(update={"content": []})),
-                self.event("response.content_part.added", item_id=output.message_id, output_index=0,
+                self.event("response.content_part.added", item_id=output.reasoning_id, output_index=0,
+                           content_index=0, part=ReasoningText(text=""))]
+
+    def reasoning_delta(self, output: ResponseOutput, text: str) -> str:
+        return self.event("response.reasoning_text.delta", item_id=output.reasoning_id, output_index=0,
+                          content_index=0, delta=text)
+
+    def close_reasoning(self, output: ResponseOutput, status: str = "completed") -> list[str]:
+        item = output.reasoning_item(status)
+        return [self.event("response.reasoning_text.done", item_id=output.reasoning_id, output_index=0,
+                           content_index=0, text=output.reasoning),
+                self.event("response.content_part.done", item_id=output.reasoning_id, output_index=0,
+                           content_index=0, part=item.content[0]),
+                self.event("response.output_item.done", output_index=0, item=item)]
+
+    def open_message(self, output: ResponseOutput) -> list[str]:
+        index = output.message_index
+        return [self.event("response.output_item.added", output_index=index, item=output.message("in_progress")
+                           .model_copy(update={"content": []})),
+                self.event("response.content_part.added", item_id=output.message_id, output_index=index,
                            content_index=0, part=OutputText(text="", logprobs=[] if output.logprobs is not None else None))]
 
     def text_delta(self, output: ResponseOutput, text: str, logprobs: list[ChatTokenLogprob]) -> str:
-        return self.event("response.output_text.delta", item_id=output.message_id, output_index=0,
+        return self.event("response.output_text.delta", item_id=output.message_id, output_index=output.message_index,
                           content_index=0, delta=text, logprobs=logprobs)
 
     def close_message(self, output: ResponseOutput, status: str) -> list[str]:
-        message = output.message(status)
+        message, index = output.message(status), output.message_index
         part = message.content[0]
-        return [self.event("response.output_text.done", item_id=output.message_id, output_index=0,
+        return [self.event("response.output_text.done", item_id=output.message_id, output_index=index,
                            content_index=0, text=output.text, logprobs=part.logprobs or []),
-                self.event("response.content_part.done", item_id=output.message_id, output_index=0,
+                self.event("response.content_part.done", item_id=output.message_id, output_index=index,
                            content_index=0, part=part),
-                self.event("response.output_item.done", output_index=0, item=message)]
+                self.event("response.output_item.done", output_index=index, item=message)]
 
     def calls(self, output: ResponseOutput) -> list[str]:
-        events, first = [], int(output.has_message)
+        events, first = [], output.message_index + int(output.has_message)
         for index, call in enumerate(output.calls, start=first):
             events += [
                 self.event("response.output_item.added", output_index=index,

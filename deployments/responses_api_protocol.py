@@ -79,7 +79,7 @@ class ResponsesRequest(BaseModel):
     truncation: Literal["disabled", "auto"] | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
-    reasoning: dict[str, Any] | None = None  # taken; these models write no reasoning items
+    reasoning: dict[str, Any] | None = None  # taken; effort and summaries are not read
     background: bool = False
     previous_response_id: str | None = None
     conversation: str | dict[str, Any] | None = None
@@ -110,6 +110,21 @@ class OutputText(BaseModel):
     logprobs: list[ChatTokenLogprob] | None = None
 
 
+class ReasoningText(BaseModel):
+    type: Literal["reasoning_text"] = "reasoning_text"
+    text: str
+
+
+class ReasoningItem(BaseModel):
+    """A thinking model's reasoning, with the app's `reasoning_parser` (deployments/reasoning.py);
+    no summaries are written."""
+    type: Literal["reasoning"] = "reasoning"
+    id: str
+    summary: list[Any] = Field(default_factory=list)
+    content: list[ReasoningText]
+    status: Status
+
+
 class OutputMessage(BaseModel):
     type: Literal["message"] = "message"
     id: str
@@ -127,7 +142,7 @@ class FunctionToolCall(BaseModel):
     status: Status = "completed"
 
 
-OutputItem = OutputMessage | FunctionToolCall
+OutputItem = ReasoningItem | OutputMessage | FunctionToolCall
 
 
 class InputTokensDetails(BaseModel):

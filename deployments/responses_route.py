@@ -20,6 +20,7 @@ from deployments.choices import Choice, Event, merge_choices, usage_of
 from deployments.guided_formats import FormatRequestError
 from deployments.openai_errors import OpenAIError
 from deployments.output_logprobs import chat_logprobs
+from deployments.reasoning import ReasoningStream, split_reasoning
 from deployments.responses_api_input import as_responses_error, chat_request
 from deployments.request_ids import response_ids
 from deployments.responses_api_output import ResponseEvents, ResponseOutput, finished, guarded_events
@@ -39,8 +40,9 @@ class ResponsesRoutes:
         try:
             chat = chat_request(body).with_defaults(self.defaults.sampling)
             tools = requested_tool_format(chat, self.tool_syntax)
+            thinking = self._thinks(chat)
             [choice] = await self._start(engine_ids, [self._chat_prompt(chat)], chat, chat.max_new_tokens,
-                                         chat.num_logprobs, "input", tools)
+                                         chat.num_logprobs, "input", tools, thinking=thinking)
         except FormatRequestError as exc:
             raise as_responses_error(OpenAIError(400, str(exc), param=exc.param)) from None
         except OpenAIError as exc:
@@ -58,10 +60,11 @@ class ResponsesRoutes:
             events = ResponseEvents()
             forced = chat.effective_tool_choice not in ("auto", "none")
             return StreamingResponse(guarded_events(events, response, self._stream_response(
-                events, response, output, choice, tools is not None, forced, names), choice.close),
+                events, response, output, choice, tools is not None, forced, names, thinking), choice.close),
                 media_type="text/event-stream")
         async for event in merge_choices([choice]):
             output.add(event.text, self._output_logprobs(output, event, names))
+        output.reasoning, output.text = split_reasoning(output.text, thinking)
         calls = parse_calls(output.text, self.tool_syntax) if tools is not None else None
         if calls:
             output.text, output.logprobs = "", None
@@ -82,14 +85,28 @@ class ResponsesRoutes:
 
     async def _stream_response(self, events: ResponseEvents, response: ResponseObject, output: ResponseOutput,
                                choice: Choice, calls_possible: bool, forced: bool,
-                               names: Callable[[int], str]) -> AsyncIterator[str]:
+                               names: Callable[[int], str], thinking: bool) -> AsyncIterator[str]:
         yield events.event("response.created", response=response)
         yield events.event("response.in_progress", response=response)
         calls = ToolStream(self.tool_syntax, forced) if calls_possible else None
-        opened, held_logprobs = False, []
+        split = ReasoningStream(thinking)
+        opened, held_logprobs, thought = False, [], None  # thought: the reasoning item's events, once open
         async for event in merge_choices([choice]):
-            text = event.text
+            reasoning, text = split.feed(event.text)
+            if event.finish_reason is not None:
+                reasoning, text = (a + b for a, b in zip((reasoning, text), split.finish()))
             held_logprobs += self._output_logprobs(output, event, names)
+            if reasoning:
+                if thought is None:
+                    thought = events.open_reasoning(output)
+                    for e in thought:
+                        yield e
+                output.reasoning += reasoning
+                yield events.reasoning_delta(output, reasoning)
+            if text and thought:
+                for e in events.close_reasoning(output):
+                    yield e
+                thought = []
             if calls is not None:
                 text = calls.feed(text)
                 if event.finish_reason is not None:
@@ -108,6 +125,9 @@ class ResponsesRoutes:
         if held_logprobs and not output.calls:  # tokens with no text of their own at the end
             output.add("", held_logprobs)
         final = finished(response, output, choice.finish_reason, self._response_usage(choice))
+        if thought:  # the output ended while reasoning
+            for e in events.close_reasoning(output, final.status):
+                yield e
         if output.has_message:
             for e in ([] if opened else events.open_message(output)) + events.close_message(output, final.status):
                 yield e

@@ -46,7 +46,8 @@ def test_a_string_input_with_instructions_is_a_system_and_a_user_message():
 def test_function_calls_join_their_assistant_turn_and_outputs_become_tool_turns():
     c = chat({"input": [
         {"role": "user", "content": [{"type": "input_text", "text": "Weather in "}, {"type": "input_text", "text": "Oslo?"}]},
-        {"type": "reasoning", "id": "rs_1", "summary": []},  # nothing here wrote it: skipped
+        {"type": "reasoning", "id": "rs_1", "summary": [],  # goes with the assistant turn after it
+         "content": [{"type": "reasoning_text", "text": "Ask the tool."}]},
         {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Looking.", "annotations": []}]},
         {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Oslo"}'},
         {"type": "function_call", "call_id": "call_2", "name": "get_weather", "arguments": '{"city": "Bergen"}'},
@@ -56,6 +57,7 @@ def test_function_calls_join_their_assistant_turn_and_outputs_become_tool_turns(
     user, assistant, first, second = c.messages
     assert user.text() == "Weather in Oslo?"
     assert assistant.text() == "Looking." and [t.id for t in assistant.tool_calls] == ["call_1", "call_2"]
+    assert assistant.reasoning == "Ask the tool." and user.reasoning is None
     assert json.loads(assistant.tool_calls[1].function.arguments) == {"city": "Bergen"}
     assert (first.role, first.tool_call_id, first.name, first.text()) == ("tool", "call_1", "get_weather",
                                                                          '{"temperature": 3}')
@@ -118,12 +120,19 @@ def accumulate(chunks: list[str]):
     return state, [json.loads(c.split("\n")[1].removeprefix("data: ")) for c in chunks]
 
 
-def stream_of(output: ResponseOutput, deltas: list[str], calls: list[ToolCall], finish: str) -> list[str]:
-    """The events the ingress writes for an output that came as `deltas`, then `calls`."""
+def stream_of(output: ResponseOutput, deltas: list[str], calls: list[ToolCall], finish: str,
+              reasoning: list[str] = ()) -> list[str]:
+    """The events the ingress writes for an output that came as `reasoning`, `deltas`, then `calls`."""
     events = ResponseEvents()
     response = ResponseObject(id="resp_1", model="m")
     chunks = [events.event("response.created", response=response),
               events.event("response.in_progress", response=response)]
+    for i, piece in enumerate(reasoning):
+        chunks += events.open_reasoning(output) if i == 0 else []
+        output.reasoning += piece
+        chunks.append(events.reasoning_delta(output, piece))
+    answered = bool(deltas or calls)
+    chunks += events.close_reasoning(output) if reasoning and answered else []
     for i, text in enumerate(deltas):
         if i == 0:
             chunks += events.open_message(output)
@@ -132,6 +141,7 @@ def stream_of(output: ResponseOutput, deltas: list[str], calls: list[ToolCall], 
         chunks.append(events.text_delta(output, text, lp))
     output.add_calls(calls)
     final = finished(response, output, finish, ResponseUsage(input_tokens=3, output_tokens=2, total_tokens=5))
+    chunks += events.close_reasoning(output, final.status) if reasoning and not answered else []
     if output.has_message:
         chunks += ([] if deltas else events.open_message(output)) + events.close_message(output, final.status)
     return chunks + events.calls(output) + [events.event(f"response.{final.status}", response=final)]
@@ -166,3 +176,26 @@ def test_an_empty_answer_is_an_empty_message():
     state, _ = accumulate(stream_of(ResponseOutput(with_logprobs=False), [], [], "stop"))
     assert state._completed_response.output_text == ""
     assert [i.type for i in state._completed_response.output] == ["message"]
+
+
+def test_reasoning_comes_first_and_the_client_accumulates_every_item_in_place():
+    call = ToolCall(function=FunctionCall(name="get_weather", arguments='{"city": "Oslo"}'))
+    state, payloads = accumulate(stream_of(ResponseOutput(with_logprobs=False), ["Let me look."], [call], "stop",
+                                           reasoning=["Oslo is ", "in Norway."]))
+    reasoning, message, function_call = state._completed_response.output
+    assert reasoning.type == "reasoning" and reasoning.status == "completed"
+    assert [c.text for c in reasoning.content] == ["Oslo is in Norway."]
+    assert message.content[0].text == "Let me look." and function_call.name == "get_weather"
+    added = [p["output_index"] for p in payloads if p["type"] == "response.output_item.added"]
+    assert added == [0, 1, 2]
+    deltas = [p["delta"] for p in payloads if p["type"] == "response.reasoning_text.delta"]
+    assert deltas == ["Oslo is ", "in Norway."]
+
+
+def test_a_reply_cut_while_reasoning_is_its_reasoning_item_only():
+    _, payloads = accumulate(stream_of(ResponseOutput(with_logprobs=False), [], [], "length", reasoning=["Hmm"]))
+    assert payloads[-1]["type"] == "response.incomplete"
+    [item] = payloads[-1]["response"]["output"]
+    assert item["type"] == "reasoning" and item["status"] == "incomplete"
+    assert item["content"] == [{"type": "reasoning_text", "text": "Hmm"}]
+    assert not any(p["type"].startswith("response.output_text") for p in payloads)

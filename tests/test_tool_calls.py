@@ -153,3 +153,17 @@ def test_native_template_gets_tool_calls_with_object_arguments():
     call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}\n</tool_call>'
     assert call in text and "<|im_start|>tool\n{\"temp\": 3}" in text
     assert parse_calls(call, HERMES)[0].function.name == "get_weather"
+
+
+@pytest.mark.parametrize("field", ["reasoning", "reasoning_content"])
+def test_a_fed_back_reasoning_reaches_a_template_that_renders_it(field):
+    """Qwen3-style: the template writes an assistant turn's `reasoning_content` in <think>."""
+    template = ("{% for m in messages %}<|im_start|>{{ m.role }}\n"
+                "{% if m.reasoning_content %}<think>\n{{ m.reasoning_content }}\n</think>\n\n{% endif %}"
+                "{{ m.content }}<|im_end|>\n{% endfor %}")
+    req = ChatCompletionRequest.model_validate({"messages": [
+        {"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4", field: "Add them."}]})
+    messages = render_messages(req.messages, None, HERMES, native=True)
+    text = AutoTokenizer.from_pretrained(DEFAULT_TARGET).apply_chat_template(
+        messages, chat_template=template, tokenize=False)
+    assert "<|im_start|>assistant\n<think>\nAdd them.\n</think>\n\n4<|im_end|>" in text

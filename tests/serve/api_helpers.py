@@ -34,6 +34,19 @@ def chat_ids(tokenizer, messages) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=False)
 
 
+def streamed_response(client, delta_type: str, **kwargs) -> tuple[list[str], list[str], object]:
+    """A Responses answer streamed through the client's `responses.stream`: the event types, the
+    deltas of the `delta_type` events, and the last event's response (`response.completed`, or
+    `response.incomplete` when cut)."""
+    kinds, deltas = [], []
+    with client.responses.stream(**kwargs) as stream:
+        for event in stream:
+            kinds.append(event.type)
+            if event.type == delta_type:
+                deltas.append(event.delta)
+    return kinds, deltas, event.response
+
+
 def max_model_len(serve_app) -> int:
     models = requests.get(serve_app.base_url + "/models", timeout=30).json()
     return models["data"][0]["max_model_len"]

@@ -14,7 +14,7 @@ import pytest
 import requests
 from pydantic import BaseModel
 
-from tests.serve.api_helpers import chat_ids, engine_text, wait_for_free_kv
+from tests.serve.api_helpers import chat_ids, engine_text, streamed_response, wait_for_free_kv
 from tests.serve.tool_call_cases import CHECKER, MAX_TOKENS, TOOLS
 
 # The chat tools in the Responses API's flat shape.
@@ -47,13 +47,7 @@ def test_a_response_is_the_chat_completion_it_describes(serve_app, client, engin
 def test_a_streamed_response_accumulates_to_the_whole_one(serve_app, client):
     kwargs = dict(model=serve_app.model, input="Write a list of fruits", max_output_tokens=40, temperature=0)
     whole = client.responses.create(**kwargs)
-    kinds, deltas = [], []
-    with client.responses.stream(**kwargs) as stream:
-        for event in stream:
-            kinds.append(event.type)
-            if event.type == "response.output_text.delta":
-                deltas.append(event.delta)
-        final = event.response  # the last event's: response.completed, or response.incomplete when cut
+    kinds, deltas, final = streamed_response(client, "response.output_text.delta", **kwargs)
     assert "".join(deltas) == whole.output_text and len(deltas) > 1
     assert kinds[:4] == ["response.created", "response.in_progress", "response.output_item.added",
                          "response.content_part.added"]

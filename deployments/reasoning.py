@@ -1,0 +1,105 @@
+"""A thinking model's reasoning, kept apart from its answer (vLLM's `--reasoning-parser`).
+
+Such a model writes its reasoning, then `</think>`, then the answer. With the app's
+`reasoning_parser` set, a chat completion carries the reasoning in the message's (or delta's)
+`reasoning` field and only the answer in `content`; tool calls are looked for in the answer.
+The parsers:
+- "deepseek_r1": every output starts in reasoning. The template may have opened `<think>`
+  itself; one the model writes first is dropped. An output that ends before `</think>` is all
+  reasoning (cut at max_tokens while thinking).
+- "qwen3": the same, unless the request turns thinking off with `chat_template_kwargs`
+  `{"enable_thinking": false}`: then it is all answer.
+Newlines just after `</think>` are dropped: templates write them when a reply is fed back.
+
+An output format or tool-call grammar is for the answer, as in vLLM, which enforces structured
+outputs once the reasoning ends: while thinking, the output is free text that has not yet closed
+its reasoning (`thinking_then`).
+"""
+
+from __future__ import annotations
+
+REASONING_PARSERS = ("deepseek_r1", "qwen3")
+THINK_START, THINK_END = "<think>", "</think>"
+
+
+def thinks(parser: str | None, chat_template_kwargs: dict | None) -> bool:
+    """Whether a chat request's output starts with reasoning."""
+    if parser is None:
+        return False
+    return parser != "qwen3" or (chat_template_kwargs or {}).get("enable_thinking", True) is not False
+
+
+def _without_closing_tag() -> str:
+    """A regex for any text in which `</think>` does not occur. The tag's only '<' is its first
+    character, so once a '<' is read the text either goes on spelling the tag, starts over
+    with another '<', or leaves it (any other character) for free text again."""
+    partials = [THINK_END[1:i] for i in range(1, len(THINK_END))]  # "", "/", "/t", ..., "/think"
+    spelled = "(?:" + "|".join(partials[1:]) + ")?"  # after the '<', so far
+    left = "|".join(f"{p}[^<{THINK_END[i + 1]}]" for i, p in enumerate(partials))
+    after_lt = f"(?:{spelled}<)*"
+    return f"(?:[^<]|<{after_lt}(?:{left}))*(?:<{after_lt}{spelled})?"
+
+
+WITHOUT_CLOSING_TAG = _without_closing_tag()
+
+
+def thinking_then(answer_regex: str) -> str:
+    """The whole output's regex when the answer must fullmatch `answer_regex`: reasoning first,
+    free but for `</think>`, which ends it."""
+    return f"(?:{THINK_START})?{WITHOUT_CLOSING_TAG}{THINK_END}\n{{0,2}}(?:{answer_regex})"
+
+
+class ReasoningStream:
+    """One output split as it arrives: `feed` gives the (reasoning, answer) text that can go
+    now; text that may be the start of a tag waits for the next piece."""
+
+    def __init__(self, thinking: bool = True):
+        self.phase = "start" if thinking else "answer"
+        self.held = ""
+
+    def feed(self, text: str) -> tuple[str, str]:
+        self.held += text
+        reasoning = answer = ""
+        if self.phase == "start":
+            if THINK_START.startswith(self.held):
+                return "", ""  # maybe the opening tag: wait
+            self.held = self.held.removeprefix(THINK_START)
+            self.phase = "reasoning"
+        if self.phase == "reasoning":
+            end = self.held.find(THINK_END)
+            if end < 0:
+                keep = _partial_suffix(self.held, THINK_END)
+                reasoning, self.held = self.held[:len(self.held) - keep], self.held[len(self.held) - keep:]
+                return reasoning, ""
+            reasoning, self.held = self.held[:end], self.held[end + len(THINK_END):]
+            self.phase = "after_end"
+        if self.phase == "after_end":
+            self.held = self.held.lstrip("\n")
+            if not self.held:
+                return reasoning, ""
+            self.phase = "answer"
+        answer, self.held = self.held, ""
+        return reasoning, answer
+
+    def finish(self) -> tuple[str, str]:
+        """What is still held once the output ended: unfinished reasoning stays reasoning."""
+        held, self.held = self.held, ""
+        if self.phase in ("start", "reasoning"):
+            return held, ""
+        return "", held if self.phase == "answer" else ""
+
+
+def _partial_suffix(text: str, tag: str) -> int:
+    """The length of the longest end of `text` that is a proper start of `tag`."""
+    for n in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:n]):
+            return n
+    return 0
+
+
+def split_reasoning(text: str, thinking: bool = True) -> tuple[str, str]:
+    """A whole output as (reasoning, answer)."""
+    stream = ReasoningStream(thinking)
+    reasoning, answer = stream.feed(text)
+    rest_reasoning, rest_answer = stream.finish()
+    return reasoning + rest_reasoning, answer + rest_answer

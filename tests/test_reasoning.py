@@ -1,0 +1,104 @@
+"""Reasoning split from the answer (deployments/reasoning.py): the same split whole or streamed
+in any pieces, and the grammar that leaves the reasoning free and holds the answer to a format,
+checked against Python's `re` and against real outlines-core over the default tokenizer."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import re
+from pathlib import Path
+
+import pytest
+from transformers import AutoTokenizer
+
+from app.guided.compiler import compile_regex
+from app.guided.guide import CompiledFormat
+from app.guided.vocabulary import build_guided_vocabulary
+from deployments.reasoning import (WITHOUT_CLOSING_TAG, ReasoningStream, split_reasoning, thinking_then,
+                                   thinks)
+
+TINY_TARGET = Path(__file__).resolve().parent.parent / "checkpoints" / "tiny-target"
+
+SPLITS = [  # output -> (reasoning, answer)
+    ("<think>\nplan it</think>\n\nThe answer.", ("\nplan it", "The answer.")),
+    ("plan it</think>The answer.", ("plan it", "The answer.")),
+    ("still thinking when cut", ("still thinking when cut", "")),
+    ("a < b, so </th is no tag</think>\nyes", ("a < b, so </th is no tag", "yes")),
+    ("<think>a</think>b</think>c", ("a", "b</think>c")),
+    ("</think>", ("", "")),
+    ("<thi", ("<thi", "")),
+    ("x</thin", ("x</thin", "")),
+    ("<<</think>\n\n\nlast\n", ("<<", "last\n")),
+    ("", ("", "")),
+]
+
+
+@pytest.mark.parametrize("text, expected", SPLITS)
+def test_a_whole_output_splits_at_the_first_closing_tag(text, expected):
+    assert split_reasoning(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", SPLITS)
+def test_streamed_in_any_pieces_the_split_is_the_same(text, expected):
+    for cuts in itertools.chain(itertools.combinations(range(1, len(text)), 1),
+                                itertools.combinations(range(1, len(text)), 2)):
+        pieces = [text[i:j] for i, j in zip((0, *cuts), (*cuts, len(text)))]
+        stream = ReasoningStream()
+        sent = [stream.feed(piece) for piece in pieces] + [stream.finish()]
+        assert ("".join(r for r, _ in sent), "".join(a for _, a in sent)) == expected, pieces
+
+
+def test_a_tag_is_held_only_while_it_may_still_be_one():
+    stream = ReasoningStream()
+    assert stream.feed("<th") == ("", "")  # maybe <think>
+    assert stream.feed("ey") == ("<they", "")
+    assert stream.feed(" said </") == (" said ", "")  # maybe </think>
+    assert stream.feed("b>") == ("</b>", "")
+    assert stream.feed("</think>") == ("", "")
+    assert stream.feed("\n") == ("", "")  # newlines after the tag are dropped
+    assert stream.feed("Yes</think>") == ("", "Yes</think>")  # the answer passes as it comes
+
+
+def test_without_thinking_all_is_answer():
+    assert split_reasoning("abc</think>\nd", thinking=False) == ("", "abc</think>\nd")
+
+
+def test_who_thinks():
+    assert not thinks(None, None)
+    assert thinks("deepseek_r1", {"enable_thinking": False})  # R1 always thinks
+    assert thinks("qwen3", None) and thinks("qwen3", {"enable_thinking": True})
+    assert not thinks("qwen3", {"enable_thinking": False})
+
+
+def test_the_free_reasoning_regex_is_exactly_text_without_the_closing_tag():
+    free = re.compile(WITHOUT_CLOSING_TAG, re.DOTALL)
+    alphabet = "</thinkx>"
+    texts = ["".join(t) for n in range(6) for t in itertools.product(alphabet, repeat=n)]
+    rng = random.Random(0)
+    pieces = ["</think>", "</thin", "<", "</", "think>", "a", "\n", ">", "/"]
+    texts += ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 12))) for _ in range(5000)]
+    for text in texts:
+        assert (free.fullmatch(text) is not None) == ("</think>" not in text), repr(text)
+
+
+def test_the_answer_format_holds_only_after_the_reasoning():
+    whole = re.compile(thinking_then("yes|no"), re.DOTALL)
+    for text in ("<think>\nhmm </thin <</think>\n\nyes", "plan</think>no", "</think>yes"):
+        assert whole.fullmatch(text), text
+    for text in ("plan", "plan</think>maybe", "a</think>b</think>yes", "yes", "plan</think>\n\n\nyes"):
+        assert not whole.fullmatch(text), text
+
+
+def test_outlines_core_compiles_it_and_frees_the_reasoning_then_masks_the_answer():
+    tokenizer = AutoTokenizer.from_pretrained(TINY_TARGET)
+    vocab = build_guided_vocabulary(tokenizer)
+    decoder = CompiledFormat(compile_regex(thinking_then("yes|no"), vocab), vocab).decoder(4096)
+    reasoning = tokenizer.encode("<think>\nif a<b then </thin<", add_special_tokens=False)
+    for token in reasoning:
+        assert decoder.advance(token)
+    for token in tokenizer.encode("</think>\n", add_special_tokens=False):
+        assert decoder.advance(token)
+    words = {w: tokenizer.encode(w, add_special_tokens=False)[0] for w in ("yes", "no", "maybe", "plan")}
+    allowed = {w: decoder.allows(t) for w, t in words.items()}
+    assert allowed == {"yes": True, "no": True, "maybe": False, "plan": False}
