@@ -10,6 +10,7 @@ Run it before a change on the engine's hot path lands, and put its table in the 
     python benchmarks/compare_refs.py HEAD~1 --rounds 3 --temperature 0.8 --top-p 0.95   # sampled
     python benchmarks/compare_refs.py HEAD~1 --rounds 2 --serving      # + `serve run serve_config.yaml` of each side
     python benchmarks/compare_refs.py HEAD~1 --serving --no-offline --dataset grounded --concurrency 1   # where drafts are accepted
+    python benchmarks/compare_refs.py HEAD~1 --serving --no-offline --endpoint /v1/chat/completions   # the chat path
     python benchmarks/compare_refs.py d974ebe HEAD~1 --rounds 2 --threads 1 --measure cpu   # bisecting on a busy machine
 """
 
@@ -83,7 +84,7 @@ def run_serving(source: Path, args, log: Path) -> list[float]:
                                "--num-prompts", "24", "--input-len", "128", "--output-len", "64",
                                "--dataset", args.dataset, "--concurrency", *map(str, args.concurrency),
                                "--temperature", str(args.temperature), "--top-p", str(args.top_p),
-                               "--disable-tqdm"])
+                               "--endpoint", args.endpoint, "--disable-tqdm"])
     return [level["http"]["mean_e2el_ms"] for level in report["levels"]]
 
 
@@ -118,6 +119,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32],
                         help="the served run's load levels")
     parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--endpoint", default="/v1/completions", help="served: or /v1/chat/completions")
     args = parser.parse_args()
     args.model = os.path.abspath(args.model)
     log_dir = Path(tempfile.mkdtemp(prefix="specserve-compare-logs-"))

@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Online serving benchmark for specserve (after vLLM's `benchmark_serving`).
 
-Sends a workload to `/v1/completions` at a fixed request rate (Poisson arrivals, `inf` for
+Sends a workload to `/v1/completions` (or, with `--endpoint /v1/chat/completions`, each
+prompt as one user message to chat) at a fixed request rate (Poisson arrivals, `inf` for
 all at once) and/or a concurrency limit, streams every response, and reports TTFT, TPOT, ITL
 and e2e latency (mean, p50, p90, p99), request and token throughput, and goodput under
 `--goodput` objectives. Several `--concurrency` (or `--request-rate`) values run one after
@@ -55,7 +56,9 @@ from benchmarks.serving_workload import (Request, file_requests, grounded_reques
 # -- one streamed request ---------------------------------------------------------------------
 async def send_http(session: aiohttp.ClientSession, url: str, model: str, req: Request,
                     args) -> Result:
-    payload = {"model": model, "prompt": req.prompt, "max_tokens": req.output_len,
+    chat = url.endswith("/chat/completions")
+    prompt = {"messages": [{"role": "user", "content": req.prompt}]} if chat else {"prompt": req.prompt}
+    payload = {"model": model, **prompt, "max_tokens": req.output_len,
                "temperature": args.temperature, "stream": True,
                "stream_options": {"include_usage": True}}
     if args.top_p < 1:
@@ -83,7 +86,7 @@ async def send_http(session: aiohttp.ClientSession, url: str, model: str, req: R
                     res.error = str(body["error"])[:300]
                     return res
                 now = time.perf_counter()
-                texts = [c.get("text") or "" for c in body.get("choices") or []]
+                texts = [streamed_text(c, chat) for c in body.get("choices") or []]
                 res.text += "".join(texts)
                 if any(texts):
                     if chunks == 0:
@@ -107,6 +110,14 @@ async def send_http(session: aiohttp.ClientSession, url: str, model: str, req: R
 
 
 # -- running a load level ---------------------------------------------------------------------
+def streamed_text(choice: dict, chat: bool) -> str:
+    """A streamed chunk's new text: a completion's, or a chat delta's answer and reasoning."""
+    if not chat:
+        return choice.get("text") or ""
+    delta = choice.get("delta") or {}
+    return (delta.get("reasoning") or "") + (delta.get("content") or "")
+
+
 async def run_level(send, requests: list[Request], rate: float, concurrency: int | None,
                     seed: int, desc: str, show_progress: bool) -> tuple[list[Result], float]:
     rng = np.random.default_rng(seed)
