@@ -57,6 +57,9 @@ class _GraphArgs(BaseModel):
     # A thinking model's reasoning goes to chat replies' `reasoning` field, apart from the answer
     # (vLLM's --reasoning-parser; deployments/reasoning.py). None: the output is all content.
     reasoning_parser: Literal[REASONING_PARSERS] | None = None
+    # Responses API answers kept in memory, newest first, for `previous_response_id` and GET
+    # /v1/responses/{id} (deployments/response_store.py). 0: none kept.
+    max_stored_responses: int = Field(1000, ge=0)
 
     @field_validator("*", mode="before")
     @classmethod

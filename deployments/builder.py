@@ -3,7 +3,9 @@
     serve run serve_config.yaml                                   # the default tiny pair
     serve run app.builder:build_app model=/path/to/checkpoint     # any local checkpoint
 
-Ingress ──▶ TargetModel ──▶ DraftModel; TargetModel ──▶ ConstraintService; every stage ──▶ MetricsHub.
+Ingress ──▶ TargetModel ──▶ DraftModel; TargetModel ──▶ ConstraintService; Ingress ──▶ ResponseStore;
+every stage ──▶ MetricsHub. (Every stage is deployed whatever the arguments, so that a config naming
+it stays valid.)
 
 Configuration flows one way: the arguments become one `EngineConfig` per model and the front's
 `FrontConfig` here, with the context length resolved once from the checkpoint, and the
@@ -29,6 +31,7 @@ from deployments.constraint import ConstraintService
 from deployments.draft import DraftModel
 from deployments.ingress import Ingress
 from deployments.request_gate import api_keys_from_env
+from deployments.response_store import ResponseStore
 from deployments.metrics import MetricsHub
 from deployments.prefix_router import PrefixAwareRouter
 from deployments.target import TargetModel
@@ -127,7 +130,7 @@ def build_app(args: dict) -> Application:
     return Ingress.bind(target, hub, model, name, target_config.max_model_len, model_config.vocab_size,
                         api_keys(a), a.max_request_body_bytes, request_defaults(a, model),
                         model_config.eos_token_ids, target_config.scheduling_policy == "priority",
-                        a.reasoning_parser)
+                        a.reasoning_parser, ResponseStore.bind(a.max_stored_responses), a.max_stored_responses)
 
 
 def request_defaults(args: AppArgs, model: str) -> GenerationDefaults:

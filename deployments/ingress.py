@@ -33,6 +33,7 @@ from app.guided.output_format import OutputFormat
 from app.models.generation_config import GenerationDefaults
 from app.outputs import EngineOverloaded
 from deployments.chat_prompt import chat_prompt_ids
+from deployments.chat_route import ChatRoutes
 from deployments.choices import Choice, Event, guarded_stream, merge_choices, sse, usage_of
 from deployments.detokenizer import IncrementalDetokenizer
 from deployments.engine_requests import check_format_conflicts, engine_requests
@@ -47,20 +48,16 @@ from deployments.guided_formats import FormatRequestError, RequestedFormat, requ
 from deployments.request_gate import DEFAULT_MAX_BODY_BYTES, GateSettings
 from deployments.metrics import IngressMetrics
 from deployments.prefix_router import RoutingCollector
-from deployments.tool_calls import (ToolStream, parse_calls, requested_tool_format, syntax_for_template,
-                                    template_knows_tools)
+from deployments.tool_calls import requested_tool_format, syntax_for_template, template_knows_tools
 from deployments.tokenize_protocol import (DetokenizeRequest, DetokenizeResponse, TokenizeChatRequest,
                                            TokenizeCompletionRequest, TokenizeResponse)
-from deployments.tool_protocol import FunctionCallDelta, ToolCallDelta
 from deployments.openai_errors import OpenAIError, error_message
 from deployments.protocol import ChatCompletionRequest, CompletionRequest
-from deployments.reasoning import ReasoningStream, split_reasoning, thinks
 from deployments.request_ids import client_request_id, response_ids
-from deployments.responses_api_protocol import ResponsesRequest
+from deployments.responses_api_protocol import ResponseObject, ResponsesRequest
 from deployments.responses_route import ResponsesRoutes
-from deployments.responses import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
-                                   ChatCompletionResponse, ChatLogprobs, CompletionChoice, CompletionResponse,
-                                   DeltaMessage, ModelCard, ModelList, UsageInfo)
+from deployments.responses import (ChatChoice, ChatCompletionResponse, ChatLogprobs, CompletionChoice,
+                                   CompletionResponse, ModelCard, ModelList, UsageInfo)
 
 logger = logging.getLogger("ray.serve")
 
@@ -68,13 +65,16 @@ logger = logging.getLogger("ray.serve")
 # -- the deployment -----------------------------------------------------------------------
 @serve.deployment(max_ongoing_requests=512, ray_actor_options={"num_cpus": 0.5})
 @serve.ingress(app)
-class Ingress(ResponsesRoutes):
+class Ingress(ChatRoutes, ResponsesRoutes):
     def __init__(self, target, metrics_hub, model_path: str, served_model_name: str,
                  max_model_len: int, vocab_size: int, api_keys: list[str] | None = None,
                  max_request_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  defaults: GenerationDefaults = GenerationDefaults(), eos_token_ids: tuple[int, ...] = (),
-                 priority_scheduling: bool = False, reasoning_parser: str | None = None):
+                 priority_scheduling: bool = False, reasoning_parser: str | None = None,
+                 response_store=None, max_stored_responses: int = 0):
         self.target = target
+        # deployments/response_store.py; None when the app keeps no responses
+        self.response_store = response_store if max_stored_responses else None
         self.priority_scheduling = priority_scheduling  # the engines' `scheduling_policy` is "priority"
         self.reasoning_parser = reasoning_parser  # deployments/reasoning.py
         self.model_path = model_path
@@ -339,76 +339,20 @@ class Ingress(ResponsesRoutes):
         return ChatCompletionResponse(id=request_id, created=created, model=self.model_name,
                                       usage=usage_of(choices), choices=out)
 
-    def _thinks(self, body: ChatCompletionRequest) -> bool:
-        return thinks(self.reasoning_parser, body.chat_template_kwargs)
-
-    def _chat_message(self, body: ChatCompletionRequest, output: str, thinking: bool,
-                      calls_possible: bool = False) -> AssistantMessage:
-        """A whole reply: its reasoning apart, then its tool calls, or else its text."""
-        reasoning, text = split_reasoning(output, thinking)
-        calls = parse_calls(text, self.tool_syntax) if calls_possible else None
-        return AssistantMessage(content=None if calls or (reasoning and not text) else body.echoed_text + text,
-                                tool_calls=calls, reasoning=reasoning if thinking and body.include_reasoning else None)
-
-    async def _stream_chat(self, request_id: str, created: int, body: ChatCompletionRequest,
-                           choices: list[Choice], calls_possible: bool, thinking: bool) -> AsyncIterator[str]:
-        def chunk(choice_list, usage=None) -> str:
-            usage = usage or self._chunk_usage(body, choices, {c.index for c in choice_list})
-            return sse(ChatCompletionChunk(id=request_id, created=created, model=self.model_name,
-                                            choices=choice_list, usage=usage))
-
-        forced = body.effective_tool_choice not in ("auto", "none")
-        streams = {c.index: ToolStream(self.tool_syntax, forced) for c in choices} \
-            if calls_possible else {}
-        yield chunk([ChatChunkChoice(index=c.index, delta=DeltaMessage(role="assistant", content=""))
-                     for c in choices])
-        if body.echoed_text:
-            yield chunk([ChatChunkChoice(index=c.index, delta=DeltaMessage(content=body.echoed_text))
-                         for c in choices])
-        splits = {c.index: ReasoningStream(thinking) for c in choices}
-        async for event in merge_choices(choices):
-            i, finish = event.choice.index, event.finish_reason
-            reasoning, text = splits[i].feed(event.text)
-            if finish is not None:
-                reasoning, text = (a + b for a, b in zip((reasoning, text), splits[i].finish()))
-            reasoning = reasoning if body.include_reasoning else ""
-            calls = None
-            if i in streams:
-                text = streams[i].feed(text)
-                if finish is not None:
-                    held, calls = streams[i].finish()
-                    text += held
-            if not text and not reasoning and finish is None and not event.logprobs:
-                continue  # held: part of a call or a tag, or maybe the start of one
-            if calls:
-                yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(content=text or None,
-                                                                         reasoning=reasoning or None),
-                                             logprobs=chat_logprobs(event.logprobs, self._token_names(body)))])
-                for k, call in enumerate(calls):
-                    for delta in (ToolCallDelta(index=k, id=call.id, type="function", function=
-                                                FunctionCallDelta(name=call.function.name, arguments="")),
-                                  ToolCallDelta(index=k, function=FunctionCallDelta(
-                                      arguments=call.function.arguments))):
-                        yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(tool_calls=[delta]))])
-                yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(), finish_reason=
-                                             "tool_calls" if finish == "stop" else finish,
-                                             stop_reason=event.stop_reason)])
-                continue
-            yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(content=text or None, reasoning=reasoning or None),
-                                         logprobs=chat_logprobs(event.logprobs, self._token_names(body)),
-                                         finish_reason=finish, stop_reason=event.stop_reason)])
-        if body.include_usage:
-            yield chunk([], usage_of(choices))
-
     @app.post("/v1/responses")
     async def create_response(self, body: ResponsesRequest, raw: Request):
-        """OpenAI's Responses API (deployments/responses_route.py); no response is stored."""
+        """OpenAI's Responses API (deployments/responses_route.py)."""
         return await self._create_response(body, client_request_id(raw, body.request_id))
 
     @app.get("/v1/responses/{response_id}")
-    async def get_response(self, response_id: str):
-        raise OpenAIError(404, f"No response with id {response_id!r}: this server keeps no responses",
-                          "not_found_error", "response_id")
+    async def get_response(self, response_id: str) -> ResponseObject:
+        return (await self._stored(response_id)).response
+
+    @app.delete("/v1/responses/{response_id}")
+    async def delete_response(self, response_id: str) -> dict:
+        await self._stored(response_id)
+        await self.response_store.delete.remote(response_id)
+        return {"id": response_id, "object": "response", "deleted": True}
 
     def __del__(self):
         metrics = getattr(self, "metrics", None)

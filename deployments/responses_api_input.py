@@ -41,19 +41,23 @@ class FunctionCallOutputItem(BaseModel):
     output: str | list[dict[str, Any]]
 
 
-def chat_request(body: ResponsesRequest) -> ChatCompletionRequest:
-    """The chat completion `body` asks for; OpenAIError (400) for what cannot be one."""
+def chat_request(body: ResponsesRequest, history: list[ChatMessage] = ()) -> ChatCompletionRequest:
+    """The chat completion `body` asks for; OpenAIError (400) for what cannot be one.
+    `history`: the conversation of the response `body` continues (`previous_response_id`)."""
     for name in NEEDS_STORED_RESPONSES:
         if getattr(body, name) is not None:
-            raise OpenAIError(400, f"{name}: this server keeps no responses; send the whole "
-                                   "conversation in `input`", param=name)
+            raise OpenAIError(400, f"{name}: this server keeps no stored conversations or prompts; send "
+                                   "the conversation in `input`, or continue a response with "
+                                   "previous_response_id", param=name)
     if body.background:
-        raise OpenAIError(400, "background: this server keeps no responses to poll; leave it false",
+        raise OpenAIError(400, "background: this server runs no responses in the background; leave it false",
                           param="background")
     if body.truncation == "auto":
         raise OpenAIError(400, 'truncation: "auto" is not supported; an input that does not fit '
                                "is refused (\"disabled\")", param="truncation")
-    fields: dict[str, Any] = {**body.sampling_extras, "messages": input_messages(body),
+    instructions = [ChatMessage(role="system", content=body.instructions)] if body.instructions else []
+    fields: dict[str, Any] = {**body.sampling_extras, "messages": instructions + list(history) +
+                              input_messages(body, history),
                               "stream": body.stream, "parallel_tool_calls": body.parallel_tool_calls}
     for name, value in (("max_tokens", body.max_output_tokens), ("temperature", body.temperature),
                         ("top_p", body.top_p), ("user", body.user)):
@@ -77,10 +81,16 @@ def chat_request(body: ResponsesRequest) -> ChatCompletionRequest:
                           param=str(first["loc"][0]) if first["loc"] else None) from None
 
 
-def input_messages(body: ResponsesRequest) -> list[ChatMessage]:
-    messages = [ChatMessage(role="system", content=body.instructions)] if body.instructions else []
+def conversation_of(chat: ChatCompletionRequest, body: ResponsesRequest) -> list[ChatMessage]:
+    """The messages of `chat` that a later response continues: all but the instructions."""
+    return chat.messages[1:] if body.instructions else list(chat.messages)
+
+
+def input_messages(body: ResponsesRequest, history: list[ChatMessage] = ()) -> list[ChatMessage]:
     items = [{"role": "user", "content": body.input}] if isinstance(body.input, str) else body.input
-    call_names: dict[str, str] = {}  # call_id -> function name, for the tool turns that answer them
+    messages: list[ChatMessage] = []
+    # call_id -> function name, for the tool turns that answer them (calls made earlier included)
+    call_names = {c.id: c.function.name for m in history for c in m.tool_calls or ()}
     reasoning = None  # a reasoning item's, for the assistant turn that follows it
     for i, item in enumerate(items):
         kind = item.get("type", "message")
@@ -108,7 +118,7 @@ def input_messages(body: ResponsesRequest) -> list[ChatMessage]:
         else:
             raise OpenAIError(400, f"input[{i}]: items of type {kind!r} are not supported here (messages, "
                                    "function_call and function_call_output are)", param="input")
-    if not messages:
+    if not messages and not history:
         raise OpenAIError(400, "input: give at least one message", param="input")
     return messages
 

@@ -3,9 +3,10 @@ output items and stream events written back. The ingress answers it as a chat co
 (deployments/responses_api_input.py turns the request into one); the shapes of completions and
 chat are in deployments/protocol.py and deployments/responses.py.
 
-The server keeps no responses (`store` comes back false, as in vLLM's default), so a request
-carries its whole conversation in `input`; `previous_response_id`, `conversation` and
-`background`, which need stored responses, are refused with a 400.
+Responses are kept (`store`, OpenAI's default) in memory, up to the app's
+`max_stored_responses` (deployments/response_store.py), so that `previous_response_id`
+continues one and `GET /v1/responses/{id}` reads it. OpenAI's stored conversations and prompts
+(`conversation`, `prompt`) and `background` runs are not kept: those are refused with a 400.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from deployments.responses import ChatTokenLogprob
 
 OUTPUT_LOGPROBS = "message.output_text.logprobs"  # the `include` value that asks for logprobs
 # Fields that need responses kept on the server: a 400 each, not a silent fresh start.
-NEEDS_STORED_RESPONSES = ("previous_response_id", "conversation", "prompt")
+NEEDS_STORED_RESPONSES = ("conversation", "prompt")  # OpenAI's stored conversations and prompts
 
 # The chat-completion fields (vLLM's extras among them) a Responses request may also set, as
 # vLLM's Responses API takes them; they pass to the chat request unchanged.
@@ -71,7 +72,7 @@ class ResponsesRequest(BaseModel):
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     include: list[str] | None = None
     stream: bool = False
-    store: bool = True  # taken, but nothing is stored: the response says `store: false`
+    store: bool = True  # kept for `previous_response_id` and GET (deployments/response_store.py)
     tools: list[dict[str, Any]] | None = None
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
     parallel_tool_calls: bool = True
@@ -182,7 +183,7 @@ class ResponseObject(BaseModel):
     model: str
     output: list[OutputItem] = Field(default_factory=list)
     parallel_tool_calls: bool = True
-    previous_response_id: None = None
+    previous_response_id: str | None = None
     temperature: float | None = None
     top_p: float | None = None
     top_logprobs: int | None = None

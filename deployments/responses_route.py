@@ -1,6 +1,7 @@
 """OpenAI's Responses API (`POST /v1/responses`), answered as the chat completion it describes
 (deployments/responses_api_input.py), whole or as its stream of events
-(deployments/responses_api_output.py). No response is stored.
+(deployments/responses_api_output.py). A response is stored (deployments/response_store.py) when
+the request's `store` is true and the app keeps responses, for `previous_response_id` and GET.
 
 A mixin of the Ingress deployment (deployments/ingress.py): it uses the Ingress's model check,
 chat prompt, engine requests (`_start`) and usage. The routes themselves stay on the Ingress: a
@@ -21,11 +22,14 @@ from deployments.guided_formats import FormatRequestError
 from deployments.openai_errors import OpenAIError
 from deployments.output_logprobs import chat_logprobs
 from deployments.reasoning import ReasoningStream, split_reasoning
-from deployments.responses_api_input import as_responses_error, chat_request
+from deployments.protocol import ChatMessage
+from deployments.response_store import StoredResponse
+from deployments.responses_api_input import as_responses_error, chat_request, conversation_of
 from deployments.request_ids import response_ids
 from deployments.responses_api_output import ResponseEvents, ResponseOutput, finished, guarded_events
 from deployments.responses_api_protocol import InputTokensDetails, ResponseObject, ResponsesRequest, ResponseUsage
 from deployments.tool_calls import ToolStream, parse_calls, requested_tool_format
+from deployments.tool_protocol import FunctionCall, ToolCall
 
 logger = logging.getLogger("ray.serve")
 
@@ -38,7 +42,8 @@ class ResponsesRoutes:
                            ", ".join(body.ignored_fields))
         response_id, engine_ids = response_ids("resp", client_request_id, "_")
         try:
-            chat = chat_request(body).with_defaults(self.defaults.sampling)
+            chat = chat_request(body, await self._history(body.previous_response_id)).with_defaults(
+                self.defaults.sampling)
             tools = requested_tool_format(chat, self.tool_syntax)
             thinking = self._thinks(chat)
             [choice] = await self._start(engine_ids, [self._chat_prompt(chat)], chat, chat.max_new_tokens,
@@ -53,14 +58,16 @@ class ResponsesRoutes:
             temperature=chat.temperature, top_p=chat.top_p, top_logprobs=body.top_logprobs,
             tool_choice=body.tool_choice or "auto", tools=body.tools or [], metadata=body.metadata or {},
             user=body.user, text=body.text.model_dump(by_alias=True, exclude_none=True) if body.text else
-            {"format": {"type": "text"}})
+            {"format": {"type": "text"}}, store=body.store and self.response_store is not None,
+            previous_response_id=body.previous_response_id)
         output = ResponseOutput(body.wants_logprobs)
         names = self._token_names(chat)
+        keep = Keeper(self.response_store, conversation_of(chat, body), output) if response.store else None
         if body.stream:
             events = ResponseEvents()
             forced = chat.effective_tool_choice not in ("auto", "none")
             return StreamingResponse(guarded_events(events, response, self._stream_response(
-                events, response, output, choice, tools is not None, forced, names, thinking), choice.close),
+                events, response, output, choice, tools is not None, forced, names, thinking, keep), choice.close),
                 media_type="text/event-stream")
         async for event in merge_choices([choice]):
             output.add(event.text, self._output_logprobs(output, event, names))
@@ -69,7 +76,31 @@ class ResponsesRoutes:
         if calls:
             output.text, output.logprobs = "", None
             output.add_calls(calls)
-        return finished(response, output, choice.finish_reason, self._response_usage(choice))
+        final = finished(response, output, choice.finish_reason, self._response_usage(choice))
+        if keep is not None:
+            await keep(final)
+        return final
+
+    async def _history(self, previous_response_id: str | None) -> list[ChatMessage]:
+        """The conversation a request continues: the stored one of its previous response."""
+        if previous_response_id is None:
+            return []
+        if self.response_store is None:
+            raise OpenAIError(400, "previous_response_id: this server keeps no responses (max_stored_responses "
+                                   "is 0); send the whole conversation in `input`", param="previous_response_id")
+        stored = await self.response_store.get.remote(previous_response_id)
+        if stored is None:
+            raise OpenAIError(404, f"Previous response with id {previous_response_id!r} not found: it was never "
+                                   "stored, was deleted, or is older than the newest this server keeps",
+                              param="previous_response_id")
+        return stored.conversation
+
+    async def _stored(self, response_id: str) -> StoredResponse:
+        stored = await self.response_store.get.remote(response_id) if self.response_store is not None else None
+        if stored is None:
+            raise OpenAIError(404, f"No response with id {response_id!r} is kept here", "not_found_error",
+                              "response_id")
+        return stored
 
     @staticmethod
     def _output_logprobs(output: ResponseOutput, event: Event, names: Callable[[int], str]) -> list:
@@ -85,7 +116,8 @@ class ResponsesRoutes:
 
     async def _stream_response(self, events: ResponseEvents, response: ResponseObject, output: ResponseOutput,
                                choice: Choice, calls_possible: bool, forced: bool,
-                               names: Callable[[int], str], thinking: bool) -> AsyncIterator[str]:
+                               names: Callable[[int], str], thinking: bool,
+                               keep: "Keeper | None") -> AsyncIterator[str]:
         yield events.event("response.created", response=response)
         yield events.event("response.in_progress", response=response)
         calls = ToolStream(self.tool_syntax, forced) if calls_possible else None
@@ -133,4 +165,20 @@ class ResponsesRoutes:
                 yield e
         for e in events.calls(output):
             yield e
+        if keep is not None:  # before the last event: a client may continue it at once
+            await keep(final)
         yield events.event(f"response.{final.status}", response=final)
+
+
+class Keeper:
+    """Stores a finished response with its conversation: the request's, then the reply."""
+
+    def __init__(self, store, conversation: list[ChatMessage], output: ResponseOutput):
+        self.store, self.conversation, self.output = store, conversation, output
+
+    async def __call__(self, final: ResponseObject) -> None:
+        out = self.output
+        calls = [ToolCall(id=c.call_id, function=FunctionCall(name=c.name, arguments=c.arguments)) for c in out.calls]
+        reply = ChatMessage(role="assistant", content=out.text or None, reasoning=out.reasoning or None,
+                            tool_calls=calls or None)
+        await self.store.put.remote(StoredResponse(final, self.conversation + [reply]))

@@ -13,6 +13,8 @@ from openai import omit
 from openai._models import construct_type_unchecked
 
 from deployments.openai_errors import OpenAIError
+from deployments.protocol import ChatMessage
+from deployments.response_store import ResponseStore, StoredResponse
 from deployments.responses import ChatTokenLogprob
 from deployments.responses_api_input import chat_request
 from deployments.responses_api_output import ResponseEvents, ResponseOutput, finished
@@ -85,9 +87,9 @@ def test_unknown_fields_are_named_and_known_extras_are_not():
 
 
 @pytest.mark.parametrize("body, param, words", [
-    ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id", "keeps no responses"),
-    ({"input": "x", "conversation": "conv_1"}, "conversation", "keeps no responses"),
-    ({"input": "x", "background": True}, "background", "keeps no responses"),
+    ({"input": "x", "conversation": "conv_1"}, "conversation", "no stored conversations"),
+    ({"input": "x", "prompt": {"id": "pmpt_1"}}, "prompt", "no stored conversations or prompts"),
+    ({"input": "x", "background": True}, "background", "no responses in the background"),
     ({"input": "x", "truncation": "auto"}, "truncation", "auto"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x"}]}]}, "input",
      "input_image"),
@@ -199,3 +201,28 @@ def test_a_reply_cut_while_reasoning_is_its_reasoning_item_only():
     assert item["type"] == "reasoning" and item["status"] == "incomplete"
     assert item["content"] == [{"type": "reasoning_text", "text": "Hmm"}]
     assert not any(p["type"].startswith("response.output_text") for p in payloads)
+
+
+def test_a_continued_conversation_follows_the_instructions_and_names_earlier_calls():
+    call = ToolCall(id="call_1", function=FunctionCall(name="get_weather", arguments='{"city": "Oslo"}'))
+    history = [ChatMessage(role="user", content="Weather?"), ChatMessage(role="assistant", tool_calls=[call])]
+    c = chat_request(ResponsesRequest.model_validate({"instructions": "Be brief.", "input": [
+        {"type": "function_call_output", "call_id": "call_1", "output": "3"}]}), history)
+    system, user, assistant, tool = c.messages
+    assert (system.role, system.text(), user.text(), assistant.tool_calls) == ("system", "Be brief.", "Weather?", [call])
+    assert (tool.role, tool.tool_call_id, tool.name, tool.text()) == ("tool", "call_1", "get_weather", "3")
+
+
+def test_the_store_keeps_the_newest_responses():
+    store = ResponseStore.func_or_class(max_responses=2)
+
+    def put(i: int) -> None:
+        store.put(StoredResponse(ResponseObject(id=f"resp_{i}", model="m"), []))
+
+    for i in (0, 1, 2):
+        put(i)
+    assert store.get("resp_0") is None and store.get("resp_1").response.id == "resp_1"
+    put(1)  # stored again: now the newest
+    put(3)
+    assert store.get("resp_2") is None and store.get("resp_1") is not None
+    assert store.delete("resp_1") and not store.delete("resp_1") and store.get("resp_1") is None

@@ -27,7 +27,7 @@ def test_a_response_is_the_chat_completion_it_describes(serve_app, client, engin
     expected, n = engine_text(engine, tokenizer, chat_ids(tokenizer, MESSAGES), 20)
     r = client.responses.create(model=serve_app.model, instructions="Be brief.", input="Say something",
                                 max_output_tokens=20, temperature=0, metadata={"run": "1"})
-    assert r.id.startswith("resp_") and r.object == "response" and r.store is False
+    assert r.id.startswith("resp_") and r.object == "response" and r.store is True
     assert r.output_text == expected
     [message] = r.output
     assert message.type == "message" and message.role == "assistant" and message.id.startswith("msg_")
@@ -142,7 +142,7 @@ def test_a_client_leaving_a_streamed_response_frees_its_kv_blocks(serve_app, cli
 
 
 @pytest.mark.parametrize("kwargs, param, words", [
-    ({"previous_response_id": "resp_abc"}, "previous_response_id", "keeps no responses"),
+    ({"conversation": "conv_abc"}, "conversation", "no stored conversations"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "https://x/y.png"}]}]}, "input",
      "input_image"),
     ({"tools": [{"type": "web_search"}]}, "tools", "web_search"),
@@ -161,9 +161,6 @@ def test_bad_response_requests_get_400_and_the_server_keeps_serving(serve_app, c
         "completed", "incomplete")
 
 
-def test_responses_are_not_kept_and_other_models_are_not_found(serve_app, client):
-    with pytest.raises(openai.NotFoundError) as info:
-        client.responses.retrieve("resp_abc")
-    assert "keeps no responses" in info.value.body["message"]
+def test_other_models_are_not_found(serve_app, client):
     with pytest.raises(openai.NotFoundError):
         client.responses.create(model="other", input="hi")

@@ -353,7 +353,8 @@ def test_serve_config_yaml_names_every_stage_and_the_custom_policy():
     args = AppArgs.model_validate(app_cfg.args)
     assert Path(args.model).name == "tiny-target" and Path(args.draft_model).name == "tiny-draft"
     stages = {d.name: d for d in app_cfg.deployments}
-    assert set(stages) == {"Ingress", "TargetModel", "DraftModel", "ConstraintService", "MetricsHub"}
+    assert set(stages) == {"Ingress", "TargetModel", "DraftModel", "ConstraintService", "MetricsHub",
+                           "ResponseStore"}
     target = stages["TargetModel"]
     assert target.max_ongoing_requests >= 100
     # The builder gives the model stages their resources (GPU shares) and priority: a dict in
@@ -388,3 +389,4 @@ from tests.serve.sampling_cases import *  # noqa: E402,F401,F403
 from tests.serve.tool_call_cases import *  # noqa: E402,F401,F403
 from tests.serve.responses_api_cases import *  # noqa: E402,F401,F403
 from tests.serve.request_fields_cases import *  # noqa: E402,F401,F403
+from tests.serve.stored_responses_cases import *  # noqa: E402,F401,F403

@@ -1,0 +1,82 @@
+"""The body of a chat completion, whole or streamed: a reply's reasoning apart (with the app's
+`reasoning_parser`, deployments/reasoning.py), then its tool calls or its text.
+
+A mixin of the Ingress deployment (deployments/ingress.py), which keeps the route itself (see
+deployments/responses_route.py for why routes stay there); it uses the Ingress's tool syntax,
+token names and usage.
+"""
+
+from __future__ import annotations
+
+from typing import AsyncIterator
+
+from deployments.choices import Choice, merge_choices, sse, usage_of
+from deployments.output_logprobs import chat_logprobs
+from deployments.protocol import ChatCompletionRequest
+from deployments.reasoning import ReasoningStream, split_reasoning, thinks
+from deployments.responses import AssistantMessage, ChatChunkChoice, ChatCompletionChunk, DeltaMessage
+from deployments.tool_calls import ToolStream, parse_calls
+from deployments.tool_protocol import FunctionCallDelta, ToolCallDelta
+
+
+class ChatRoutes:
+    def _thinks(self, body: ChatCompletionRequest) -> bool:
+        return thinks(self.reasoning_parser, body.chat_template_kwargs)
+
+    def _chat_message(self, body: ChatCompletionRequest, output: str, thinking: bool,
+                      calls_possible: bool = False) -> AssistantMessage:
+        """A whole reply: its reasoning apart, then its tool calls, or else its text."""
+        reasoning, text = split_reasoning(output, thinking)
+        calls = parse_calls(text, self.tool_syntax) if calls_possible else None
+        return AssistantMessage(content=None if calls or (reasoning and not text) else body.echoed_text + text,
+                                tool_calls=calls, reasoning=reasoning if thinking and body.include_reasoning else None)
+
+    async def _stream_chat(self, request_id: str, created: int, body: ChatCompletionRequest,
+                           choices: list[Choice], calls_possible: bool, thinking: bool) -> AsyncIterator[str]:
+        def chunk(choice_list, usage=None) -> str:
+            usage = usage or self._chunk_usage(body, choices, {c.index for c in choice_list})
+            return sse(ChatCompletionChunk(id=request_id, created=created, model=self.model_name,
+                                            choices=choice_list, usage=usage))
+
+        forced = body.effective_tool_choice not in ("auto", "none")
+        streams = {c.index: ToolStream(self.tool_syntax, forced) for c in choices} \
+            if calls_possible else {}
+        yield chunk([ChatChunkChoice(index=c.index, delta=DeltaMessage(role="assistant", content=""))
+                     for c in choices])
+        if body.echoed_text:
+            yield chunk([ChatChunkChoice(index=c.index, delta=DeltaMessage(content=body.echoed_text))
+                         for c in choices])
+        splits = {c.index: ReasoningStream(thinking) for c in choices}
+        async for event in merge_choices(choices):
+            i, finish = event.choice.index, event.finish_reason
+            reasoning, text = splits[i].feed(event.text)
+            if finish is not None:
+                reasoning, text = (a + b for a, b in zip((reasoning, text), splits[i].finish()))
+            reasoning = reasoning if body.include_reasoning else ""
+            calls = None
+            if i in streams:
+                text = streams[i].feed(text)
+                if finish is not None:
+                    held, calls = streams[i].finish()
+                    text += held
+            if not text and not reasoning and finish is None and not event.logprobs:
+                continue  # held: part of a call or a tag, or maybe the start of one
+            if calls:
+                yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(content=text or None,
+                                                                         reasoning=reasoning or None),
+                                             logprobs=chat_logprobs(event.logprobs, self._token_names(body)))])
+                for k, call in enumerate(calls):
+                    for delta in (ToolCallDelta(index=k, id=call.id, type="function", function=
+                                                FunctionCallDelta(name=call.function.name, arguments="")),
+                                  ToolCallDelta(index=k, function=FunctionCallDelta(
+                                      arguments=call.function.arguments))):
+                        yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(tool_calls=[delta]))])
+                yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(), finish_reason=
+                                             "tool_calls" if finish == "stop" else finish,
+                                             stop_reason=event.stop_reason)])
+                continue
+            yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(content=text or None, reasoning=reasoning or None),
+                                         logprobs=chat_logprobs(event.logprobs, self._token_names(body)),
+                                         finish_reason=finish, stop_reason=event.stop_reason)])
+        if body.include_usage:
+            yield chunk([], usage_of(choices))
