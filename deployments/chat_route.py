@@ -49,9 +49,7 @@ class ChatRoutes:
         splits = {c.index: ReasoningStream(thinking) for c in choices}
         async for event in merge_choices(choices):
             i, finish = event.choice.index, event.finish_reason
-            reasoning, text = splits[i].feed(event.text)
-            if finish is not None:
-                reasoning, text = (a + b for a, b in zip((reasoning, text), splits[i].finish()))
+            reasoning, text = splits[i].take(event.text, last=finish is not None)
             reasoning = reasoning if body.include_reasoning else ""
             calls = None
             if i in streams:

@@ -81,6 +81,19 @@ class ReasoningStream:
         answer, self.held = self.held, ""
         return reasoning, answer
 
+    @property
+    def thinking(self) -> bool:
+        """Still before the reasoning's end (or the start of an output that may open with it)."""
+        return self.phase in ("start", "reasoning")
+
+    def take(self, text: str, last: bool) -> tuple[str, str]:
+        """`feed`, and when `text` is the output's last piece, `finish` too."""
+        reasoning, answer = self.feed(text)
+        if not last:
+            return reasoning, answer
+        held_reasoning, held_answer = self.finish()
+        return reasoning + held_reasoning, answer + held_answer
+
     def finish(self) -> tuple[str, str]:
         """What is still held once the output ended: unfinished reasoning stays reasoning."""
         held, self.held = self.held, ""
@@ -99,7 +112,4 @@ def _partial_suffix(text: str, tag: str) -> int:
 
 def split_reasoning(text: str, thinking: bool = True) -> tuple[str, str]:
     """A whole output as (reasoning, answer)."""
-    stream = ReasoningStream(thinking)
-    reasoning, answer = stream.feed(text)
-    rest_reasoning, rest_answer = stream.finish()
-    return reasoning + rest_reasoning, answer + rest_answer
+    return ReasoningStream(thinking).take(text, last=True)

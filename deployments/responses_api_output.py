@@ -23,7 +23,8 @@ from typing import Any, AsyncIterator
 
 from pydantic_core import to_jsonable_python
 
-from deployments.choices import stream_failure_message
+from deployments.choices import Event, stream_failure_message
+from deployments.reasoning import ReasoningStream
 from deployments.request_ids import new_id
 from deployments.responses import ChatTokenLogprob
 from deployments.responses_api_protocol import (FunctionToolCall, IncompleteDetails, OutputItem, OutputMessage,
@@ -38,10 +39,19 @@ class ResponseOutput:
     def __init__(self, with_logprobs: bool):
         self.reasoning_id = new_id("rs", "_")
         self.reasoning = ""
+        self.reasoning_tokens = 0
         self.message_id = new_id("msg", "_")
         self.text = ""
         self.logprobs: list[ChatTokenLogprob] | None = [] if with_logprobs else None
         self.calls: list[FunctionToolCall] = []
+
+    def split(self, split: ReasoningStream, event: Event) -> tuple[str, str]:
+        """An event's (reasoning, answer) text. Its tokens count as reasoning when they came
+        before the reasoning ended: so the step that writes `</think>` is reasoning's (with any
+        answer tokens that step drafted and verified)."""
+        if split.thinking:
+            self.reasoning_tokens += len(event.token_ids)
+        return split.take(event.text, last=event.finish_reason is not None)
 
     def add(self, text: str, logprobs: list[ChatTokenLogprob]) -> None:
         self.text += text

@@ -21,13 +21,14 @@ from deployments.choices import Choice, Event, merge_choices, usage_of
 from deployments.guided_formats import FormatRequestError
 from deployments.openai_errors import OpenAIError
 from deployments.output_logprobs import chat_logprobs
-from deployments.reasoning import ReasoningStream, split_reasoning
+from deployments.reasoning import ReasoningStream
 from deployments.protocol import ChatMessage
 from deployments.response_store import StoredResponse
 from deployments.responses_api_input import as_responses_error, chat_request, conversation_of
 from deployments.request_ids import response_ids
 from deployments.responses_api_output import ResponseEvents, ResponseOutput, finished, guarded_events
-from deployments.responses_api_protocol import InputTokensDetails, ResponseObject, ResponsesRequest, ResponseUsage
+from deployments.responses_api_protocol import (InputTokensDetails, OutputTokensDetails, ResponseObject,
+                                                ResponsesRequest, ResponseUsage)
 from deployments.tool_calls import ToolStream, parse_calls, requested_tool_format
 from deployments.tool_protocol import FunctionCall, ToolCall
 
@@ -69,14 +70,16 @@ class ResponsesRoutes:
             return StreamingResponse(guarded_events(events, response, self._stream_response(
                 events, response, output, choice, tools is not None, forced, names, thinking, keep), choice.close),
                 media_type="text/event-stream")
+        split = ReasoningStream(thinking)
         async for event in merge_choices([choice]):
-            output.add(event.text, self._output_logprobs(output, event, names))
-        output.reasoning, output.text = split_reasoning(output.text, thinking)
+            reasoning, text = output.split(split, event)
+            output.reasoning += reasoning
+            output.add(text, self._output_logprobs(output, event, names))
         calls = parse_calls(output.text, self.tool_syntax) if tools is not None else None
         if calls:
             output.text, output.logprobs = "", None
             output.add_calls(calls)
-        final = finished(response, output, choice.finish_reason, self._response_usage(choice))
+        final = finished(response, output, choice.finish_reason, self._response_usage(choice, output))
         if keep is not None:
             await keep(final)
         return final
@@ -108,11 +111,12 @@ class ResponsesRoutes:
             return []
         return chat_logprobs(event.logprobs, names).content
 
-    def _response_usage(self, choice: Choice) -> ResponseUsage:
+    def _response_usage(self, choice: Choice, output: ResponseOutput) -> ResponseUsage:
         usage = usage_of([choice])
         return ResponseUsage(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens,
                              total_tokens=usage.total_tokens, input_tokens_details=InputTokensDetails(
-                                 cached_tokens=usage.prompt_tokens_details.cached_tokens))
+                                 cached_tokens=usage.prompt_tokens_details.cached_tokens),
+                             output_tokens_details=OutputTokensDetails(reasoning_tokens=output.reasoning_tokens))
 
     async def _stream_response(self, events: ResponseEvents, response: ResponseObject, output: ResponseOutput,
                                choice: Choice, calls_possible: bool, forced: bool,
@@ -124,9 +128,7 @@ class ResponsesRoutes:
         split = ReasoningStream(thinking)
         opened, held_logprobs, thought = False, [], None  # thought: the reasoning item's events, once open
         async for event in merge_choices([choice]):
-            reasoning, text = split.feed(event.text)
-            if event.finish_reason is not None:
-                reasoning, text = (a + b for a, b in zip((reasoning, text), split.finish()))
+            reasoning, text = output.split(split, event)
             held_logprobs += self._output_logprobs(output, event, names)
             if reasoning:
                 if thought is None:
@@ -156,7 +158,7 @@ class ResponsesRoutes:
             held_logprobs = []
         if held_logprobs and not output.calls:  # tokens with no text of their own at the end
             output.add("", held_logprobs)
-        final = finished(response, output, choice.finish_reason, self._response_usage(choice))
+        final = finished(response, output, choice.finish_reason, self._response_usage(choice, output))
         if thought:  # the output ended while reasoning
             for e in events.close_reasoning(output, final.status):
                 yield e

@@ -77,7 +77,7 @@ def test_a_response_gives_its_reasoning_item(serve_app, client, raw_output):
     [item] = whole.output
     assert item.type == "reasoning" and item.id.startswith("rs_") and item.status == "incomplete"
     assert [part.text for part in item.content] == [raw_output] and whole.output_text == ""
-    assert whole.status == "incomplete"
+    assert whole.status == "incomplete" and whole.usage.output_tokens_details.reasoning_tokens == MAX_TOKENS
     kinds, deltas, final = streamed_response(client, "response.reasoning_text.delta", **kwargs)
     assert "".join(deltas) == raw_output
     assert kinds[2:4] == ["response.output_item.added", "response.content_part.added"]
