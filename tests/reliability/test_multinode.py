@@ -2,7 +2,8 @@
 the way users deploy it: the repository's serve_config.yaml with per-stage `ray_actor_options`
 naming each node's custom resource. The ingress sits on the head node, the two target
 replicas on the two worker nodes (one each), the draft and the constraint service on
-different workers from each other; requests are served with the engine's own greedy text."""
+different workers from each other, the response store on a worker; requests are served with the
+engine's own greedy text, and a stored response is continued."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ PLACEMENT = {  # stage -> (replicas, custom resource it needs)
     "TargetModel": (2, "target_slot"),  # one slot on each worker node
     "DraftModel": (1, "worker_2"),
     "ConstraintService": (1, "worker_1"),
+    "ResponseStore": (1, "worker_1"),  # away from the ingress that asks it
 }
 
 
@@ -86,7 +88,7 @@ def test_graph_serves_across_three_nodes(checkpoints, ray_serve):
         assert nodes["Ingress"] == [head] and nodes["MetricsHub"] == [head], nodes
         assert sorted(nodes["TargetModel"]) == sorted([worker_1.node_id, worker_2.node_id]), nodes
         assert nodes["DraftModel"] == [worker_2.node_id], nodes
-        assert nodes["ConstraintService"] == [worker_1.node_id], nodes
+        assert nodes["ConstraintService"] == nodes["ResponseStore"] == [worker_1.node_id], nodes
 
         # It serves, correctly: greedy text equals the engine's own, from every request.
         from deployments.app_args import AppArgs
@@ -111,6 +113,16 @@ def test_graph_serves_across_three_nodes(checkpoints, ray_serve):
         with ThreadPoolExecutor(8) as pool:
             texts = list(pool.map(complete, range(8)))
         assert texts == [expected] * 8
+
+        # A stored response, kept on another node, is continued.
+        def respond(**body) -> dict:
+            r = requests.post(f"http://127.0.0.1:{port}/v1/responses", timeout=120,
+                              json={"max_output_tokens": 4, "temperature": 0, **body})
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        first = respond(input=prompt)
+        assert respond(input="And?", previous_response_id=first["id"])["previous_response_id"] == first["id"]
     finally:
         try:
             serve.shutdown()
