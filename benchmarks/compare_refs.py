@@ -4,7 +4,9 @@ commits against the working tree, alternated in rounds, printed as ratios.
 Each REF is checked out (detached) into a temporary git worktree; a round runs every side
 once, in a fresh process, rotating the order each round so neither side always goes first.
 Every side uses the SAME checkpoint (this checkout's, by default), so only code differs.
-Run it before a change on the engine's hot path lands, and put its table in the note.
+Run it before a change on the engine's hot path lands, and put its table in the note. The
+last column, `paired`, is the median of the per-round ratios: it reads truer than the
+medians of the sides when the machine drifts during the run.
 
     python benchmarks/compare_refs.py HEAD~1 --rounds 3
     python benchmarks/compare_refs.py HEAD~1 --rounds 3 --temperature 0.8 --top-p 0.95   # sampled
@@ -88,15 +90,25 @@ def run_serving(source: Path, args, log: Path) -> list[float]:
     return [level["http"]["mean_e2el_ms"] for level in report["levels"]]
 
 
+def paired_ratio(work_tree: list[float], side: list[float], higher_is_better: bool = True) -> float:
+    """The median over rounds of the work tree's figure against the side's in the same round
+    (above 1: the work tree better). A round runs every side back to back, so a machine that
+    speeds up or slows down during the run moves both figures of a round together, where it
+    skews the medians of the sides by the order they ran in."""
+    return statistics.median(w / s if higher_is_better else s / w for w, s in zip(work_tree, side))
+
+
 def print_table(title: str, unit: str, results: dict[str, list[float]], higher_is_better: bool = True) -> None:
-    base = statistics.median(results["work tree"])
+    work_tree = results["work tree"]
+    base = statistics.median(work_tree)
     print(f"\n{title}")
-    print(f"{'side':<28} {'median ' + unit:>16} {'rounds':>30} {'work tree vs it':>16}")
+    print(f"{'side':<28} {'median ' + unit:>16} {'rounds':>30} {'work tree vs it':>16} {'paired':>8}")
     for label, values in results.items():
         med = statistics.median(values)
         ratio = base / med if higher_is_better else med / base
         rounds = ", ".join(f"{v:.0f}" for v in values)
-        print(f"{label:<28} {med:16.1f} {rounds:>30} {ratio:15.3f}x")
+        paired = paired_ratio(work_tree, values, higher_is_better)
+        print(f"{label:<28} {med:16.1f} {rounds:>30} {ratio:15.3f}x {paired:7.3f}x")
 
 
 def main() -> None:
