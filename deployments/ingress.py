@@ -350,8 +350,7 @@ class Ingress(ChatRoutes, ResponsesRoutes):
 
     @app.delete("/v1/responses/{response_id}")
     async def delete_response(self, response_id: str) -> dict:
-        await self._stored(response_id)
-        await self.response_store.delete.remote(response_id)
+        await self._delete_stored(response_id)
         return {"id": response_id, "object": "response", "deleted": True}
 
     def __del__(self):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from app.sampling_params import GREEDY_BELOW_TEMPERATURE, MIN_REPETITION_PENALTY
 from deployments.request_ids import MAX_REQUEST_ID_CHARS
@@ -292,10 +292,9 @@ class ChatMessage(BaseModel):
     name: str | None = None
     tool_calls: list[ToolCall] | None = None  # an assistant turn that called tools
     tool_call_id: str | None = None  # a tool turn: the call it answers
-    # An assistant turn's reasoning, fed back (vLLM's `reasoning`; `reasoning_content`, its old
-    # name, is what DeepSeek's API and many clients send). Templates read `reasoning_content`.
-    reasoning: str | None = None
-    reasoning_content: str | None = None
+    # An assistant turn's reasoning, fed back: vLLM's `reasoning`, or `reasoning_content`, its old
+    # name, which DeepSeek's API and many clients send.
+    reasoning: str | None = Field(None, validation_alias=AliasChoices("reasoning", "reasoning_content"))
 
     def text(self) -> str:
         if self.content is None:

@@ -36,7 +36,8 @@ from deployments.tool_protocol import ToolCall
 class ResponseOutput:
     """The output of one response as it grows: reasoning, text and its logprobs, then the calls."""
 
-    def __init__(self, with_logprobs: bool):
+    def __init__(self, with_logprobs: bool, thinking: bool = False):
+        self.reasoning_stream = ReasoningStream(thinking)
         self.reasoning_id = new_id("rs", "_")
         self.reasoning = ""
         self.reasoning_tokens = 0
@@ -45,13 +46,15 @@ class ResponseOutput:
         self.logprobs: list[ChatTokenLogprob] | None = [] if with_logprobs else None
         self.calls: list[FunctionToolCall] = []
 
-    def split(self, split: ReasoningStream, event: Event) -> tuple[str, str]:
-        """An event's (reasoning, answer) text. Its tokens count as reasoning when they came
-        before the reasoning ended: so the step that writes `</think>` is reasoning's (with any
-        answer tokens that step drafted and verified)."""
-        if split.thinking:
+    def split(self, event: Event) -> tuple[str, str]:
+        """An event's (reasoning, answer) text; the reasoning is kept. Its tokens count as
+        reasoning when they came before the reasoning ended: so the step that writes `</think>`
+        is reasoning's (with any answer tokens that step drafted and verified)."""
+        if self.reasoning_stream.thinking:
             self.reasoning_tokens += len(event.token_ids)
-        return split.take(event.text, last=event.finish_reason is not None)
+        reasoning, answer = self.reasoning_stream.take(event.text, last=event.finish_reason is not None)
+        self.reasoning += reasoning
+        return reasoning, answer
 
     def add(self, text: str, logprobs: list[ChatTokenLogprob]) -> None:
         self.text += text

@@ -21,7 +21,6 @@ from deployments.choices import Choice, Event, merge_choices, usage_of
 from deployments.guided_formats import FormatRequestError
 from deployments.openai_errors import OpenAIError
 from deployments.output_logprobs import chat_logprobs
-from deployments.reasoning import ReasoningStream
 from deployments.protocol import ChatMessage
 from deployments.response_store import StoredResponse
 from deployments.responses_api_input import as_responses_error, chat_request, conversation_of
@@ -61,27 +60,25 @@ class ResponsesRoutes:
             user=body.user, text=body.text.model_dump(by_alias=True, exclude_none=True) if body.text else
             {"format": {"type": "text"}}, store=body.store and self.response_store is not None,
             previous_response_id=body.previous_response_id)
-        output = ResponseOutput(body.wants_logprobs)
+        output = ResponseOutput(body.wants_logprobs, thinking)
         names = self._token_names(chat)
-        keep = Keeper(self.response_store, conversation_of(chat, body), output) if response.store else None
+        conversation = conversation_of(chat, body) if response.store else None  # None: not kept
         if body.stream:
             events = ResponseEvents()
             forced = chat.effective_tool_choice not in ("auto", "none")
             return StreamingResponse(guarded_events(events, response, self._stream_response(
-                events, response, output, choice, tools is not None, forced, names, thinking, keep), choice.close),
+                events, response, output, choice, tools is not None, forced, names, conversation), choice.close),
                 media_type="text/event-stream")
-        split = ReasoningStream(thinking)
         async for event in merge_choices([choice]):
-            reasoning, text = output.split(split, event)
-            output.reasoning += reasoning
+            _, text = output.split(event)
             output.add(text, self._output_logprobs(output, event, names))
         calls = parse_calls(output.text, self.tool_syntax) if tools is not None else None
         if calls:
             output.text, output.logprobs = "", None
             output.add_calls(calls)
         final = finished(response, output, choice.finish_reason, self._response_usage(choice, output))
-        if keep is not None:
-            await keep(final)
+        if conversation is not None:
+            await self._keep(final, conversation, output)
         return final
 
     async def _history(self, previous_response_id: str | None) -> list[ChatMessage]:
@@ -101,9 +98,20 @@ class ResponsesRoutes:
     async def _stored(self, response_id: str) -> StoredResponse:
         stored = await self.response_store.get.remote(response_id) if self.response_store is not None else None
         if stored is None:
-            raise OpenAIError(404, f"No response with id {response_id!r} is kept here", "not_found_error",
-                              "response_id")
+            raise not_kept(response_id)
         return stored
+
+    async def _delete_stored(self, response_id: str) -> None:
+        if self.response_store is None or not await self.response_store.delete.remote(response_id):
+            raise not_kept(response_id)
+
+    async def _keep(self, final: ResponseObject, conversation: list[ChatMessage], output: ResponseOutput) -> None:
+        """Store a finished response with its conversation: the request's, then the reply."""
+        calls = [ToolCall(id=c.call_id, function=FunctionCall(name=c.name, arguments=c.arguments))
+                 for c in output.calls]
+        reply = ChatMessage(role="assistant", content=output.text or None, reasoning=output.reasoning or None,
+                            tool_calls=calls or None)
+        await self.response_store.put.remote(StoredResponse(final, conversation + [reply]))
 
     @staticmethod
     def _output_logprobs(output: ResponseOutput, event: Event, names: Callable[[int], str]) -> list:
@@ -120,27 +128,27 @@ class ResponsesRoutes:
 
     async def _stream_response(self, events: ResponseEvents, response: ResponseObject, output: ResponseOutput,
                                choice: Choice, calls_possible: bool, forced: bool,
-                               names: Callable[[int], str], thinking: bool,
-                               keep: "Keeper | None") -> AsyncIterator[str]:
+                               names: Callable[[int], str],
+                               conversation: list[ChatMessage] | None) -> AsyncIterator[str]:
+        """`conversation`: the request's, when the response is to be kept."""
         yield events.event("response.created", response=response)
         yield events.event("response.in_progress", response=response)
         calls = ToolStream(self.tool_syntax, forced) if calls_possible else None
-        split = ReasoningStream(thinking)
-        opened, held_logprobs, thought = False, [], None  # thought: the reasoning item's events, once open
+        opened, held_logprobs, reasoning_open = False, [], False
         async for event in merge_choices([choice]):
-            reasoning, text = output.split(split, event)
+            first_reasoning = not output.reasoning
+            reasoning, text = output.split(event)
             held_logprobs += self._output_logprobs(output, event, names)
             if reasoning:
-                if thought is None:
-                    thought = events.open_reasoning(output)
-                    for e in thought:
+                if first_reasoning:
+                    for e in events.open_reasoning(output):
                         yield e
-                output.reasoning += reasoning
+                    reasoning_open = True
                 yield events.reasoning_delta(output, reasoning)
-            if text and thought:
+            if text and reasoning_open:
                 for e in events.close_reasoning(output):
                     yield e
-                thought = []
+                reasoning_open = False
             if calls is not None:
                 text = calls.feed(text)
                 if event.finish_reason is not None:
@@ -159,7 +167,7 @@ class ResponsesRoutes:
         if held_logprobs and not output.calls:  # tokens with no text of their own at the end
             output.add("", held_logprobs)
         final = finished(response, output, choice.finish_reason, self._response_usage(choice, output))
-        if thought:  # the output ended while reasoning
+        if reasoning_open:  # the output ended while reasoning
             for e in events.close_reasoning(output, final.status):
                 yield e
         if output.has_message:
@@ -167,20 +175,10 @@ class ResponsesRoutes:
                 yield e
         for e in events.calls(output):
             yield e
-        if keep is not None:  # before the last event: a client may continue it at once
-            await keep(final)
+        if conversation is not None:  # before the last event: a client may continue it at once
+            await self._keep(final, conversation, output)
         yield events.event(f"response.{final.status}", response=final)
 
 
-class Keeper:
-    """Stores a finished response with its conversation: the request's, then the reply."""
-
-    def __init__(self, store, conversation: list[ChatMessage], output: ResponseOutput):
-        self.store, self.conversation, self.output = store, conversation, output
-
-    async def __call__(self, final: ResponseObject) -> None:
-        out = self.output
-        calls = [ToolCall(id=c.call_id, function=FunctionCall(name=c.name, arguments=c.arguments)) for c in out.calls]
-        reply = ChatMessage(role="assistant", content=out.text or None, reasoning=out.reasoning or None,
-                            tool_calls=calls or None)
-        await self.store.put.remote(StoredResponse(final, self.conversation + [reply]))
+def not_kept(response_id: str) -> OpenAIError:
+    return OpenAIError(404, f"No response with id {response_id!r} is kept here", "not_found_error", "response_id")

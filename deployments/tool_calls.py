@@ -146,9 +146,8 @@ def render_messages(messages, tools: list[ToolDefinition] | None, syntax: ToolCa
             item["tool_call_id"] = m.tool_call_id
         if m.name is not None:
             item["name"] = m.name
-        reasoning = m.reasoning if m.reasoning is not None else m.reasoning_content
-        if reasoning is not None:
-            item["reasoning_content"] = item["reasoning"] = reasoning
+        if m.reasoning is not None:  # as both names: templates read `reasoning_content` (Qwen3's, Kimi's)
+            item["reasoning_content"] = item["reasoning"] = m.reasoning
         if m.tool_calls:
             calls = [(c.function.name, _loads_or_text(c.function.arguments)) for c in m.tool_calls]
             if native:

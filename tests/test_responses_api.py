@@ -14,7 +14,6 @@ from openai._models import construct_type_unchecked
 
 from deployments.choices import Event
 from deployments.openai_errors import OpenAIError
-from deployments.reasoning import ReasoningStream
 from deployments.protocol import ChatMessage
 from deployments.response_store import ResponseStore, StoredResponse
 from deployments.responses import ChatTokenLogprob
@@ -231,9 +230,9 @@ def test_the_store_keeps_the_newest_responses():
 
 
 def test_reasoning_tokens_are_those_written_before_the_reasoning_ended():
-    output, split = ResponseOutput(with_logprobs=False), ReasoningStream(thinking=True)
+    output = ResponseOutput(with_logprobs=False, thinking=True)
     pieces = [("<think>", [5]), ("plan", [6, 7]), ("</think>", [8]), ("\nyes", [9]), ("!", [10])]
-    texts = [output.split(split, Event(None, text, ids, None, "stop" if i == len(pieces) - 1 else None))
+    texts = [output.split(Event(None, text, ids, None, "stop" if i == len(pieces) - 1 else None))
              for i, (text, ids) in enumerate(pieces)]
     assert "".join(r for r, _ in texts) == "plan" and "".join(a for _, a in texts) == "yes!"
     assert output.reasoning_tokens == 4  # through the step that wrote </think>

@@ -29,7 +29,7 @@ class BeamSearches:
         self.block_manager = block_manager
         self._release = release
         self._by_id: dict[str, BeamSearch] = {}  # by the caller's request id
-        self._reported: dict[str, BeamSearch] = {}  # the searches a beam reported to this step
+        self._reported: dict[str, BeamSearch] = {}  # in `_update`: the searches a beam reported to
         self._beam_ids = itertools.count()
         self.num_generated_tokens = 0
 
@@ -61,7 +61,6 @@ class BeamSearches:
 
     def abort(self, request_id: str) -> None:
         search = self._by_id.pop(request_id, None)
-        self._reported.pop(request_id, None)
         for beam in search.live if search is not None else ():
             beam.handle.finish("abort")
             self._release(beam.handle)
