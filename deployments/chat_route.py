@@ -15,7 +15,7 @@ from deployments.output_logprobs import chat_logprobs
 from deployments.protocol import ChatCompletionRequest
 from deployments.reasoning import ReasoningStream, split_reasoning, thinks
 from deployments.responses import AssistantMessage, ChatChunkChoice, ChatCompletionChunk, DeltaMessage
-from deployments.tool_calls import ToolStream, parse_calls
+from deployments.tool_call_stream import CallPiece, ToolStream, parse_calls
 from deployments.tool_protocol import FunctionCallDelta, ToolCallDelta
 
 
@@ -31,6 +31,13 @@ class ChatRoutes:
         return AssistantMessage(content=None if calls or (reasoning and not text) else body.echoed_text + text,
                                 tool_calls=calls, reasoning=reasoning if thinking and body.include_reasoning else None)
 
+    @staticmethod
+    def _call_delta(stream: ToolStream, piece: CallPiece) -> ToolCallDelta:
+        """OpenAI's shape: a call's first delta has its id, type and name."""
+        call = stream.call(piece.index) if piece.opens else None
+        return ToolCallDelta(index=piece.index, id=call and call.id, type=call and "function",
+                             function=FunctionCallDelta(name=call and call.function.name, arguments=piece.arguments))
+
     async def _stream_chat(self, request_id: str, created: int, body: ChatCompletionRequest,
                            choices: list[Choice], calls_possible: bool, thinking: bool) -> AsyncIterator[str]:
         def chunk(choice_list, usage=None) -> str:
@@ -38,9 +45,7 @@ class ChatRoutes:
             return sse(ChatCompletionChunk(id=request_id, created=created, model=self.model_name,
                                             choices=choice_list, usage=usage))
 
-        forced = body.effective_tool_choice not in ("auto", "none")
-        streams = {c.index: ToolStream(self.tool_syntax, forced) for c in choices} \
-            if calls_possible else {}
+        streams = {c.index: ToolStream(self.tool_syntax) for c in choices} if calls_possible else {}
         yield chunk([ChatChunkChoice(index=c.index, delta=DeltaMessage(role="assistant", content=""))
                      for c in choices])
         if body.echoed_text:
@@ -51,30 +56,18 @@ class ChatRoutes:
             i, finish = event.choice.index, event.finish_reason
             reasoning, text = splits[i].take(event.text, last=finish is not None)
             reasoning = reasoning if body.include_reasoning else ""
-            calls = None
+            pieces, calls = [], None
             if i in streams:
-                text = streams[i].feed(text)
+                text, pieces = streams[i].feed(text)
                 if finish is not None:
                     held, calls = streams[i].finish()
                     text += held
-            if not text and not reasoning and finish is None and not event.logprobs:
-                continue  # held: part of a call or a tag, or maybe the start of one
-            if calls:
-                yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(content=text or None,
-                                                                         reasoning=reasoning or None),
-                                             logprobs=chat_logprobs(event.logprobs, self._token_names(body)))])
-                for k, call in enumerate(calls):
-                    for delta in (ToolCallDelta(index=k, id=call.id, type="function", function=
-                                                FunctionCallDelta(name=call.function.name, arguments="")),
-                                  ToolCallDelta(index=k, function=FunctionCallDelta(
-                                      arguments=call.function.arguments))):
-                        yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(tool_calls=[delta]))])
-                yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(), finish_reason=
-                                             "tool_calls" if finish == "stop" else finish,
-                                             stop_reason=event.stop_reason)])
-                continue
-            yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(content=text or None, reasoning=reasoning or None),
-                                         logprobs=chat_logprobs(event.logprobs, self._token_names(body)),
-                                         finish_reason=finish, stop_reason=event.stop_reason)])
+            if not text and not reasoning and not pieces and finish is None and not event.logprobs:
+                continue  # held: maybe the start of a call or of a tag
+            deltas = [self._call_delta(streams[i], p) for p in pieces]
+            yield chunk([ChatChunkChoice(
+                index=i, delta=DeltaMessage(content=text or None, reasoning=reasoning or None, tool_calls=deltas or None),
+                logprobs=chat_logprobs(event.logprobs, self._token_names(body)),
+                finish_reason="tool_calls" if calls and finish == "stop" else finish, stop_reason=event.stop_reason)])
         if body.include_usage:
             yield chunk([], usage_of(choices))

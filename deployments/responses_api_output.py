@@ -9,9 +9,11 @@ OpenAI reports it.
 
 The stream: `response.created` and `response.in_progress`; the reasoning item, its part and its
 `response.reasoning_text.delta`s, closed when the answer begins; the message item and its text part
-opened when its first text is known not to start a call (deployments/tool_calls.py:
-ToolStream), then `response.output_text.delta` per step; at the end the message closed, each
-call as an item with its arguments in one delta; then `response.completed` (or
+opened when its first text is known not to start a call (deployments/tool_call_stream.py:
+ToolStream), then `response.output_text.delta` per step, and the message closed at the end; or
+each call as an item opened once its name is known, its arguments as
+`response.function_call_arguments.delta`s as they are written, and the item closed when the next
+call opens or the output ends; then `response.completed` (or
 `response.incomplete`) with the whole response. Every event has its `sequence_number`. An error
 after the stream began ends it with `response.failed`.
 """
@@ -62,8 +64,17 @@ class ResponseOutput:
             self.logprobs.extend(logprobs)
 
     def add_calls(self, calls: list[ToolCall]) -> None:
-        self.calls = [FunctionToolCall(id=f"fc_{c.id.removeprefix('call_')}", call_id=c.id,
-                                       name=c.function.name, arguments=c.function.arguments) for c in calls]
+        for call in calls:
+            self.open_call(call)
+            self.calls[-1].arguments = call.function.arguments
+
+    def open_call(self, call: ToolCall) -> None:
+        """A call whose name is known; its arguments follow (`add_arguments`)."""
+        self.calls.append(FunctionToolCall(id=f"fc_{call.id.removeprefix('call_')}", call_id=call.id,
+                                           name=call.function.name, arguments=""))
+
+    def add_arguments(self, k: int, text: str) -> None:
+        self.calls[k].arguments += text
 
     @property
     def has_message(self) -> bool:
@@ -84,7 +95,8 @@ class ResponseOutput:
 
     def items(self, status: str) -> list[OutputItem]:
         return (([self.reasoning_item(status)] if self.reasoning else [])
-                + ([self.message(status)] if self.has_message else []) + list(self.calls))
+                + ([self.message(status)] if self.has_message else [])
+                + [c.model_copy(update={"status": status}) for c in self.calls])
 
 
 def finished(response: ResponseObject, output: ResponseOutput, finish_reason: str | None,
@@ -146,18 +158,23 @@ class ResponseEvents:
                            content_index=0, part=part),
                 self.event("response.output_item.done", output_index=index, item=message)]
 
-    def calls(self, output: ResponseOutput) -> list[str]:
-        events, first = [], output.message_index + int(output.has_message)
-        for index, call in enumerate(output.calls, start=first):
-            events += [
-                self.event("response.output_item.added", output_index=index,
-                           item=call.model_copy(update={"arguments": "", "status": "in_progress"})),
-                self.event("response.function_call_arguments.delta", item_id=call.id, output_index=index,
-                           delta=call.arguments),
-                self.event("response.function_call_arguments.done", item_id=call.id, output_index=index,
+    def call_index(self, output: ResponseOutput, k: int) -> int:
+        return output.message_index + int(output.has_message) + k
+
+    def open_call(self, output: ResponseOutput, k: int) -> str:
+        call = output.calls[k]
+        return self.event("response.output_item.added", output_index=self.call_index(output, k),
+                          item=call.model_copy(update={"arguments": "", "status": "in_progress"}))
+
+    def call_arguments(self, output: ResponseOutput, k: int, delta: str) -> str:
+        return self.event("response.function_call_arguments.delta", item_id=output.calls[k].id,
+                          output_index=self.call_index(output, k), delta=delta)
+
+    def close_call(self, output: ResponseOutput, k: int, status: str) -> list[str]:
+        call, index = output.calls[k].model_copy(update={"status": status}), self.call_index(output, k)
+        return [self.event("response.function_call_arguments.done", item_id=call.id, output_index=index,
                            name=call.name, arguments=call.arguments),
                 self.event("response.output_item.done", output_index=index, item=call)]
-        return events
 
     def failed(self, response: ResponseObject, message: str) -> str:
         return self.event("response.failed", response=response.model_copy(update={

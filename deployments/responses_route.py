@@ -28,7 +28,8 @@ from deployments.request_ids import response_ids
 from deployments.responses_api_output import ResponseEvents, ResponseOutput, finished, guarded_events
 from deployments.responses_api_protocol import (InputTokensDetails, OutputTokensDetails, ResponseObject,
                                                 ResponsesRequest, ResponseUsage)
-from deployments.tool_calls import ToolStream, parse_calls, requested_tool_format
+from deployments.tool_call_stream import CallPiece, ToolStream, parse_calls
+from deployments.tool_calls import requested_tool_format
 from deployments.tool_protocol import FunctionCall, ToolCall
 
 logger = logging.getLogger("ray.serve")
@@ -65,9 +66,8 @@ class ResponsesRoutes:
         conversation = conversation_of(chat, body) if response.store else None  # None: not kept
         if body.stream:
             events = ResponseEvents()
-            forced = chat.effective_tool_choice not in ("auto", "none")
             return StreamingResponse(guarded_events(events, response, self._stream_response(
-                events, response, output, choice, tools is not None, forced, names, conversation), choice.close),
+                events, response, output, choice, tools is not None, names, conversation), choice.close),
                 media_type="text/event-stream")
         async for event in merge_choices([choice]):
             _, text = output.split(event)
@@ -126,14 +126,28 @@ class ResponsesRoutes:
                                  cached_tokens=usage.prompt_tokens_details.cached_tokens),
                              output_tokens_details=OutputTokensDetails(reasoning_tokens=output.reasoning_tokens))
 
+    @staticmethod
+    def _call_events(events: ResponseEvents, output: ResponseOutput, calls: ToolStream, piece: CallPiece) -> list[str]:
+        """A call's piece as events; a call that opens closes the one before it."""
+        out = []
+        if piece.opens:
+            if piece.index:
+                out += events.close_call(output, piece.index - 1, "completed")
+            output.open_call(calls.call(piece.index))
+            out.append(events.open_call(output, piece.index))
+        if piece.arguments:
+            output.add_arguments(piece.index, piece.arguments)
+            out.append(events.call_arguments(output, piece.index, piece.arguments))
+        return out
+
     async def _stream_response(self, events: ResponseEvents, response: ResponseObject, output: ResponseOutput,
-                               choice: Choice, calls_possible: bool, forced: bool,
+                               choice: Choice, calls_possible: bool,
                                names: Callable[[int], str],
                                conversation: list[ChatMessage] | None) -> AsyncIterator[str]:
         """`conversation`: the request's, when the response is to be kept."""
         yield events.event("response.created", response=response)
         yield events.event("response.in_progress", response=response)
-        calls = ToolStream(self.tool_syntax, forced) if calls_possible else None
+        calls = ToolStream(self.tool_syntax) if calls_possible else None
         opened, held_logprobs, reasoning_open = False, [], False
         async for event in merge_choices([choice]):
             first_reasoning = not output.reasoning
@@ -150,11 +164,13 @@ class ResponsesRoutes:
                     yield e
                 reasoning_open = False
             if calls is not None:
-                text = calls.feed(text)
+                text, pieces = calls.feed(text)
+                for piece in pieces:
+                    for e in self._call_events(events, output, calls, piece):
+                        yield e
                 if event.finish_reason is not None:
-                    held, found = calls.finish()
+                    held, _ = calls.finish()
                     text += held
-                    output.add_calls(found or [])
             if not text:
                 continue  # nothing yet, or part of a call (whose tokens' logprobs have no place)
             if not opened:
@@ -173,8 +189,9 @@ class ResponsesRoutes:
         if output.has_message:
             for e in ([] if opened else events.open_message(output)) + events.close_message(output, final.status):
                 yield e
-        for e in events.calls(output):
-            yield e
+        if output.calls:
+            for e in events.close_call(output, len(output.calls) - 1, final.status):
+                yield e
         if conversation is not None:  # before the last event: a client may continue it at once
             await self._keep(final, conversation, output)
         yield events.event(f"response.{final.status}", response=final)

@@ -1,4 +1,5 @@
-"""Tool calls: how a model writes them, the grammar they are generated under, and parsing.
+"""Tool calls: how a model writes them and the grammar they are generated under (they are read
+back, whole or streamed, by deployments/tool_call_stream.py).
 
 A model writes a call as JSON in the convention its chat template teaches (docs/tool_calling.md):
 Qwen2/Hermes `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, Mistral
@@ -21,7 +22,7 @@ import json
 from dataclasses import dataclass
 
 from app.guided.compiler import escape_literal, regex_for_format
-from deployments.tool_protocol import (FunctionCall, NamedToolChoice, ToolCall, ToolDefinition)
+from deployments.tool_protocol import NamedToolChoice, ToolDefinition
 
 MAX_PARALLEL_CALLS = 4
 
@@ -109,30 +110,6 @@ def tool_format(tools: list[ToolDefinition], choice, parallel: bool,
     return {"type": "regex", "pattern": calls}
 
 
-def parse_calls(text: str, syntax: ToolCallSyntax) -> list[ToolCall] | None:
-    """The calls in a whole output written in `syntax`, or None if it holds no calls."""
-    if not text.startswith(syntax.start) or not text.endswith(syntax.suffix):
-        return None
-    body = text[len(syntax.prefix):len(text) - len(syntax.suffix)]
-    decoder, calls, pos = json.JSONDecoder(), [], 0
-    while pos < len(body):
-        if calls:
-            if not body.startswith(syntax.separator, pos):
-                return None
-            pos += len(syntax.separator)
-        try:
-            obj, pos = decoder.raw_decode(body, pos)
-        except json.JSONDecodeError:
-            return None
-        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) \
-                or syntax.arguments_key not in obj:
-            return None
-        args = obj[syntax.arguments_key]
-        calls.append(ToolCall(function=FunctionCall(
-            name=obj["name"], arguments=json.dumps(args, ensure_ascii=False))))
-    return calls or None
-
-
 def render_messages(messages, tools: list[ToolDefinition] | None, syntax: ToolCallSyntax,
                     native: bool) -> list[dict]:
     """Chat messages as dicts for `apply_chat_template`. A template that knows tools gets
@@ -172,34 +149,6 @@ def describe_tools(tools: list[ToolDefinition], syntax: ToolCallSyntax) -> str:
     listing = json.dumps([t.model_dump(exclude_none=True) for t in tools], ensure_ascii=False)
     example = syntax.render([("function_name", {"argument": "value"})])
     return (f"You can call these functions:\n{listing}\nTo call one, reply with only:\n{example}")
-
-
-class ToolStream:
-    """Streaming for one choice: text passes through until it is known not to be a call; calls
-    are held and sent as tool-call deltas once the output ends (OpenAI's shape: the first delta
-    of a call has its id, type and name, the next its arguments)."""
-
-    def __init__(self, syntax: ToolCallSyntax, forced: bool):
-        self.syntax, self.held, self.is_call = syntax, "", True if forced else None
-
-    def feed(self, text: str) -> str:
-        """Text to stream as content now ('' while holding)."""
-        if self.is_call is False:
-            return text
-        self.held += text
-        if self.is_call is None:
-            start = self.syntax.start
-            if self.held.startswith(start):
-                self.is_call = True
-            elif not start.startswith(self.held):
-                self.is_call, out, self.held = False, self.held, ""
-                return out
-        return ""
-
-    def finish(self) -> tuple[str, list[ToolCall] | None]:
-        """(content still held, calls) at the end of the output."""
-        calls = parse_calls(self.held, self.syntax) if self.held else None
-        return ("", calls) if calls else (self.held, None)
 
 
 def requested_tool_format(req, syntax: ToolCallSyntax):

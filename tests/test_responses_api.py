@@ -142,12 +142,20 @@ def stream_of(output: ResponseOutput, deltas: list[str], calls: list[ToolCall], 
         lp = [ChatTokenLogprob(token=text, logprob=-0.5)] if output.logprobs is not None else []
         output.add(text, lp)
         chunks.append(events.text_delta(output, text, lp))
-    output.add_calls(calls)
+    for k, call in enumerate(calls):  # each call's arguments in two pieces
+        chunks += events.close_call(output, k - 1, "completed") if k else []
+        output.open_call(call)
+        chunks.append(events.open_call(output, k))
+        half = len(call.function.arguments) // 2
+        for piece in (call.function.arguments[:half], call.function.arguments[half:]):
+            output.add_arguments(k, piece)
+            chunks.append(events.call_arguments(output, k, piece))
     final = finished(response, output, finish, ResponseUsage(input_tokens=3, output_tokens=2, total_tokens=5))
     chunks += events.close_reasoning(output, final.status) if reasoning and not answered else []
     if output.has_message:
         chunks += ([] if deltas else events.open_message(output)) + events.close_message(output, final.status)
-    return chunks + events.calls(output) + [events.event(f"response.{final.status}", response=final)]
+    chunks += events.close_call(output, len(calls) - 1, final.status) if calls else []
+    return chunks + [events.event(f"response.{final.status}", response=final)]
 
 
 def test_a_streamed_text_answer_is_what_the_client_accumulates():
@@ -173,6 +181,11 @@ def test_calls_follow_the_message_and_an_answer_cut_short_is_incomplete():
     assert final["type"] == "response.incomplete"
     assert final["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
     assert final["response"]["output"][0]["status"] == "incomplete"
+
+    _, payloads = accumulate(stream_of(ResponseOutput(with_logprobs=False), [], [call], "length"))
+    [item] = payloads[-1]["response"]["output"]
+    assert (item["status"], item["arguments"]) == ("incomplete", '{"city": "Oslo"}')
+    assert payloads[-2]["type"] == "response.output_item.done" and payloads[-2]["item"] == item
 
 
 def test_an_empty_answer_is_an_empty_message():

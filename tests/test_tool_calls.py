@@ -18,7 +18,8 @@ from transformers import AutoTokenizer
 from app.guided.compiler import compile_regex, regex_for_format
 from app.guided.vocabulary import load_guided_vocabulary
 from deployments.protocol import ChatCompletionRequest
-from deployments.tool_calls import (HERMES, LLAMA3, MISTRAL, PLAIN, parse_calls, render_messages,
+from deployments.tool_call_stream import parse_calls
+from deployments.tool_calls import (HERMES, LLAMA3, MISTRAL, PLAIN, render_messages,
                                     requested_tool_format, syntax_for_template)
 from deployments.guided_formats import FormatRequestError
 from tests.checkpoints import DEFAULT_TARGET

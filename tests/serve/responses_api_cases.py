@@ -73,10 +73,11 @@ def test_required_and_named_function_calls_validate_and_stream_the_same(serve_ap
                   extra_body={"seed": 7})
     whole = client.responses.create(**kwargs)
     with client.responses.stream(**kwargs) as stream:
-        arguments = "".join(e.delta for e in stream if e.type == "response.function_call_arguments.delta")
+        deltas = [e.delta for e in stream if e.type == "response.function_call_arguments.delta"]
         final = stream.get_final_response()
     [call] = final.output
-    assert (call.name, call.arguments) == ("schedule", whole.output[0].arguments) and arguments == call.arguments
+    assert (call.name, call.arguments) == ("schedule", whole.output[0].arguments) and "".join(deltas) == call.arguments
+    assert len(deltas) > 5  # as they were written
 
 
 def test_a_function_call_output_reaches_the_template_as_chat_tool_turns_do(serve_app, client):

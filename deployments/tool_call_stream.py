@@ -1,0 +1,166 @@
+"""Tool calls read as they are written: a stream sends each call's name as soon as its string
+closes and its arguments as they grow (as OpenAI's and vLLM's streams do), and a whole output
+parses to exactly what its stream sent, because it is read by the same stream.
+
+Calls are JSON objects written under the call grammar (deployments/tool_calls.py); text between
+them at the top level is the syntax's prefix, separators and suffix. A call's arguments are its
+arguments value as the model wrote it, spacing included. An output cut while writing a call
+(`max_tokens`) still reports the calls whose names were complete, with the arguments written so
+far, as OpenAI does with `finish_reason: "length"`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from deployments.tool_calls import ToolCallSyntax
+from deployments.tool_protocol import FunctionCall, ToolCall
+
+
+@dataclass(frozen=True)
+class CallPiece:
+    """More of call `index`: its first piece (`opens`) goes out with the call's id and name."""
+    index: int
+    arguments: str
+    opens: bool = False
+
+
+@dataclass
+class _Call:
+    name: str | None = None
+    arguments_start: int | None = None
+    arguments_end: int | None = None  # set once the value is followed by `,` or `}`
+    sent: int = 0  # characters of the arguments already given out
+    call: ToolCall | None = None  # made when the name is known
+
+
+@dataclass
+class _Scanner:
+    """A character-level reader of JSON objects written one after another: it knows the depth,
+    whether it is inside a string, and which key of the top object it is in."""
+    arguments_key: str
+    text: str = ""
+    depth: int = 0
+    string_start: int | None = None
+    escaped: bool = False
+    expecting_key: bool = False
+    key: str | None = None
+    calls: list[_Call] = field(default_factory=list)
+
+    def read(self, more: str) -> None:
+        start = len(self.text)
+        self.text += more
+        for i in range(start, len(self.text)):
+            self._char(i, self.text[i])
+
+    def _char(self, i: int, c: str) -> None:
+        if self.string_start is not None:
+            if self.escaped:
+                self.escaped = False
+            elif c == "\\":
+                self.escaped = True
+            elif c == '"':
+                self._string_closed(i)
+            return
+        if self.depth == 0:  # between calls: syntax, until the next call opens
+            if c == "{":
+                self.depth, self.expecting_key, self.key = 1, True, None
+                self.calls.append(_Call())
+            return
+        call = self.calls[-1]
+        at_value = self.depth == 1 and not self.expecting_key and self.key == self.arguments_key
+        if at_value and call.arguments_start is None and not c.isspace() and c not in ",}":
+            call.arguments_start = i
+        if c == '"':
+            self.string_start = i
+        elif c in "{[":
+            self.depth += 1
+        elif c in "}]":
+            self.depth -= 1
+            if self.depth == 0:
+                self._value_ended(call, i)
+        elif self.depth == 1 and c == ":":
+            self.expecting_key = False
+        elif self.depth == 1 and c == ",":
+            self._value_ended(call, i)
+            self.expecting_key = True
+
+    def _string_closed(self, i: int) -> None:
+        if self.depth == 1 and (self.expecting_key or self.key == "name" and self.calls[-1].name is None):
+            value = json.loads(self.text[self.string_start:i + 1])
+            if self.expecting_key:
+                self.key = value
+            else:
+                self.calls[-1].name = value
+        self.string_start = None
+
+    def _value_ended(self, call: _Call, i: int) -> None:
+        if self.key == self.arguments_key and call.arguments_start is not None and call.arguments_end is None:
+            call.arguments_end = call.arguments_start + len(self.text[call.arguments_start:i].rstrip())
+
+    def arguments(self, call: _Call) -> str:
+        """The arguments written so far, less any trailing blank (which may still be spacing)."""
+        if call.arguments_start is None:
+            return ""
+        end = call.arguments_end if call.arguments_end is not None else len(self.text)
+        return self.text[call.arguments_start:end].rstrip()
+
+
+class ToolStream:
+    """One choice's answer as it streams: text passes through once it is known not to begin like
+    a call (the grammar makes an answer either text or calls); calls go out in pieces."""
+
+    def __init__(self, syntax: ToolCallSyntax):
+        self.syntax, self.held, self.is_call = syntax, "", None
+        self.scanner = _Scanner(syntax.arguments_key)
+
+    def feed(self, text: str) -> tuple[str, list[CallPiece]]:
+        """(text to stream as content now, the calls' new pieces)."""
+        if self.is_call is False:
+            return text, []
+        self.held += text
+        if self.is_call is None:
+            if self.held.startswith(self.syntax.start):
+                self.is_call = True
+                text = self.held
+            elif self.syntax.start.startswith(self.held):
+                return "", []
+            else:
+                self.is_call, held, self.held = False, self.held, ""
+                return held, []
+        self.scanner.read(text)
+        return "", self._pieces()
+
+    def _pieces(self) -> list[CallPiece]:
+        pieces = []
+        for index, call in enumerate(self.scanner.calls):
+            if call.name is None:
+                continue
+            opens = call.call is None
+            if opens:
+                call.call = ToolCall(function=FunctionCall(name=call.name, arguments=""))
+            arguments = self.scanner.arguments(call)
+            if opens or len(arguments) > call.sent:
+                pieces.append(CallPiece(index, arguments[call.sent:], opens))
+                call.sent = len(arguments)
+        return pieces
+
+    def finish(self) -> tuple[str, list[ToolCall] | None]:
+        """(text still held, the calls) once the output has ended: the calls whose names were
+        written, or None, when the held text is the answer."""
+        calls = [c.call.model_copy(update={"function": FunctionCall(
+            name=c.name, arguments=self.scanner.arguments(c))}) for c in self.scanner.calls if c.call]
+        return ("", calls) if calls else (self.held, None)
+
+    def call(self, index: int) -> ToolCall:
+        """Call `index` as opened: its id and name."""
+        return self.scanner.calls[index].call
+
+
+def parse_calls(text: str, syntax: ToolCallSyntax) -> list[ToolCall] | None:
+    """The calls in a whole output written in `syntax`, or None if it holds none: what its
+    stream would have sent."""
+    stream = ToolStream(syntax)
+    stream.feed(text)
+    return stream.finish()[1]

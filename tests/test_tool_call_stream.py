@@ -1,0 +1,122 @@
+"""Tool calls streamed as they are written: a call's name goes out as soon as its string closes,
+its arguments as they grow, and what a client assembles from the pieces, however the output was
+cut into steps, is the whole output's parse (deployments/tool_call_stream.py)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+
+import pytest
+
+from app.guided.compiler import compile_regex, regex_for_format
+from app.guided.vocabulary import load_guided_vocabulary
+from deployments.tool_call_stream import ToolStream, parse_calls
+from deployments.tool_calls import HERMES, LLAMA3, MISTRAL, PLAIN, requested_tool_format
+from tests.checkpoints import DEFAULT_TARGET
+from tests.guided.test_string_formats import distances_to_final, walk
+from tests.test_tool_calls import TOOLS, request
+
+SYNTAXES = [PLAIN, HERMES, MISTRAL, LLAMA3]
+WEATHER = {"city": "Oslo, \"NO\" {x}", "unit": "celsius"}
+MEETING = {"when": "2026-11-28T10:00:00Z", "people": [{"email": "a@b.no", "optional": False}],
+           "room": {"floor": 3}}
+
+
+def rendered(syntax) -> list[str]:
+    """Outputs with one call, two calls, calls with spacing of their own, and text."""
+    spaced = syntax.prefix + '{ "name" :"now",  "%s":{ "a" : [1, "}"] } }' % syntax.arguments_key + syntax.suffix
+    return [syntax.render([("get_weather", WEATHER)]),
+            syntax.render([("get_weather", WEATHER), ("book_meeting", MEETING), ("now", {})]),
+            spaced, "Sunny, I think.", "{" if syntax.start != "{" else "<", ""]
+
+
+def streamed(text: str, cuts: tuple[int, ...], syntax) -> tuple[str, list[dict], list]:
+    """(content, calls as a client assembles them, the final calls) of `text` fed in pieces cut at `cuts`."""
+    stream, content, calls = ToolStream(syntax), "", []
+    bounds = [0, *cuts, len(text)]
+    for start, end in zip(bounds, bounds[1:]):
+        more, pieces = stream.feed(text[start:end])
+        content += more
+        for piece in pieces:
+            if piece.opens:
+                assert piece.index == len(calls)
+                call = stream.call(piece.index)
+                calls.append({"id": call.id, "name": call.function.name, "arguments": ""})
+            calls[piece.index]["arguments"] += piece.arguments
+    held, final = stream.finish()
+    return content + held, calls, final
+
+
+@pytest.mark.parametrize("syntax", SYNTAXES, ids=lambda s: s.name)
+def test_every_division_into_two_or_three_pieces_streams_the_whole_parse(syntax):
+    for text in rendered(syntax):
+        whole = parse_calls(text, syntax)
+        for cuts in itertools.chain(itertools.combinations(range(1, len(text)), 1),
+                                    itertools.combinations(range(1, len(text), 7), 2)):
+            content, calls, final = streamed(text, cuts, syntax)
+            if whole is None:
+                assert (content, calls, final) == (text, [], None)
+                continue
+            assert content == "" and [(c.id, c.function.name, c.function.arguments) for c in final] == \
+                [(c["id"], c["name"], c["arguments"]) for c in calls]
+            assert [(c.function.name, c.function.arguments) for c in whole] == \
+                [(c["name"], c["arguments"]) for c in calls]
+
+
+@pytest.mark.parametrize("syntax", SYNTAXES, ids=lambda s: s.name)
+def test_arguments_are_the_value_as_written(syntax):
+    [call] = parse_calls(syntax.render([("get_weather", WEATHER)]), syntax)
+    assert (call.function.name, json.loads(call.function.arguments)) == ("get_weather", WEATHER)
+    calls = parse_calls(rendered(syntax)[1], syntax)
+    assert [c.function.name for c in calls] == ["get_weather", "book_meeting", "now"]
+    assert [json.loads(c.function.arguments) for c in calls] == [WEATHER, MEETING, {}]
+    assert len({c.id for c in calls}) == 3
+    [spaced] = parse_calls(rendered(syntax)[2], syntax)
+    assert spaced.function.arguments == '{ "a" : [1, "}"] }'
+
+
+def test_the_name_goes_out_when_its_string_closes_and_the_arguments_as_they_grow():
+    text = PLAIN.render([("get_weather", WEATHER)])
+    stream, sent = ToolStream(PLAIN), []
+    for i, c in enumerate(text):
+        _, pieces = stream.feed(c)
+        sent += [(i, p) for p in pieces]
+    opened_at = text.index('"get_weather"') + len('"get_weather"') - 1
+    assert sent[0][0] == opened_at and sent[0][1].opens and sent[0][1].arguments == ""
+    assert len(sent) > len(json.dumps(WEATHER)) // 2  # the arguments came character by character
+    assert "".join(p.arguments for _, p in sent) == json.dumps(WEATHER, ensure_ascii=False)
+
+
+@pytest.mark.parametrize("syntax", [PLAIN, HERMES], ids=lambda s: s.name)
+def test_an_output_cut_inside_a_call_keeps_the_calls_whose_names_were_written(syntax):
+    text = syntax.render([("get_weather", WEATHER), ("now", {})])
+    cut = text[:text.index('"Oslo') + 3]
+    [call] = parse_calls(cut, syntax)
+    assert (call.function.name, call.function.arguments) == ("get_weather", '{"city": "Os')
+    before_name = text[:text.index('"get_weather"') + 5]
+    assert parse_calls(before_name, syntax) is None
+    assert streamed(before_name, (3,), syntax)[0] == before_name  # then the held text is the answer
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    return load_guided_vocabulary(DEFAULT_TARGET)
+
+
+@pytest.mark.parametrize("syntax", SYNTAXES, ids=lambda s: s.name)
+def test_sampled_calls_stream_as_they_parse(vocab, syntax):
+    """Outputs the call grammar allows, cut where tokens end, as a served stream cuts them."""
+    fmt = requested_tool_format(request(tool_choice="required"), syntax).format
+    index = compile_regex(regex_for_format(fmt), vocab)
+    dist = distances_to_final(index)
+    for seed in range(10):
+        rng = random.Random(seed)
+        text = walk(index, vocab, dist, rng, stop_p=0.3).decode()
+        whole = parse_calls(text, syntax)
+        assert whole and {c.function.name for c in whole} <= {t["function"]["name"] for t in TOOLS}
+        cuts = tuple(sorted(rng.sample(range(1, len(text)), min(12, len(text) - 1))))
+        content, calls, _ = streamed(text, cuts, syntax)
+        assert content == "" and [(c.function.name, c.function.arguments) for c in whole] == \
+            [(c["name"], c["arguments"]) for c in calls]
