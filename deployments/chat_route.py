@@ -13,8 +13,10 @@ from typing import AsyncIterator
 from deployments.choices import Choice, merge_choices, sse, usage_of
 from deployments.output_logprobs import chat_logprobs
 from deployments.protocol import ChatCompletionRequest
-from deployments.reasoning import ReasoningStream, split_reasoning, thinks
-from deployments.responses import AssistantMessage, ChatChunkChoice, ChatCompletionChunk, DeltaMessage
+from deployments.reasoning import ReasoningStream, thinks
+from deployments.responses import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
+                                   ChatCompletionResponse, ChatLogprobs, CompletionTokensDetails, DeltaMessage,
+                                   UsageInfo)
 from deployments.tool_call_stream import CallPiece, ToolStream, parse_calls
 from deployments.tool_protocol import FunctionCallDelta, ToolCallDelta
 
@@ -23,13 +25,45 @@ class ChatRoutes:
     def _thinks(self, body: ChatCompletionRequest) -> bool:
         return thinks(self.reasoning_parser, body.chat_template_kwargs)
 
-    def _chat_message(self, body: ChatCompletionRequest, output: str, thinking: bool,
+    def _chat_message(self, body: ChatCompletionRequest, reasoning: str, text: str, thinking: bool,
                       calls_possible: bool = False) -> AssistantMessage:
-        """A whole reply: its reasoning apart, then its tool calls, or else its text."""
-        reasoning, text = split_reasoning(output, thinking)
+        """A whole reply from its reasoning and answer: its tool calls, or else its text."""
         calls = parse_calls(text, self.tool_syntax) if calls_possible else None
         return AssistantMessage(content=None if calls or (reasoning and not text) else body.echoed_text + text,
                                 tool_calls=calls, reasoning=reasoning if thinking and body.include_reasoning else None)
+
+    def _with_reasoning(self, usage: UsageInfo | None, splits: list[ReasoningStream]) -> UsageInfo | None:
+        """OpenAI's `completion_tokens_details.reasoning_tokens`, when the app has a reasoning parser
+        (0 for a reply with thinking off)."""
+        if usage is None or self.reasoning_parser is None:
+            return usage
+        details = CompletionTokensDetails(reasoning_tokens=sum(s.reasoning_tokens for s in splits))
+        return usage.model_copy(update={"completion_tokens_details": details})
+
+    async def _whole_chat(self, request_id: str, created: int, body: ChatCompletionRequest,
+                          choices: list[Choice], calls_possible: bool, thinking: bool) -> ChatCompletionResponse:
+        splits = {c.index: ReasoningStream(thinking) for c in choices}
+        reasoning, answers = {c.index: "" for c in choices}, {c.index: "" for c in choices}
+        logprobs: dict[int, list] = {c.index: [] for c in choices}
+        async for event in merge_choices(choices):
+            i = event.choice.index
+            more_reasoning, more_answer = splits[i].take(event.text, event.finish_reason is not None,
+                                                         len(event.token_ids))
+            reasoning[i] += more_reasoning
+            answers[i] += more_answer
+            lp = chat_logprobs(event.logprobs, self._token_names(body))
+            if lp is not None:
+                logprobs[i].extend(lp.content)
+        out = []
+        for c in choices:
+            message = self._chat_message(body, reasoning[c.index], answers[c.index], thinking, calls_possible)
+            out.append(ChatChoice(
+                index=c.index, message=message,
+                logprobs=ChatLogprobs(content=logprobs[c.index]) if body.logprobs else None,
+                finish_reason="tool_calls" if message.tool_calls and c.finish_reason == "stop" else c.finish_reason,
+                stop_reason=c.stop_reason))
+        usage = self._with_reasoning(usage_of(choices), list(splits.values()))
+        return ChatCompletionResponse(id=request_id, created=created, model=self.model_name, usage=usage, choices=out)
 
     @staticmethod
     def _call_delta(stream: ToolStream, piece: CallPiece) -> ToolCallDelta:
@@ -41,20 +75,22 @@ class ChatRoutes:
     async def _stream_chat(self, request_id: str, created: int, body: ChatCompletionRequest,
                            choices: list[Choice], calls_possible: bool, thinking: bool) -> AsyncIterator[str]:
         def chunk(choice_list, usage=None) -> str:
-            usage = usage or self._chunk_usage(body, choices, {c.index for c in choice_list})
+            indices = {c.index for c in choice_list}
+            usage = usage or self._with_reasoning(self._chunk_usage(body, choices, indices),
+                                                  [splits[i] for i in indices])
             return sse(ChatCompletionChunk(id=request_id, created=created, model=self.model_name,
                                             choices=choice_list, usage=usage))
 
         streams = {c.index: ToolStream(self.tool_syntax) for c in choices} if calls_possible else {}
+        splits = {c.index: ReasoningStream(thinking) for c in choices}
         yield chunk([ChatChunkChoice(index=c.index, delta=DeltaMessage(role="assistant", content=""))
                      for c in choices])
         if body.echoed_text:
             yield chunk([ChatChunkChoice(index=c.index, delta=DeltaMessage(content=body.echoed_text))
                          for c in choices])
-        splits = {c.index: ReasoningStream(thinking) for c in choices}
         async for event in merge_choices(choices):
             i, finish = event.choice.index, event.finish_reason
-            reasoning, text = splits[i].take(event.text, last=finish is not None)
+            reasoning, text = splits[i].take(event.text, finish is not None, len(event.token_ids))
             reasoning = reasoning if body.include_reasoning else ""
             pieces, calls = [], None
             if i in streams:
@@ -70,4 +106,4 @@ class ChatRoutes:
                 logprobs=chat_logprobs(event.logprobs, self._token_names(body)),
                 finish_reason="tool_calls" if calls and finish == "stop" else finish, stop_reason=event.stop_reason)])
         if body.include_usage:
-            yield chunk([], usage_of(choices))
+            yield chunk([], self._with_reasoning(usage_of(choices), list(splits.values())))

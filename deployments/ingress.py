@@ -41,13 +41,14 @@ from deployments.bad_words import bad_words_token_ids
 from deployments.beam_choices import beam_texts
 from deployments.best_of import keep_likeliest
 from deployments.echo import echo_logprobs, joined, vllm_prompt_logprobs
-from deployments.output_logprobs import chat_logprobs, completion_logprobs, token_id_text
+from deployments.output_logprobs import completion_logprobs, token_id_text
 from deployments.errors import remote_cause
 from deployments.http_app import app
 from deployments.guided_formats import FormatRequestError, RequestedFormat, requested_format
 from deployments.request_gate import DEFAULT_MAX_BODY_BYTES, GateSettings
 from deployments.metrics import IngressMetrics
 from deployments.prefix_router import RoutingCollector
+from deployments.reasoning import split_reasoning
 from deployments.tool_calls import requested_tool_format, syntax_for_template, template_knows_tools
 from deployments.tokenize_protocol import (DetokenizeRequest, DetokenizeResponse, TokenizeChatRequest,
                                            TokenizeCompletionRequest, TokenizeResponse)
@@ -56,7 +57,7 @@ from deployments.protocol import ChatCompletionRequest, CompletionRequest
 from deployments.request_ids import client_request_id, response_ids
 from deployments.responses_api_protocol import ResponseObject, ResponsesRequest
 from deployments.responses_route import ResponsesRoutes
-from deployments.responses import (ChatChoice, ChatCompletionResponse, ChatLogprobs, CompletionChoice,
+from deployments.responses import (ChatChoice, ChatCompletionResponse, CompletionChoice,
                                    CompletionResponse, ModelCard, ModelList, UsageInfo)
 
 logger = logging.getLogger("ray.serve")
@@ -314,30 +315,13 @@ class Ingress(ChatRoutes, ResponsesRoutes):
             beams = beam_texts(choices, body.n)
             return ChatCompletionResponse(
                 id=request_id, created=created, model=self.model_name, usage=usage_of(choices),
-                choices=[ChatChoice(index=b.index, message=self._chat_message(body, b.text, thinking),
+                choices=[ChatChoice(index=b.index, message=self._chat_message(body, *split_reasoning(b.text, thinking), thinking),
                                     finish_reason=b.finish_reason, stop_reason=b.stop_reason) for b in beams])
         calls_possible = tools is not None
         if body.stream:
             return StreamingResponse(guarded_stream(request_id, choices, self._stream_chat(
                 request_id, created, body, choices, calls_possible, thinking)), media_type="text/event-stream")
-        texts = {c.index: [] for c in choices}
-        logprobs: dict[int, list] = {c.index: [] for c in choices}
-        async for event in merge_choices(choices):
-            texts[event.choice.index].append(event.text)
-            lp = chat_logprobs(event.logprobs, self._token_names(body))
-            if lp is not None:
-                logprobs[event.choice.index].extend(lp.content)
-        out = []
-        for c in choices:
-            message = self._chat_message(body, "".join(texts[c.index]), thinking, calls_possible)
-            calls = message.tool_calls
-            out.append(ChatChoice(
-                index=c.index, message=message,
-                logprobs=ChatLogprobs(content=logprobs[c.index]) if body.logprobs else None,
-                finish_reason="tool_calls" if calls and c.finish_reason == "stop" else c.finish_reason,
-                stop_reason=c.stop_reason))
-        return ChatCompletionResponse(id=request_id, created=created, model=self.model_name,
-                                      usage=usage_of(choices), choices=out)
+        return await self._whole_chat(request_id, created, body, choices, calls_possible, thinking)
 
     @app.post("/v1/responses")
     async def create_response(self, body: ResponsesRequest, raw: Request):

@@ -56,6 +56,7 @@ class ReasoningStream:
     def __init__(self, thinking: bool = True):
         self.phase = "start" if thinking else "answer"
         self.held = ""
+        self.reasoning_tokens = 0
 
     def feed(self, text: str) -> tuple[str, str]:
         self.held += text
@@ -86,8 +87,12 @@ class ReasoningStream:
         """Still before the reasoning's end (or the start of an output that may open with it)."""
         return self.phase in ("start", "reasoning")
 
-    def take(self, text: str, last: bool) -> tuple[str, str]:
-        """`feed`, and when `text` is the output's last piece, `finish` too."""
+    def take(self, text: str, last: bool, num_tokens: int = 0) -> tuple[str, str]:
+        """`feed`, and when `text` is the output's last piece, `finish` too. The piece's
+        `num_tokens` count as reasoning when they came before the reasoning ended: so the step
+        that writes `</think>` is reasoning's (with any answer tokens that step drafted)."""
+        if self.thinking:
+            self.reasoning_tokens += num_tokens
         reasoning, answer = self.feed(text)
         if not last:
             return reasoning, answer

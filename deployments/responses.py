@@ -21,11 +21,16 @@ class PromptTokensDetails(BaseModel):
     cached_tokens: int = 0  # of the prompt's tokens, those the prefix cache held
 
 
+class CompletionTokensDetails(BaseModel):
+    reasoning_tokens: int = 0  # of the completion's tokens, those written before the reasoning ended
+
+
 class UsageInfo(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
     prompt_tokens_details: PromptTokensDetails | None = None
+    completion_tokens_details: CompletionTokensDetails | None = None  # with a reasoning parser
 
 
 class CompletionLogprobs(BaseModel):

@@ -42,21 +42,21 @@ class ResponseOutput:
         self.reasoning_stream = ReasoningStream(thinking)
         self.reasoning_id = new_id("rs", "_")
         self.reasoning = ""
-        self.reasoning_tokens = 0
         self.message_id = new_id("msg", "_")
         self.text = ""
         self.logprobs: list[ChatTokenLogprob] | None = [] if with_logprobs else None
         self.calls: list[FunctionToolCall] = []
 
     def split(self, event: Event) -> tuple[str, str]:
-        """An event's (reasoning, answer) text; the reasoning is kept. Its tokens count as
-        reasoning when they came before the reasoning ended: so the step that writes `</think>`
-        is reasoning's (with any answer tokens that step drafted and verified)."""
-        if self.reasoning_stream.thinking:
-            self.reasoning_tokens += len(event.token_ids)
-        reasoning, answer = self.reasoning_stream.take(event.text, last=event.finish_reason is not None)
+        """An event's (reasoning, answer) text; the reasoning is kept."""
+        reasoning, answer = self.reasoning_stream.take(event.text, event.finish_reason is not None,
+                                                       len(event.token_ids))
         self.reasoning += reasoning
         return reasoning, answer
+
+    @property
+    def reasoning_tokens(self) -> int:
+        return self.reasoning_stream.reasoning_tokens
 
     def add(self, text: str, logprobs: list[ChatTokenLogprob]) -> None:
         self.text += text

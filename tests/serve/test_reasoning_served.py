@@ -47,6 +47,15 @@ def test_a_reply_cut_while_thinking_is_all_reasoning(serve_app, client, raw_outp
     assert streamed(chat(client, serve_app.model, stream=True)) == (raw_output, "")
 
 
+def test_chat_usage_counts_the_reasoning_tokens(serve_app, client):
+    assert chat(client, serve_app.model).usage.completion_tokens_details.reasoning_tokens == MAX_TOKENS
+    [*_, last] = chat(client, serve_app.model, stream=True, stream_options={"include_usage": True})
+    assert (last.usage.completion_tokens, last.usage.completion_tokens_details.reasoning_tokens) == \
+        (MAX_TOKENS, MAX_TOKENS)
+    off = chat(client, serve_app.model, **THINKING_OFF).usage
+    assert (off.completion_tokens, off.completion_tokens_details.reasoning_tokens) == (MAX_TOKENS, 0)
+
+
 def test_include_reasoning_false_leaves_it_out(serve_app, client):
     message = chat(client, serve_app.model, include_reasoning=False).choices[0].message
     assert message.reasoning is None and message.content is None
