@@ -42,13 +42,13 @@ class ChatRoutes:
 
     async def _whole_chat(self, request_id: str, created: int, body: ChatCompletionRequest,
                           choices: list[Choice], calls_possible: bool, thinking: bool) -> ChatCompletionResponse:
-        splits = {c.index: ReasoningStream(thinking) for c in choices}
+        splits = {c.index: ReasoningStream(thinking, self.tokenizer.decode) for c in choices}
         reasoning, answers = {c.index: "" for c in choices}, {c.index: "" for c in choices}
         logprobs: dict[int, list] = {c.index: [] for c in choices}
         async for event in merge_choices(choices):
             i = event.choice.index
             more_reasoning, more_answer = splits[i].take(event.text, event.finish_reason is not None,
-                                                         len(event.token_ids))
+                                                         event.token_ids)
             reasoning[i] += more_reasoning
             answers[i] += more_answer
             lp = chat_logprobs(event.logprobs, self._token_names(body))
@@ -82,7 +82,7 @@ class ChatRoutes:
                                             choices=choice_list, usage=usage))
 
         streams = {c.index: ToolStream(self.tool_syntax) for c in choices} if calls_possible else {}
-        splits = {c.index: ReasoningStream(thinking) for c in choices}
+        splits = {c.index: ReasoningStream(thinking, self.tokenizer.decode) for c in choices}
         yield chunk([ChatChunkChoice(index=c.index, delta=DeltaMessage(role="assistant", content=""))
                      for c in choices])
         if body.echoed_text:
@@ -90,7 +90,7 @@ class ChatRoutes:
                          for c in choices])
         async for event in merge_choices(choices):
             i, finish = event.choice.index, event.finish_reason
-            reasoning, text = splits[i].take(event.text, finish is not None, len(event.token_ids))
+            reasoning, text = splits[i].take(event.text, finish is not None, event.token_ids)
             reasoning = reasoning if body.include_reasoning else ""
             pieces, calls = [], None
             if i in streams:

@@ -51,6 +51,7 @@ class Choice:
         self.stop_reason: str | int | None = None
         self.closed = False
         self.text_len = 0
+        self.unreported_ids: list[int] = []  # tokens of outputs that made no event: the next one's
 
     async def start(self) -> None:
         """Await the first output, so refusals surface before the response starts."""
@@ -73,9 +74,12 @@ class Choice:
         elif out.finished:
             text += self.detok.finish()
             self.finish_reason, self.stop_reason = out.finish_reason or "stop", out.stop_token_id
+        token_ids = self.unreported_ids + out.new_token_ids if self.unreported_ids else out.new_token_ids
         if not text and not out.new_logprobs and out.prompt_logprobs is None and self.finish_reason is None:
+            self.unreported_ids = token_ids
             return None
-        return Event(self, text, out.new_token_ids, out.new_logprobs, self.finish_reason,
+        self.unreported_ids = []
+        return Event(self, text, token_ids, out.new_logprobs, self.finish_reason,
                      out.prompt_logprobs, self.stop_reason)
 
     def close(self, record: bool = True) -> None:

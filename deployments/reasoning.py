@@ -9,6 +9,8 @@ The parsers:
   reasoning (cut at max_tokens while thinking).
 - "qwen3": the same, unless the request turns thinking off with `chat_template_kwargs`
   `{"enable_thinking": false}`: then it is all answer.
+- "deepseek_v3" (DeepSeek-V3.1 and later, hybrid models): all answer, unless the request turns
+  thinking on with `chat_template_kwargs` `{"thinking": true}` (the templates' own switch).
 Newlines just after `</think>` are dropped: templates write them when a reply is fed back.
 
 An output format or tool-call grammar is for the answer, as in vLLM, which enforces structured
@@ -18,15 +20,22 @@ its reasoning (`thinking_then`).
 
 from __future__ import annotations
 
-REASONING_PARSERS = ("deepseek_r1", "qwen3")
+from typing import Callable, Sequence
+
+# Whether a request thinks, by parser, from its `chat_template_kwargs`, as the templates read them.
+THINKING_SWITCHES = {
+    "deepseek_r1": lambda kwargs: True,
+    "qwen3": lambda kwargs: kwargs.get("enable_thinking") is not False,  # `enable_thinking is false`
+    "deepseek_v3": lambda kwargs: bool(kwargs.get("thinking")),  # `{% if thinking %}`
+}
+REASONING_PARSERS = tuple(THINKING_SWITCHES)
 THINK_START, THINK_END = "<think>", "</think>"
+RECENT_TOKENS = 16  # enough to spell `</think>` however the tokenizer splits it
 
 
 def thinks(parser: str | None, chat_template_kwargs: dict | None) -> bool:
     """Whether a chat request's output starts with reasoning."""
-    if parser is None:
-        return False
-    return parser != "qwen3" or (chat_template_kwargs or {}).get("enable_thinking", True) is not False
+    return parser is not None and THINKING_SWITCHES[parser](chat_template_kwargs or {})
 
 
 def _without_closing_tag() -> str:
@@ -53,10 +62,14 @@ class ReasoningStream:
     """One output split as it arrives: `feed` gives the (reasoning, answer) text that can go
     now; text that may be the start of a tag waits for the next piece."""
 
-    def __init__(self, thinking: bool = True):
+    def __init__(self, thinking: bool = True, decode: Callable[[list[int]], str] | None = None):
+        """`decode` (the tokenizer's): to count exactly which of the tokens that came with the
+        reasoning's end were written before it; without it they all count as reasoning."""
         self.phase = "start" if thinking else "answer"
         self.held = ""
-        self.reasoning_tokens = 0
+        self.reasoning_tokens = 0  # output tokens written before the reasoning ended, `</think>`'s included
+        self.decode = decode
+        self.recent_ids: list[int] = []  # the last tokens, to find the tag's end among new ones
 
     def feed(self, text: str) -> tuple[str, str]:
         self.held += text
@@ -87,17 +100,25 @@ class ReasoningStream:
         """Still before the reasoning's end (or the start of an output that may open with it)."""
         return self.phase in ("start", "reasoning")
 
-    def take(self, text: str, last: bool, num_tokens: int = 0) -> tuple[str, str]:
-        """`feed`, and when `text` is the output's last piece, `finish` too. The piece's
-        `num_tokens` count as reasoning when they came before the reasoning ended: so the step
-        that writes `</think>` is reasoning's (with any answer tokens that step drafted)."""
-        if self.thinking:
-            self.reasoning_tokens += num_tokens
+    def take(self, text: str, last: bool, token_ids: Sequence[int] = ()) -> tuple[str, str]:
+        """`feed`, and when `text` is the output's last piece, `finish` too. `token_ids`: the
+        tokens that wrote `text`, counted into `reasoning_tokens`."""
+        was_thinking = self.thinking
         reasoning, answer = self.feed(text)
-        if not last:
-            return reasoning, answer
-        held_reasoning, held_answer = self.finish()
-        return reasoning + held_reasoning, answer + held_answer
+        if last:
+            held_reasoning, held_answer = self.finish()
+            reasoning, answer = reasoning + held_reasoning, answer + held_answer
+        if was_thinking:
+            self.reasoning_tokens += len(token_ids) if self.thinking else self._written_by_the_tag_end(token_ids)
+            self.recent_ids = (self.recent_ids + list(token_ids))[-RECENT_TOKENS:]
+        return reasoning, answer
+
+    def _written_by_the_tag_end(self, token_ids: Sequence[int]) -> int:
+        """How many of `token_ids`, which ended the reasoning, it took to complete `</think>`."""
+        for n in range(1, len(token_ids) + 1) if self.decode is not None else ():
+            if THINK_END in self.decode(self.recent_ids + list(token_ids[:n])):
+                return n
+        return len(token_ids)
 
     def finish(self) -> tuple[str, str]:
         """What is still held once the output ended: unfinished reasoning stays reasoning."""

@@ -21,7 +21,7 @@ after the stream began ends it with `response.failed`.
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from pydantic_core import to_jsonable_python
 
@@ -38,8 +38,8 @@ from deployments.tool_protocol import ToolCall
 class ResponseOutput:
     """The output of one response as it grows: reasoning, text and its logprobs, then the calls."""
 
-    def __init__(self, with_logprobs: bool, thinking: bool = False):
-        self.reasoning_stream = ReasoningStream(thinking)
+    def __init__(self, with_logprobs: bool, thinking: bool = False, decode: Callable[[list[int]], str] | None = None):
+        self.reasoning_stream = ReasoningStream(thinking, decode)
         self.reasoning_id = new_id("rs", "_")
         self.reasoning = ""
         self.message_id = new_id("msg", "_")
@@ -49,8 +49,7 @@ class ResponseOutput:
 
     def split(self, event: Event) -> tuple[str, str]:
         """An event's (reasoning, answer) text; the reasoning is kept."""
-        reasoning, answer = self.reasoning_stream.take(event.text, event.finish_reason is not None,
-                                                       len(event.token_ids))
+        reasoning, answer = self.reasoning_stream.take(event.text, event.finish_reason is not None, event.token_ids)
         self.reasoning += reasoning
         return reasoning, answer
 

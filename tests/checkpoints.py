@@ -45,3 +45,39 @@ def write_random_llama3(path: Path, vocab_size: int = 512, seed: int = 0) -> Pat
             p.normal_(0, 0.2) if p.dim() > 1 else None
     model.save_pretrained(path)
     return path
+
+
+def write_successor_model(path: Path, tokenizer_dir: Path, successors: dict[int, int],
+                          chat_template: str | None = None) -> Path:
+    """A Llama model whose greedy next token depends on the current token alone: after `a` it
+    writes `successors[a]`, so a test can make it write a known text, tags and all.
+
+    Its one layer adds nothing to the residual stream (o_proj and down_proj are zero), so the
+    final hidden state is the current token's embedding, normalized. Those of the tokens in
+    `successors` are orthonormal, and each LM-head row sums the embeddings of the tokens it
+    follows: after `a`, `successors[a]` scores 80 and every other token 0."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    hidden = 64
+    assert len(successors) <= hidden
+    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=128, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                      tie_word_embeddings=False, eos_token_id=tokenizer.eos_token_id,
+                      bos_token_id=tokenizer.bos_token_id, rms_norm_eps=1e-6)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg)
+    basis = torch.linalg.qr(torch.randn(hidden, hidden))[0].t()  # orthonormal rows
+    with torch.no_grad():
+        layer = model.model.layers[0]
+        layer.self_attn.o_proj.weight.zero_()
+        layer.mlp.down_proj.weight.zero_()
+        model.lm_head.weight.zero_()
+        for row, (token, successor) in zip(basis, successors.items()):
+            model.model.embed_tokens.weight[token] = row
+            model.lm_head.weight[successor] += 10 * row  # x 8, the RMSNorm of a unit row in 64 dims
+    model.save_pretrained(path)
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
+    tokenizer.save_pretrained(path)
+    return path

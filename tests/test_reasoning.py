@@ -60,6 +60,29 @@ def test_a_tag_is_held_only_while_it_may_still_be_one():
     assert stream.feed("Yes</think>") == ("", "Yes</think>")  # the answer passes as it comes
 
 
+def test_reasoning_tokens_end_at_the_token_that_completed_the_tag():
+    """However the tokens came in events (several steps at once, drafts), with the tokenizer's
+    decode the count stops at the token that wrote `</think>`'s last character."""
+    texts = {1: "<think>", 2: "pla", 3: "n</", 4: "th", 5: "ink>", 6: "\n\n", 7: "yes", 8: "!"}
+    decode = lambda ids: "".join(texts[i] for i in ids)  # noqa: E731
+    ids = list(texts)
+    for cuts in itertools.chain.from_iterable(itertools.combinations(range(1, len(ids)), k) for k in range(len(ids))):
+        events = [ids[a:b] for a, b in zip((0, *cuts), (*cuts, len(ids)))]
+        for with_decode, expected in ((True, 5), (False, None)):
+            stream = ReasoningStream(thinking=True, decode=decode if with_decode else None)
+            split = [stream.take(decode(e), last=e is events[-1], token_ids=e) for e in events]
+            assert ("".join(r for r, _ in split), "".join(a for _, a in split)) == ("plan", "yes!")
+            ending = next(e for e in events if 5 in e)  # without decode, all of its tokens count
+            assert stream.reasoning_tokens == (expected or ids.index(ending[-1]) + 1), events
+    unfinished = ReasoningStream(thinking=True, decode=decode)
+    unfinished.take("<think>pla", last=False, token_ids=[1, 2])
+    unfinished.take("n</", last=True, token_ids=[3])
+    assert unfinished.reasoning_tokens == 3  # cut while thinking: all reasoning
+    answering = ReasoningStream(thinking=False, decode=decode)
+    answering.take("plan</think>", last=True, token_ids=[2, 3, 4, 5])
+    assert answering.reasoning_tokens == 0
+
+
 def test_without_thinking_all_is_answer():
     assert split_reasoning("abc</think>\nd", thinking=False) == ("", "abc</think>\nd")
 
@@ -69,6 +92,8 @@ def test_who_thinks():
     assert thinks("deepseek_r1", {"enable_thinking": False})  # R1 always thinks
     assert thinks("qwen3", None) and thinks("qwen3", {"enable_thinking": True})
     assert not thinks("qwen3", {"enable_thinking": False})
+    assert not thinks("deepseek_v3", None) and not thinks("deepseek_v3", {"enable_thinking": True})
+    assert thinks("deepseek_v3", {"thinking": True}) and not thinks("deepseek_v3", {"thinking": False})
 
 
 def test_the_free_reasoning_regex_is_exactly_text_without_the_closing_tag():

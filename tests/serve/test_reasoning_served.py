@@ -1,96 +1,154 @@
 """A thinking model's reasoning, served (`reasoning_parser: qwen3`), through the real `openai`
 client: a reply is reasoning until `</think>`, in the message's and the deltas' `reasoning`
 field and in a Responses `reasoning` item; thinking turned off is all answer; an output format
-binds the answer, not the reasoning. The test model never writes `</think>`, so every reply here
-is cut while thinking; the split at the tag itself is tests/test_reasoning.py's."""
+or a tool call binds the answer, not the reasoning.
+
+The app serves a model that writes a known text (tests/checkpoints.py: write_successor_model):
+greedy, it thinks "The capital of France", writes `</think>`, answers "Paris." and stops. With
+thinking off its prompt ends after an empty `<think>\\n\\n</think>\\n\\n`, as Qwen3's does, and
+it answers at once. A stream brings that text in pieces, as the steps come, and splits it at
+the tag."""
 
 from __future__ import annotations
 
+import functools
+import json
+
 import pytest
 
-from tests.serve.api_helpers import chat_ids, engine, engine_text, streamed_response  # noqa: F401 - `engine` is a fixture
+from tests.checkpoints import DEFAULT_TARGET, write_successor_model
+from tests.serve.api_helpers import streamed_response
 
 pytestmark = pytest.mark.slow
 
 SERVE_APP_ARGS = {"reasoning_parser": "qwen3", "draft_model": None, "speculative_method": None}
-MESSAGES = [{"role": "user", "content": "Explain the code"}]
-MAX_TOKENS = 24
+MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 THINKING_OFF = {"chat_template_kwargs": {"enable_thinking": False}}
+REASONING, ANSWER = "The capital of France", "Paris."
+CHAT_TEMPLATE = ("{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}<|end|>\n"
+                 "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% if enable_thinking is defined "
+                 "and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}")
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string", "maxLength": 8}}, "required": ["city"]}}}
+
+
+@functools.cache
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(DEFAULT_TARGET)
+
+
+def token_ids(text: str) -> list[int]:
+    return tokenizer().encode(text, add_special_tokens=False)
 
 
 @pytest.fixture(scope="module")
-def raw_output(engine, tokenizer) -> str:  # noqa: F811
-    """What the model writes for MESSAGES, greedy: the engine alone, no parser."""
-    text, n = engine_text(engine, tokenizer, chat_ids(tokenizer, MESSAGES), MAX_TOKENS)
-    assert n == MAX_TOKENS and "</think>" not in text and text.strip()
-    return text
+def checkpoints(tmp_path_factory):
+    """This module's app serves the model that writes REASONING, `</think>`, ANSWER."""
+    thinking_prompt_end = token_ids("<|assistant|>\n")[-1]
+    answering_prompt_end = token_ids("<|assistant|>\n<think>\n\n</think>\n\n")[-1]
+    thought = token_ids(REASONING) + token_ids("</think>")
+    answer = token_ids(ANSWER) + [tokenizer().eos_token_id]
+    successors = dict(zip([thinking_prompt_end] + thought + answer, thought + answer))
+    successors[answering_prompt_end] = answer[0]
+    assert len(successors) == len(thought) + len(answer) + 1  # no token is written twice
+    path = write_successor_model(tmp_path_factory.mktemp("thinker"), DEFAULT_TARGET, successors, CHAT_TEMPLATE)
+    return path, path
 
 
 def chat(client, model, stream: bool = False, **extra):
-    return client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=MAX_TOKENS, temperature=0,
-                                          stream=stream, extra_body={"ignore_eos": True, **extra})
+    return client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=64, temperature=0,
+                                          stream=stream, extra_body=extra)
 
 
-def streamed(chunks) -> tuple[str, str]:
-    """(reasoning, content) of a streamed chat reply, from its deltas."""
+def streamed(chunks) -> tuple[list[str], list[str], object]:
+    """The reasoning and content deltas of a streamed chat reply, and its last chunk."""
     reasoning, content = [], []
     for chunk in chunks:
         for choice in chunk.choices:
-            reasoning.append(getattr(choice.delta, "reasoning", None) or "")
-            content.append(choice.delta.content or "")
-    return "".join(reasoning), "".join(content)
+            reasoning += [choice.delta.reasoning] if getattr(choice.delta, "reasoning", None) else []
+            content += [choice.delta.content] if choice.delta.content else []
+    return reasoning, content, chunk
 
 
-def test_a_reply_cut_while_thinking_is_all_reasoning(serve_app, client, raw_output):
-    message = chat(client, serve_app.model).choices[0].message
-    assert message.reasoning == raw_output and message.content is None
-    assert streamed(chat(client, serve_app.model, stream=True)) == (raw_output, "")
+def test_the_reasoning_splits_from_the_answer_at_the_tag(serve_app, client):
+    reply = chat(client, serve_app.model)
+    [choice] = reply.choices
+    assert (choice.message.reasoning, choice.message.content, choice.finish_reason) == (REASONING, ANSWER, "stop")
+    thought = len(token_ids(REASONING) + token_ids("</think>"))
+    assert reply.usage.completion_tokens_details.reasoning_tokens == thought
+    assert reply.usage.completion_tokens == thought + len(token_ids(ANSWER)) + 1  # and the EOS
+    reasoning, content, last = streamed(chat(client, serve_app.model, stream=True,
+                                             stream_options={"include_usage": True}))
+    assert ("".join(reasoning), "".join(content)) == (REASONING, ANSWER)
+    assert len(reasoning) > 4 and len(content) > 1  # in pieces, as the steps came
+    assert (last.usage.completion_tokens, last.usage.completion_tokens_details) == \
+        (reply.usage.completion_tokens, reply.usage.completion_tokens_details)
 
 
-def test_chat_usage_counts_the_reasoning_tokens(serve_app, client):
-    assert chat(client, serve_app.model).usage.completion_tokens_details.reasoning_tokens == MAX_TOKENS
-    [*_, last] = chat(client, serve_app.model, stream=True, stream_options={"include_usage": True})
-    assert (last.usage.completion_tokens, last.usage.completion_tokens_details.reasoning_tokens) == \
-        (MAX_TOKENS, MAX_TOKENS)
-    off = chat(client, serve_app.model, **THINKING_OFF).usage
-    assert (off.completion_tokens, off.completion_tokens_details.reasoning_tokens) == (MAX_TOKENS, 0)
+def test_a_reply_cut_while_thinking_is_all_reasoning(serve_app, client):
+    [choice] = chat(client, serve_app.model, max_tokens=4).choices
+    assert (choice.message.reasoning, choice.message.content, choice.finish_reason) == ("The capital", None, "length")
+    reasoning, content, _ = streamed(chat(client, serve_app.model, stream=True, max_tokens=4))
+    assert ("".join(reasoning), content) == ("The capital", [])
 
 
 def test_include_reasoning_false_leaves_it_out(serve_app, client):
     message = chat(client, serve_app.model, include_reasoning=False).choices[0].message
-    assert message.reasoning is None and message.content is None
-    assert streamed(chat(client, serve_app.model, stream=True, include_reasoning=False)) == ("", "")
+    assert (message.reasoning, message.content) == (None, ANSWER)
+    reasoning, content, _ = streamed(chat(client, serve_app.model, stream=True, include_reasoning=False))
+    assert (reasoning, "".join(content)) == ([], ANSWER)
 
 
-def test_thinking_turned_off_is_all_answer(serve_app, client, engine, tokenizer):  # noqa: F811
-    ids = tokenizer.encode(tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False,
-                                                         enable_thinking=False), add_special_tokens=False)
-    expected, _ = engine_text(engine, tokenizer, ids, MAX_TOKENS)
-    message = chat(client, serve_app.model, **THINKING_OFF).choices[0].message
-    assert message.content == expected and message.reasoning is None
-    assert streamed(chat(client, serve_app.model, stream=True, **THINKING_OFF)) == ("", expected)
+def test_thinking_turned_off_is_all_answer(serve_app, client):
+    reply = chat(client, serve_app.model, **THINKING_OFF)
+    assert (reply.choices[0].message.content, reply.choices[0].message.reasoning) == (ANSWER, None)
+    assert reply.usage.completion_tokens_details.reasoning_tokens == 0
+    reasoning, content, _ = streamed(chat(client, serve_app.model, stream=True, **THINKING_OFF))
+    assert (reasoning, "".join(content)) == ([], ANSWER)
 
 
-def test_an_output_format_binds_the_answer_not_the_reasoning(serve_app, client, raw_output):
+def test_an_output_format_binds_the_answer_not_the_reasoning(serve_app, client):
     choice = {"structured_outputs": {"choice": ["yes", "no"]}}
     thinking = chat(client, serve_app.model, **choice).choices[0].message
-    assert thinking.reasoning == raw_output and thinking.content is None  # free until </think>
+    assert thinking.reasoning == REASONING and thinking.content in ("yes", "no")
     answered = chat(client, serve_app.model, **choice, **THINKING_OFF).choices[0].message
     assert answered.content in ("yes", "no") and answered.reasoning is None
 
 
-def test_a_response_gives_its_reasoning_item(serve_app, client, raw_output):
-    kwargs = dict(model=serve_app.model, input=MESSAGES[0]["content"], max_output_tokens=MAX_TOKENS,
-                  temperature=0, extra_body={"ignore_eos": True})
-    whole = client.responses.create(**kwargs)
-    [item] = whole.output
-    assert item.type == "reasoning" and item.id.startswith("rs_") and item.status == "incomplete"
-    assert [part.text for part in item.content] == [raw_output] and whole.output_text == ""
-    assert whole.status == "incomplete" and whole.usage.output_tokens_details.reasoning_tokens == MAX_TOKENS
-    kinds, deltas, final = streamed_response(client, "response.reasoning_text.delta", **kwargs)
-    assert "".join(deltas) == raw_output
-    assert kinds[2:4] == ["response.output_item.added", "response.content_part.added"]
-    assert kinds[-4:] == ["response.reasoning_text.done", "response.content_part.done",
-                          "response.output_item.done", "response.incomplete"]
-    assert [i.model_dump(exclude={"id"}) for i in final.output] == [i.model_dump(exclude={"id"}) for i in whole.output]
+def test_a_tool_call_follows_the_reasoning(serve_app, client):
+    kwargs = dict(model=serve_app.model, messages=MESSAGES, tools=[WEATHER], tool_choice="required",
+                  temperature=0, max_tokens=200)
+    reply = client.chat.completions.create(**kwargs)
+    [choice] = reply.choices
+    assert (choice.message.reasoning, choice.message.content, choice.finish_reason) == (REASONING, None, "tool_calls")
+    [call] = choice.message.tool_calls
+    assert call.function.name == "get_weather" and isinstance(json.loads(call.function.arguments)["city"], str)
+    calls, reasoning = {}, ""
+    for chunk in client.chat.completions.create(**kwargs, stream=True):
+        for delta in [c.delta for c in chunk.choices]:
+            reasoning += getattr(delta, "reasoning", None) or ""
+            for piece in delta.tool_calls or []:
+                name, arguments = calls.get(piece.index, ("", ""))
+                calls[piece.index] = (name + (piece.function.name or ""), arguments + (piece.function.arguments or ""))
+    assert (reasoning, calls) == (REASONING, {0: (call.function.name, call.function.arguments)})
 
+
+def test_a_response_gives_its_reasoning_item_then_its_message(serve_app, client):
+    kwargs = dict(model=serve_app.model, input=MESSAGES[0]["content"], max_output_tokens=64, temperature=0)
+    whole = client.responses.create(**kwargs)
+    reasoning, message = whole.output
+    assert (reasoning.type, reasoning.status, [part.text for part in reasoning.content]) == \
+        ("reasoning", "completed", [REASONING])
+    assert reasoning.id.startswith("rs_") and whole.output_text == ANSWER and whole.status == "completed"
+    assert whole.usage.output_tokens_details.reasoning_tokens == len(token_ids(REASONING) + token_ids("</think>"))
+    kinds, deltas, final = streamed_response(client, "response.reasoning_text.delta", **kwargs)
+    assert "".join(deltas) == REASONING
+    closed, opened = kinds.index("response.reasoning_text.done"), kinds.index("response.output_text.delta")
+    assert closed < opened and kinds[-1] == "response.completed"
+    assert [(i.type, i.status, [c.text for c in i.content]) for i in final.output] == \
+        [("reasoning", "completed", [REASONING]), ("message", "completed", [ANSWER])]
+
+    [item] = client.responses.create(**{**kwargs, "max_output_tokens": 4}).output
+    assert (item.type, item.status, item.content[0].text) == ("reasoning", "incomplete", "The capital")
