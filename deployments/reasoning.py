@@ -12,6 +12,7 @@ The parsers:
 - "deepseek_v3" (DeepSeek-V3.1 and later, hybrid models): all answer, unless the request turns
   thinking on with `chat_template_kwargs` `{"thinking": true}` (the templates' own switch).
 Newlines just after `</think>` are dropped: templates write them when a reply is fed back.
+Usage counts as reasoning the output tokens up to the one that completed `</think>`.
 
 An output format or tool-call grammar is for the answer, as in vLLM, which enforces structured
 outputs once the reasoning ends: while thinking, the output is free text that has not yet closed
