@@ -99,12 +99,13 @@ class _Scanner:
         if self.key == self.arguments_key and call.arguments_start is not None and call.arguments_end is None:
             call.arguments_end = call.arguments_start + len(self.text[call.arguments_start:i].rstrip())
 
-    def arguments(self, call: _Call) -> str:
-        """The arguments written so far, less any trailing blank (which may still be spacing)."""
+    def arguments(self, call: _Call, after: int = 0) -> str:
+        """The arguments written so far from character `after` on, less any trailing blank
+        (which may still be spacing)."""
         if call.arguments_start is None:
             return ""
         end = call.arguments_end if call.arguments_end is not None else len(self.text)
-        return self.text[call.arguments_start:end].rstrip()
+        return self.text[call.arguments_start + after:end].rstrip()
 
 
 class ToolStream:
@@ -140,10 +141,10 @@ class ToolStream:
             opens = call.call is None
             if opens:
                 call.call = ToolCall(function=FunctionCall(name=call.name, arguments=""))
-            arguments = self.scanner.arguments(call)
-            if opens or len(arguments) > call.sent:
-                pieces.append(CallPiece(index, arguments[call.sent:], opens))
-                call.sent = len(arguments)
+            more = self.scanner.arguments(call, after=call.sent)  # what was sent ends in no blank
+            if opens or more:
+                pieces.append(CallPiece(index, more, opens))
+                call.sent += len(more)
         return pieces
 
     def finish(self) -> tuple[str, list[ToolCall] | None]:
