@@ -68,9 +68,11 @@ class ChatRoutes:
     @staticmethod
     def _call_delta(stream: ToolStream, piece: CallPiece) -> ToolCallDelta:
         """OpenAI's shape: a call's first delta has its id, type and name."""
-        call = stream.call(piece.index) if piece.opens else None
-        return ToolCallDelta(index=piece.index, id=call and call.id, type=call and "function",
-                             function=FunctionCallDelta(name=call and call.function.name, arguments=piece.arguments))
+        if not piece.opens:
+            return ToolCallDelta(index=piece.index, function=FunctionCallDelta(arguments=piece.arguments))
+        call = stream.call(piece.index)
+        return ToolCallDelta(index=piece.index, id=call.id, type="function",
+                             function=FunctionCallDelta(name=call.function.name, arguments=piece.arguments))
 
     async def _stream_chat(self, request_id: str, created: int, body: ChatCompletionRequest,
                            choices: list[Choice], calls_possible: bool, thinking: bool) -> AsyncIterator[str]:

@@ -65,7 +65,7 @@ class ResponseOutput:
     def add_calls(self, calls: list[ToolCall]) -> None:
         for call in calls:
             self.open_call(call)
-            self.calls[-1].arguments = call.function.arguments
+            self.add_arguments(len(self.calls) - 1, call.function.arguments)
 
     def open_call(self, call: ToolCall) -> None:
         """A call whose name is known; its arguments follow (`add_arguments`)."""
@@ -84,6 +84,10 @@ class ResponseOutput:
     def message_index(self) -> int:
         """The message's place among the output items: after the reasoning, when there is one."""
         return int(bool(self.reasoning))
+
+    def call_index(self, k: int) -> int:
+        """Call `k`'s place among the output items: after the reasoning and the message."""
+        return self.message_index + int(self.has_message) + k
 
     def reasoning_item(self, status: str) -> ReasoningItem:
         return ReasoningItem(id=self.reasoning_id, status=status, content=[ReasoningText(text=self.reasoning)])
@@ -157,20 +161,17 @@ class ResponseEvents:
                            content_index=0, part=part),
                 self.event("response.output_item.done", output_index=index, item=message)]
 
-    def call_index(self, output: ResponseOutput, k: int) -> int:
-        return output.message_index + int(output.has_message) + k
-
     def open_call(self, output: ResponseOutput, k: int) -> str:
         call = output.calls[k]
-        return self.event("response.output_item.added", output_index=self.call_index(output, k),
+        return self.event("response.output_item.added", output_index=output.call_index(k),
                           item=call.model_copy(update={"arguments": "", "status": "in_progress"}))
 
     def call_arguments(self, output: ResponseOutput, k: int, delta: str) -> str:
         return self.event("response.function_call_arguments.delta", item_id=output.calls[k].id,
-                          output_index=self.call_index(output, k), delta=delta)
+                          output_index=output.call_index(k), delta=delta)
 
     def close_call(self, output: ResponseOutput, k: int, status: str) -> list[str]:
-        call, index = output.calls[k].model_copy(update={"status": status}), self.call_index(output, k)
+        call, index = output.calls[k].model_copy(update={"status": status}), output.call_index(k)
         return [self.event("response.function_call_arguments.done", item_id=call.id, output_index=index,
                            name=call.name, arguments=call.arguments),
                 self.event("response.output_item.done", output_index=index, item=call)]

@@ -120,11 +120,10 @@ class ToolStream:
         """(text to stream as content now, the calls' new pieces)."""
         if self.is_call is False:
             return text, []
-        self.held += text
-        if self.is_call is None:
+        if self.is_call is None:  # the first characters decide; until then they are held
+            self.held += text
             if self.held.startswith(self.syntax.start):
-                self.is_call = True
-                text = self.held
+                self.is_call, text, self.held = True, self.held, ""
             elif self.syntax.start.startswith(self.held):
                 return "", []
             else:
@@ -149,10 +148,10 @@ class ToolStream:
 
     def finish(self) -> tuple[str, list[ToolCall] | None]:
         """(text still held, the calls) once the output has ended: the calls whose names were
-        written, or None, when the held text is the answer."""
+        written, or None, when the held text (and what began like a call) is the answer."""
         calls = [c.call.model_copy(update={"function": FunctionCall(
             name=c.name, arguments=self.scanner.arguments(c))}) for c in self.scanner.calls if c.call]
-        return ("", calls) if calls else (self.held, None)
+        return ("", calls) if calls else (self.held + self.scanner.text, None)
 
     def call(self, index: int) -> ToolCall:
         """Call `index` as opened: its id and name."""
