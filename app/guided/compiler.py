@@ -29,7 +29,7 @@ from outlines_core.json_schema import (BOOLEAN, NULL, NUMBER, STRING, WHITESPACE
                                        build_regex_from_schema)
 
 from app.guided.errors import GuidedFormatError
-from app.guided.regex_check import check_regex
+from app.guided.regex_check import check_regex, matches_empty
 from app.guided.string_formats import json_safe_schema
 from app.guided.vocabulary import GuidedVocabulary
 
@@ -173,10 +173,19 @@ class CompilerBusy(GuidedFormatError):
 
 
 def compile_regex(regex: str, vocab: GuidedVocabulary | Vocabulary) -> Index:
-    """Build the token-level automaton (can take milliseconds to many seconds)."""
+    """Build the token-level automaton (can take milliseconds to many seconds) of every string the
+    pattern matches.
+
+    outlines-core 0.2.14 builds a leftmost-first DFA, which drops the alternatives after one that
+    has matched (alone, `yes|yes please` never lets "yes please" through), and it refuses a token
+    that ends one character past a match unless the token ends another (`(?:ac|[^a])+` cannot
+    write "bac" with one token a byte). Anchored at the end, a pattern has no match before the
+    end, so neither happens. outlines-core cannot build the start state of a pattern that
+    matches the empty string when anchored, so such a pattern is compiled as it is (README:
+    guided decoding; the tool-call grammars leave the empty answer out for this reason)."""
     v = vocab.vocabulary if isinstance(vocab, GuidedVocabulary) else vocab
     try:
-        return Index(regex, v)
+        return Index(regex if matches_empty(regex) else f"(?:{regex})$", v)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as e:  # ValueError, or a Rust panic (a BaseException): still a 400

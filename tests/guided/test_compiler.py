@@ -20,6 +20,7 @@ from app.guided.compiler import (CompileTimeout, GuidedFormatError, IndexCache, 
                                  compile_regex, ignored_keywords,
                                  json_object_regex, regex_for_format)
 from app.guided.vocabulary import GuidedVocabulary, build_guided_vocabulary
+from tests.guided.test_string_formats import accepts
 
 SCHEMA = {
     "type": "object",
@@ -108,6 +109,24 @@ def test_regex_choice_json_object(vocab, spec, good, bad):
         assert re.fullmatch(regex, text), text
         if spec["type"] == "json_object":
             assert isinstance(json.loads(text), dict)
+
+
+@pytest.mark.parametrize("spec, texts, wrong", [
+    ({"type": "choice", "choices": ["yes", "yes please"]}, ["yes", "yes please"], "yes pleasex"),
+    ({"type": "choice", "choices": ["1", "10", "100"]}, ["1", "10", "100"], "1000"),
+    ({"type": "regex", "pattern": "(?:a|ab)c?"}, ["a", "ab", "ac", "abc"], "abcc"),
+    ({"type": "regex", "pattern": "(?:ac|[^a])+"}, ["b", "bac", "acb"], "ba"),  # test_known_incomplete_automaton
+    (schema_format({"type": ["integer", "number"]}), ["1", "1.5", "-2e+3"], "1."),
+])
+def test_every_string_a_format_matches_can_be_written(vocab, spec, texts, wrong):
+    """outlines-core 0.2.14 compiles a pattern into a leftmost-first DFA, which drops the
+    alternatives after one that has matched, and refuses a token that ends one character past a
+    match unless it ends another; anchored at the end (compile_regex), neither happens."""
+    regex = regex_for_format(spec)
+    assert all(re.fullmatch(regex, t) for t in texts) and not re.fullmatch(regex, wrong)
+    index = compile_regex(regex, vocab)
+    assert [t for t in texts if not accepts(index, vocab, t)] == []
+    assert not accepts(index, vocab, wrong)
 
 
 @pytest.mark.parametrize("spec,message", [

@@ -72,6 +72,23 @@ def walk(index, vocab, dist, rng: random.Random, stop_p: float, free_steps: int 
     raise AssertionError("walk did not end")
 
 
+def accepts(index, vocab, text: str) -> bool:
+    """Whether the automaton lets `text` be written whole and then ended: a search over the
+    allowed tokens that spell it, so no tokenizer's choice of pieces decides."""
+    target, transitions = text.encode(), index.get_transitions()
+    seen, frontier = set(), [(index.get_initial_state(), 0)]
+    while frontier:
+        state, at = frontier.pop()
+        if at == len(target) and index.is_final_state(state):
+            return True
+        for tid, nxt in transitions.get(state, {}).items():
+            piece = vocab.token_bytes[tid] if tid != vocab.eos_token_id else None
+            if piece and target.startswith(piece, at) and (nxt, at + len(piece)) not in seen:
+                seen.add((nxt, at + len(piece)))
+                frontier.append((nxt, at + len(piece)))
+    return False
+
+
 def sample_and_validate(schema: dict, vocab, seeds=range(WALKS), stop_p: float = 0.3) -> None:
     index = compile_regex(regex_for_format(fmt(schema)), vocab)
     dist = distances_to_final(index)
