@@ -27,10 +27,12 @@ class ChatRoutes:
 
     def _chat_message(self, body: ChatCompletionRequest, reasoning: str, text: str, thinking: bool,
                       calls_possible: bool = False) -> AssistantMessage:
-        """A whole reply from its reasoning and answer: its tool calls, or else its text."""
-        calls = parse_calls(text, self.tool_syntax) if calls_possible else None
-        return AssistantMessage(content=None if calls or (reasoning and not text) else body.echoed_text + text,
-                                tool_calls=calls, reasoning=reasoning if thinking and body.include_reasoning else None)
+        """A whole reply from its reasoning and answer: its text (before its tool calls, if any)
+        and its calls."""
+        text, calls = parse_calls(text, self.tool_syntax) if calls_possible else (text, None)
+        written = body.echoed_text + text
+        return AssistantMessage(content=(written or None) if calls or reasoning else written, tool_calls=calls,
+                                reasoning=reasoning if thinking and body.include_reasoning else None)
 
     def _with_reasoning(self, usage: UsageInfo | None, splits: list[ReasoningStream]) -> UsageInfo | None:
         """OpenAI's `completion_tokens_details.reasoning_tokens`, when the app has a reasoning parser

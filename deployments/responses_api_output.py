@@ -9,11 +9,11 @@ OpenAI reports it.
 
 The stream: `response.created` and `response.in_progress`; the reasoning item, its part and its
 `response.reasoning_text.delta`s, closed when the answer begins; the message item and its text part
-opened when its first text is known not to start a call (deployments/tool_call_stream.py:
-ToolStream), then `response.output_text.delta` per step, and the message closed at the end; or
-each call as an item opened once its name is known, its arguments as
-`response.function_call_arguments.delta`s as they are written, and the item closed when the next
-call opens or the output ends; then `response.completed` (or
+opened when its first text is known not to open a call (deployments/tool_call_stream.py:
+ToolStream), then `response.output_text.delta` per step, and the message closed when the first
+call opens or the output ends; each call as an item opened once its name is known, its arguments
+as `response.function_call_arguments.delta`s as they are written, and the item closed when the
+next call opens or the output ends; then `response.completed` (or
 `response.incomplete`) with the whole response. Every event has its `sequence_number`. An error
 after the stream began ends it with `response.failed`.
 """
@@ -61,11 +61,6 @@ class ResponseOutput:
         self.text += text
         if self.logprobs is not None:
             self.logprobs.extend(logprobs)
-
-    def add_calls(self, calls: list[ToolCall]) -> None:
-        for call in calls:
-            self.open_call(call)
-            self.add_arguments(len(self.calls) - 1, call.function.arguments)
 
     def open_call(self, call: ToolCall) -> None:
         """A call whose name is known; its arguments follow (`add_arguments`)."""

@@ -28,7 +28,7 @@ from deployments.request_ids import response_ids
 from deployments.responses_api_output import ResponseEvents, ResponseOutput, finished, guarded_events
 from deployments.responses_api_protocol import (InputTokensDetails, OutputTokensDetails, ResponseObject,
                                                 ResponsesRequest, ResponseUsage)
-from deployments.tool_call_stream import CallPiece, ToolStream, parse_calls
+from deployments.tool_call_stream import CallPiece, ToolStream
 from deployments.tool_calls import requested_tool_format
 from deployments.tool_protocol import FunctionCall, ToolCall
 
@@ -64,22 +64,14 @@ class ResponsesRoutes:
         output = ResponseOutput(body.wants_logprobs, thinking, self.tokenizer.decode)
         names = self._token_names(chat)
         conversation = conversation_of(chat, body) if response.store else None  # None: not kept
+        events = ResponseEvents()
+        stream = self._response_events(events, response, output, choice, tools is not None, names, conversation)
         if body.stream:
-            events = ResponseEvents()
-            return StreamingResponse(guarded_events(events, response, self._stream_response(
-                events, response, output, choice, tools is not None, names, conversation), choice.close),
-                media_type="text/event-stream")
-        async for event in merge_choices([choice]):
-            _, text = output.split(event)
-            output.add(text, self._output_logprobs(output, event, names))
-        calls = parse_calls(output.text, self.tool_syntax) if tools is not None else None
-        if calls:
-            output.text, output.logprobs = "", None
-            output.add_calls(calls)
-        final = finished(response, output, choice.finish_reason, self._response_usage(choice, output))
-        if conversation is not None:
-            await self._keep(final, conversation, output)
-        return final
+            return StreamingResponse(guarded_events(events, response, stream, choice.close),
+                                     media_type="text/event-stream")
+        async for _ in stream:  # a whole response is what its stream ends with
+            pass
+        return finished(response, output, choice.finish_reason, self._response_usage(choice, output))
 
     async def _history(self, previous_response_id: str | None) -> list[ChatMessage]:
         """The conversation a request continues: the stored one of its previous response."""
@@ -126,29 +118,16 @@ class ResponsesRoutes:
                                  cached_tokens=usage.prompt_tokens_details.cached_tokens),
                              output_tokens_details=OutputTokensDetails(reasoning_tokens=output.reasoning_tokens))
 
-    @staticmethod
-    def _call_events(events: ResponseEvents, output: ResponseOutput, calls: ToolStream, piece: CallPiece) -> list[str]:
-        """A call's piece as events; a call that opens closes the one before it."""
-        out = []
-        if piece.opens:
-            if piece.index:
-                out += events.close_call(output, piece.index - 1, "completed")
-            output.open_call(calls.call(piece.index))
-            out.append(events.open_call(output, piece.index))
-        if piece.arguments:
-            output.add_arguments(piece.index, piece.arguments)
-            out.append(events.call_arguments(output, piece.index, piece.arguments))
-        return out
-
-    async def _stream_response(self, events: ResponseEvents, response: ResponseObject, output: ResponseOutput,
-                               choice: Choice, calls_possible: bool,
-                               names: Callable[[int], str],
+    async def _response_events(self, events: ResponseEvents, response: ResponseObject, output: ResponseOutput,
+                               choice: Choice, calls_possible: bool, names: Callable[[int], str],
                                conversation: list[ChatMessage] | None) -> AsyncIterator[str]:
-        """`conversation`: the request's, when the response is to be kept."""
+        """The response's events as its output grows: its reasoning, its text, then its calls; the
+        message is closed when the first call opens. `conversation`: the request's, when the
+        response is to be kept."""
         yield events.event("response.created", response=response)
         yield events.event("response.in_progress", response=response)
         calls = ToolStream(self.tool_syntax) if calls_possible else None
-        opened, held_logprobs, reasoning_open = False, [], False
+        held_logprobs, reasoning_open, message = [], False, "unopened"
         async for event in merge_choices([choice]):
             first_reasoning = not output.reasoning
             reasoning, text = output.split(event)
@@ -163,31 +142,36 @@ class ResponsesRoutes:
                 for e in events.close_reasoning(output):
                     yield e
                 reasoning_open = False
+            pieces = []
             if calls is not None:
                 text, pieces = calls.feed(text)
-                for piece in pieces:
-                    for e in self._call_events(events, output, calls, piece):
-                        yield e
                 if event.finish_reason is not None:
                     held, _ = calls.finish()
                     text += held
-            if not text:
-                continue  # nothing yet, or part of a call (whose tokens' logprobs have no place)
-            if not opened:
-                for e in events.open_message(output):
+            if text:
+                if message == "unopened":
+                    for e in events.open_message(output):
+                        yield e
+                    message = "open"
+                output.add(text, held_logprobs)
+                yield events.text_delta(output, text, held_logprobs)
+                held_logprobs = []
+            for piece in pieces:  # a call's tokens' logprobs have no place in the output
+                if piece.opens and piece.index == 0 and message == "open":
+                    for e in events.close_message(output, "completed"):
+                        yield e
+                    message = "closed"
+                for e in self._call_events(events, output, calls, piece):
                     yield e
-                opened = True
-            output.add(text, held_logprobs)
-            yield events.text_delta(output, text, held_logprobs)
-            held_logprobs = []
         if held_logprobs and not output.calls:  # tokens with no text of their own at the end
             output.add("", held_logprobs)
         final = finished(response, output, choice.finish_reason, self._response_usage(choice, output))
         if reasoning_open:  # the output ended while reasoning
             for e in events.close_reasoning(output, final.status):
                 yield e
-        if output.has_message:
-            for e in ([] if opened else events.open_message(output)) + events.close_message(output, final.status):
+        if output.has_message and message != "closed":
+            for e in (events.open_message(output) if message == "unopened" else []) + \
+                    events.close_message(output, final.status):
                 yield e
         if output.calls:
             for e in events.close_call(output, len(output.calls) - 1, final.status):
@@ -195,6 +179,20 @@ class ResponsesRoutes:
         if conversation is not None:  # before the last event: a client may continue it at once
             await self._keep(final, conversation, output)
         yield events.event(f"response.{final.status}", response=final)
+
+    @staticmethod
+    def _call_events(events: ResponseEvents, output: ResponseOutput, calls: ToolStream, piece: CallPiece) -> list[str]:
+        """A call's piece as events; a call that opens closes the one before it."""
+        out = []
+        if piece.opens:
+            if piece.index:
+                out += events.close_call(output, piece.index - 1, "completed")
+            output.open_call(calls.call(piece.index))
+            out.append(events.open_call(output, piece.index))
+        if piece.arguments:
+            output.add_arguments(piece.index, piece.arguments)
+            out.append(events.call_arguments(output, piece.index, piece.arguments))
+        return out
 
 
 def not_kept(response_id: str) -> OpenAIError:

@@ -3,10 +3,11 @@ closes and its arguments as they grow (as OpenAI's and vLLM's streams do), and a
 parses to exactly what its stream sent, because it is read by the same stream.
 
 Calls are JSON objects written under the call grammar (deployments/tool_calls.py); text between
-them at the top level is the syntax's prefix, separators and suffix. A call's arguments are its
-arguments value as the model wrote it, spacing included. An output cut while writing a call
-(`max_tokens`) still reports the calls whose names were complete, with the arguments written so
-far, as OpenAI does with `finish_reason: "length"`.
+them at the top level is the syntax's prefix, separators and suffix. Where the syntax opens calls
+with a tag (`<tool_call>`), text may come first: the answer's content, up to the tag. A call's
+arguments are its arguments value as the model wrote it, spacing included. An output cut while
+writing a call (`max_tokens`) still reports the calls whose names were complete, with the
+arguments written so far, as OpenAI does with `finish_reason: "length"`.
 """
 
 from __future__ import annotations
@@ -109,28 +110,47 @@ class _Scanner:
 
 
 class ToolStream:
-    """One choice's answer as it streams: text passes through once it is known not to begin like
-    a call (the grammar makes an answer either text or calls); calls go out in pieces."""
+    """One choice's answer as it streams: its text, then its calls in pieces (the grammar makes
+    an answer text, calls, or, where calls open with a tag, text and then calls). Text passes
+    through as soon as it is known not to open a call; what may still open one is held."""
 
     def __init__(self, syntax: ToolCallSyntax):
-        self.syntax, self.held, self.is_call = syntax, "", None
+        self.syntax, self.held, self.in_calls, self.text_only = syntax, "", False, False
         self.scanner = _Scanner(syntax.arguments_key)
 
     def feed(self, text: str) -> tuple[str, list[CallPiece]]:
         """(text to stream as content now, the calls' new pieces)."""
-        if self.is_call is False:
+        if self.text_only:
             return text, []
-        if self.is_call is None:  # the first characters decide; until then they are held
+        content = ""
+        if not self.in_calls:
             self.held += text
-            if self.held.startswith(self.syntax.start):
-                self.is_call, text, self.held = True, self.held, ""
-            elif self.syntax.start.startswith(self.held):
-                return "", []
-            else:
-                self.is_call, held, self.held = False, self.held, ""
-                return held, []
+            content, text = self._text_before_calls()
+            if not self.in_calls:
+                return content, []
         self.scanner.read(text)
-        return "", self._pieces()
+        return content, self._pieces()
+
+    def _text_before_calls(self) -> tuple[str, str]:
+        """(the held text that is content, the held text that begins the calls), holding back what
+        may still open a call: the longest end of the text that begins the syntax's tag, or, where
+        calls can only be the whole answer, all of it until it begins like a call or cannot."""
+        held, tag = self.held, self.syntax.tag
+        if tag and tag in held:
+            at = held.index(tag)
+            self.in_calls, self.held = True, ""
+            return held[:at], held[at:]
+        if tag:
+            keep = next((n for n in range(min(len(tag) - 1, len(held)), 0, -1) if held.endswith(tag[:n])), 0)
+            self.held = held[len(held) - keep:]
+            return held[:len(held) - keep], ""
+        if held.startswith(self.syntax.start):
+            self.in_calls, self.held = True, ""
+            return "", held
+        if self.syntax.start.startswith(held):
+            return "", ""
+        self.text_only, self.held = True, ""
+        return held, ""
 
     def _pieces(self) -> list[CallPiece]:
         pieces = []
@@ -148,7 +168,7 @@ class ToolStream:
 
     def finish(self) -> tuple[str, list[ToolCall] | None]:
         """(text still held, the calls) once the output has ended: the calls whose names were
-        written, or None, when the held text (and what began like a call) is the answer."""
+        written, or None, when the held text (and what began like a call) is the rest of the answer."""
         calls = [c.call.model_copy(update={"function": FunctionCall(
             name=c.name, arguments=self.scanner.arguments(c))}) for c in self.scanner.calls if c.call]
         return ("", calls) if calls else (self.held + self.scanner.text, None)
@@ -158,9 +178,10 @@ class ToolStream:
         return self.scanner.calls[index].call
 
 
-def parse_calls(text: str, syntax: ToolCallSyntax) -> list[ToolCall] | None:
-    """The calls in a whole output written in `syntax`, or None if it holds none: what its
-    stream would have sent."""
+def parse_calls(text: str, syntax: ToolCallSyntax) -> tuple[str, list[ToolCall] | None]:
+    """(the text before the calls, the calls) of a whole output written in `syntax`, or (the
+    output, None) if it holds no call: what its stream would have sent."""
     stream = ToolStream(syntax)
-    stream.feed(text)
-    return stream.finish()[1]
+    content, _ = stream.feed(text)
+    held, calls = stream.finish()
+    return content + held, calls

@@ -11,8 +11,10 @@ The calls are generated under a regex built from the tools' parameter schemas by
 compiler (string formats included), so every call's arguments parse and validate:
 - `required`: one call (up to MAX_PARALLEL_CALLS with `parallel_tool_calls`) of any tool;
 - a named function: exactly one call of that function;
-- `auto`: either text that does not begin like a call, or calls under the same grammar as
-  `required` (the choice is the model's, made on its first characters);
+- `auto`: text (not empty), calls under the same grammar as `required`, or (in conventions whose
+  calls open with a tag: Hermes', Mistral's) text and then calls, as Qwen and Hermes models write
+  them. The text cannot hold the tag, so the first tag opens the calls; in the other conventions
+  the model chooses with its first character, and text cannot begin like a call;
 - `none`: free text; tools still reach the template.
 """
 
@@ -34,6 +36,11 @@ class ToolCallSyntax:
     separator: str  # between calls
     suffix: str  # after the last call
     arguments_key: str  # "arguments", or Llama 3's "parameters"
+    tag: str = ""  # what opens the calls after text ("": calls can only be the whole answer)
+
+    def __post_init__(self):
+        if self.tag[:1] and self.tag[0] in self.tag[1:]:
+            raise ValueError(f"{self.tag!r}: a tag's first character must not recur in it (_text_without)")
 
     @property
     def start(self) -> str:
@@ -48,8 +55,8 @@ class ToolCallSyntax:
 
 
 HERMES = ToolCallSyntax("hermes", "<tool_call>\n", "\n</tool_call>\n<tool_call>\n",
-                        "\n</tool_call>", "arguments")
-MISTRAL = ToolCallSyntax("mistral", "[TOOL_CALLS][", ", ", "]", "arguments")
+                        "\n</tool_call>", "arguments", tag="<tool_call>")
+MISTRAL = ToolCallSyntax("mistral", "[TOOL_CALLS][", ", ", "]", "arguments", tag="[TOOL_CALLS]")
 LLAMA3 = ToolCallSyntax("llama3_json", "", "; ", "", "parameters")
 PLAIN = ToolCallSyntax("json", "", "\n", "", "arguments")
 
@@ -84,12 +91,31 @@ def call_regex(tools: list[ToolDefinition], syntax: ToolCallSyntax) -> str:
     return regex_for_format({"type": "json_schema", "json_schema": {"schema": schema}})
 
 
-def _not_starting_with(start: str) -> str:
-    """Any text (empty included) that does not begin with `start`."""
-    alts = [escape_literal(start[:i]) for i in range(len(start))]
-    alts += [escape_literal(start[:i]) + f"[^\\x{ord(c):02x}][\\s\\S]*" if ord(c) < 128 else
-             escape_literal(start[:i]) + f"[^{c}][\\s\\S]*" for i, c in enumerate(start)]
-    return "(?:" + "|".join(alts) + ")"
+def _not_char(c: str, *more: str) -> str:
+    """A character class of every character but `c` (and `more`)."""
+    return "[^" + "".join(f"\\x{ord(x):02x}" if ord(x) < 128 else x for x in (c, *more)) + "]"
+
+
+def _not_starting_with(start: str, alphabet: str, *excluded: str) -> str:
+    """Any text of `alphabet` (empty included) that does not begin with `start`; the characters
+    `excluded` must be those `alphabet` lacks. Each character of `start` either goes on towards
+    it, or differs and frees the rest."""
+    out = ""
+    for i in reversed(range(len(start))):
+        differs = _not_char(start[i], *excluded) + alphabet + "*"
+        towards = escape_literal(start[i]) + out if i < len(start) - 1 else ""
+        out = f"(?:{towards}|{differs})?" if towards else f"(?:{differs})?"
+    return out
+
+
+def _text_without(tag: str, empty: bool = True) -> str:
+    """Any text (`empty` included or not) that does not hold `tag`, whose first character must not
+    recur in it: such text is its start up to the first `tag[0]`, then pieces that each begin with
+    `tag[0]` and run to the next one, none of which begins with the whole tag."""
+    first, rest = tag[0], tag[1:]
+    other = _not_char(first)
+    piece = escape_literal(first) + _not_starting_with(rest, other, first)
+    return f"{other}*(?:{piece})*" if empty else f"(?:{other}+(?:{piece})*|(?:{piece})+)"
 
 
 def tool_format(tools: list[ToolDefinition], choice, parallel: bool,
@@ -105,8 +131,12 @@ def tool_format(tools: list[ToolDefinition], choice, parallel: bool,
     calls = (escape_literal(syntax.prefix) + f"(?:{call})"
              + (f"(?:{escape_literal(syntax.separator)}(?:{call})){{0,{most - 1}}}" if most > 1 else "")
              + escape_literal(syntax.suffix))
-    if choice == "auto":
-        calls = f"(?:{calls}|{_not_starting_with(syntax.start)})"
+    # `auto` leaves out the empty answer: outlines-core compiles a grammar that matches it
+    # leftmost-first, and then drops the calls (app/guided/compiler.py: compile_regex).
+    if choice == "auto" and syntax.tag:
+        calls = f"(?:{_text_without(syntax.tag)}{calls}|{_text_without(syntax.tag, empty=False)})"
+    elif choice == "auto":
+        calls = f"(?:{calls}|{_not_char(syntax.start)}[\\s\\S]*)"
     return {"type": "regex", "pattern": calls}
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from app.guided.compiler import compile_regex, regex_for_format
 from app.guided.vocabulary import load_guided_vocabulary
-from deployments.tool_call_stream import ToolStream, parse_calls
+from deployments.tool_call_stream import CallPiece, ToolStream, parse_calls
 from deployments.tool_calls import HERMES, LLAMA3, MISTRAL, PLAIN, requested_tool_format
 from tests.checkpoints import DEFAULT_TARGET
 from tests.guided.test_string_formats import distances_to_final, walk
@@ -25,11 +25,17 @@ MEETING = {"when": "2026-11-28T10:00:00Z", "people": [{"email": "a@b.no", "optio
 
 
 def rendered(syntax) -> list[str]:
-    """Outputs with one call, two calls, calls with spacing of their own, and text."""
+    """Outputs with one call, two calls, calls with spacing of their own, text, and (where a tag
+    opens calls) text then calls."""
     spaced = syntax.prefix + '{ "name" :"now",  "%s":{ "a" : [1, "}"] } }' % syntax.arguments_key + syntax.suffix
-    return [syntax.render([("get_weather", WEATHER)]),
-            syntax.render([("get_weather", WEATHER), ("book_meeting", MEETING), ("now", {})]),
-            spaced, "Sunny, I think.", "{" if syntax.start != "{" else "<", ""]
+    outputs = [syntax.render([("get_weather", WEATHER)]),
+               syntax.render([("get_weather", WEATHER), ("book_meeting", MEETING), ("now", {})]),
+               spaced, "Sunny, I think.", "{" if syntax.start != "{" else "<", ""]
+    if syntax.tag:
+        outputs += ["Let me check " + syntax.tag[:-1] + ".\n" + syntax.render([("now", {})]),
+                    syntax.tag[0] * 2 + syntax.render([("get_weather", WEATHER), ("now", {})]),
+                    "Almost " + syntax.tag[:-1]]
+    return outputs
 
 
 def streamed(text: str, cuts: tuple[int, ...], syntax) -> tuple[str, list[dict], list]:
@@ -52,28 +58,40 @@ def streamed(text: str, cuts: tuple[int, ...], syntax) -> tuple[str, list[dict],
 @pytest.mark.parametrize("syntax", SYNTAXES, ids=lambda s: s.name)
 def test_every_division_into_two_or_three_pieces_streams_the_whole_parse(syntax):
     for text in rendered(syntax):
-        whole = parse_calls(text, syntax)
+        whole_content, whole = parse_calls(text, syntax)
         for cuts in itertools.chain(itertools.combinations(range(1, len(text)), 1),
                                     itertools.combinations(range(1, len(text), 7), 2)):
             content, calls, final = streamed(text, cuts, syntax)
             if whole is None:
-                assert (content, calls, final) == (text, [], None)
+                assert (whole_content, content, calls, final) == (text, text, [], None)
                 continue
-            assert content == "" and [(c.id, c.function.name, c.function.arguments) for c in final] == \
+            assert content == whole_content and text.startswith(content + syntax.start)
+            assert [(c.id, c.function.name, c.function.arguments) for c in final] == \
                 [(c["id"], c["name"], c["arguments"]) for c in calls]
             assert [(c.function.name, c.function.arguments) for c in whole] == \
                 [(c["name"], c["arguments"]) for c in calls]
 
 
+@pytest.mark.parametrize("syntax", [HERMES, MISTRAL], ids=lambda s: s.name)
+def test_text_before_a_tag_streams_at_once_and_only_what_may_open_a_call_is_held(syntax):
+    stream, sent = ToolStream(syntax), []
+    for piece in ["Let me ", "check", " " + syntax.tag[:3], syntax.tag[3:5] + "x", "\n"]:
+        sent.append(stream.feed(piece)[0])
+    assert sent == ["Let me ", "check", " ", syntax.tag[:5] + "x", "\n"]
+    content, pieces = stream.feed(syntax.render([("now", {})]))
+    assert content == "" and pieces == [CallPiece(0, "{}", opens=True)]
+    assert stream.finish()[1][0].function.name == "now"
+
+
 @pytest.mark.parametrize("syntax", SYNTAXES, ids=lambda s: s.name)
 def test_arguments_are_the_value_as_written(syntax):
-    [call] = parse_calls(syntax.render([("get_weather", WEATHER)]), syntax)
+    [call] = parse_calls(syntax.render([("get_weather", WEATHER)]), syntax)[1]
     assert (call.function.name, json.loads(call.function.arguments)) == ("get_weather", WEATHER)
-    calls = parse_calls(rendered(syntax)[1], syntax)
+    calls = parse_calls(rendered(syntax)[1], syntax)[1]
     assert [c.function.name for c in calls] == ["get_weather", "book_meeting", "now"]
     assert [json.loads(c.function.arguments) for c in calls] == [WEATHER, MEETING, {}]
     assert len({c.id for c in calls}) == 3
-    [spaced] = parse_calls(rendered(syntax)[2], syntax)
+    [spaced] = parse_calls(rendered(syntax)[2], syntax)[1]
     assert spaced.function.arguments == '{ "a" : [1, "}"] }'
 
 
@@ -93,10 +111,10 @@ def test_the_name_goes_out_when_its_string_closes_and_the_arguments_as_they_grow
 def test_an_output_cut_inside_a_call_keeps_the_calls_whose_names_were_written(syntax):
     text = syntax.render([("get_weather", WEATHER), ("now", {})])
     cut = text[:text.index('"Oslo') + 3]
-    [call] = parse_calls(cut, syntax)
+    [call] = parse_calls(cut, syntax)[1]
     assert (call.function.name, call.function.arguments) == ("get_weather", '{"city": "Os')
     before_name = text[:text.index('"get_weather"') + 5]
-    assert parse_calls(before_name, syntax) is None
+    assert parse_calls(before_name, syntax) == (before_name, None)
     assert streamed(before_name, (3,), syntax)[0] == before_name  # then the held text is the answer
 
 
@@ -114,7 +132,7 @@ def test_sampled_calls_stream_as_they_parse(vocab, syntax):
     for seed in range(10):
         rng = random.Random(seed)
         text = walk(index, vocab, dist, rng, stop_p=0.3).decode()
-        whole = parse_calls(text, syntax)
+        _, whole = parse_calls(text, syntax)
         assert whole and {c.function.name for c in whole} <= {t["function"]["name"] for t in TOOLS}
         cuts = tuple(sorted(rng.sample(range(1, len(text)), min(12, len(text) - 1))))
         content, calls, _ = streamed(text, cuts, syntax)

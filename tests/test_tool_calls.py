@@ -19,11 +19,11 @@ from app.guided.compiler import compile_regex, regex_for_format
 from app.guided.vocabulary import load_guided_vocabulary
 from deployments.protocol import ChatCompletionRequest
 from deployments.tool_call_stream import parse_calls
-from deployments.tool_calls import (HERMES, LLAMA3, MISTRAL, PLAIN, render_messages,
+from deployments.tool_calls import (HERMES, LLAMA3, MISTRAL, PLAIN, ToolCallSyntax, render_messages,
                                     requested_tool_format, syntax_for_template)
 from deployments.guided_formats import FormatRequestError
 from tests.checkpoints import DEFAULT_TARGET
-from tests.guided.test_string_formats import CHECKER, distances_to_final, walk
+from tests.guided.test_string_formats import CHECKER, accepts, distances_to_final, walk
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
@@ -65,11 +65,13 @@ def test_sampled_calls_parse_and_validate(vocab, syntax, choice):
     calls_seen = 0
     for seed in range(25):
         text = walk(index, vocab, dist, random.Random(seed), stop_p=0.3).decode()
-        calls = parse_calls(text, syntax)
-        if choice == "auto" and not text.startswith(syntax.start):
-            assert calls is None
+        content, calls = parse_calls(text, syntax)
+        if choice == "auto" and calls is None:
+            assert content == text and (syntax.tag not in text if syntax.tag else not text.startswith(syntax.start))
             continue
         assert calls, text
+        assert text.startswith(content) and text[len(content):].startswith(syntax.start)
+        assert content == "" or choice == "auto" and syntax.tag
         calls_seen += 1
         for call in calls:
             if isinstance(choice, dict):
@@ -79,14 +81,43 @@ def test_sampled_calls_parse_and_validate(vocab, syntax, choice):
     assert calls_seen >= 5 or choice == "auto"  # auto: uniform walks rarely open a call
 
 
-@pytest.mark.parametrize("syntax", [PLAIN, HERMES], ids=lambda s: s.name)
-def test_auto_is_text_or_a_whole_call(syntax):
-    auto = requested_tool_format(request(tool_choice="auto"), syntax).format["pattern"]
+def auto_index(syntax, vocab):
+    return compile_regex(regex_for_format(requested_tool_format(request(tool_choice="auto"), syntax).format), vocab)
+
+
+@pytest.mark.parametrize("syntax", [PLAIN, LLAMA3], ids=lambda s: s.name)
+def test_auto_without_a_tag_is_text_or_a_whole_call(vocab, syntax):
+    """Checked on the compiled automaton, not with Python's `re`: outlines-core's can refuse what
+    `re` allows (app/guided/compiler.py: compile_regex)."""
+    index = auto_index(syntax, vocab)
     call = syntax.render([("get_weather", {"city": "Oslo", "unit": "celsius"})])
-    assert re.fullmatch(auto, call) and re.fullmatch(auto, "Sunny, I think.")
-    assert re.fullmatch(auto, "") and re.fullmatch(auto, syntax.start[:-1])
-    assert not re.fullmatch(auto, syntax.start + "oops")  # a call once started is a call
-    assert not re.fullmatch(auto, syntax.render([("get_weather", {"city": "Oslo"})]))
+    two = syntax.render([("get_weather", {"city": "Oslo", "unit": "celsius"}), ("now", {})])
+    for text in [call, two, "Sunny, I think.", "S", "Sunny: " + call]:
+        assert accepts(index, vocab, text), text
+    for text in ["", syntax.start + "oops", syntax.render([("get_weather", {"city": "Oslo"})]), call + " done"]:
+        assert not accepts(index, vocab, text), text
+
+
+@pytest.mark.parametrize("syntax", [HERMES, MISTRAL], ids=lambda s: s.name)
+def test_auto_with_a_tag_is_text_then_calls(vocab, syntax):
+    """Qwen's and Hermes' way: a sentence, then the calls; the text cannot hold the tag."""
+    index = auto_index(syntax, vocab)
+    call = syntax.render([("get_weather", {"city": "Oslo", "unit": "celsius"})])
+    two = syntax.render([("get_weather", {"city": "Oslo", "unit": "celsius"}), ("now", {})])
+    tag = syntax.tag
+    for text in ["Sunny, I think.", "Let me check.\n", "a " + tag[:-1] + " b", tag[0] * 3 + tag[1:-1],
+                 "\u00e9" + tag[0] + tag[2:], tag[:-1], tag[0]]:
+        assert accepts(index, vocab, text) and accepts(index, vocab, text + call), text
+    assert accepts(index, vocab, call) and accepts(index, vocab, two) and accepts(index, vocab, "Sure. " + two)
+    for text in ["", "a " + tag + " b", tag[0] + tag + "oops", call + " and then text",
+                 syntax.render([("get_weather", {"city": "Oslo"})])]:
+        assert not accepts(index, vocab, text), text
+
+
+def test_a_tag_whose_first_character_recurs_is_refused():
+    """The text grammar before calls relies on it."""
+    with pytest.raises(ValueError, match="recur"):
+        ToolCallSyntax("bad", "<a<", "", "", "arguments", tag="<a<")
 
 
 def test_parallel_calls_are_bounded_and_single_when_off():
@@ -136,7 +167,7 @@ def test_default_template_gets_calls_as_text_and_tools_described():
     text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     call = '{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}'
     assert call in text and '{"temp": 3}' in text and '"get_weather"' in text.split(call)[0]
-    assert parse_calls(call, PLAIN)[0].function.arguments == '{"city": "Oslo", "unit": "celsius"}'
+    assert parse_calls(call, PLAIN)[1][0].function.arguments == '{"city": "Oslo", "unit": "celsius"}'
 
 
 def test_native_template_gets_tool_calls_with_object_arguments():
@@ -153,7 +184,7 @@ def test_native_template_gets_tool_calls_with_object_arguments():
     text = tok.apply_chat_template(messages, tools=[WEATHER], chat_template=template, tokenize=False)
     call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}\n</tool_call>'
     assert call in text and "<|im_start|>tool\n{\"temp\": 3}" in text
-    assert parse_calls(call, HERMES)[0].function.name == "get_weather"
+    assert parse_calls(call, HERMES)[1][0].function.name == "get_weather"
 
 
 @pytest.mark.parametrize("field", ["reasoning", "reasoning_content"])

@@ -1,8 +1,10 @@
 """What the served API tests share: prompts, the engine alone configured as the app's target
-replica (to hold the app's output to), and waits on the replica's KV blocks."""
+replica (to hold the app's output to), waits on the replica's KV blocks, and the default
+tokenizer's ids for the apps that serve a model writing a known text."""
 
 from __future__ import annotations
 
+import functools
 import time
 
 import pytest
@@ -62,3 +64,18 @@ def wait_for_free_kv(serve_app, timeout_s: float = 30.0) -> dict:
         if time.monotonic() > deadline:
             raise AssertionError(f"KV blocks still in use after {timeout_s}s: {stats}")
         time.sleep(0.2)
+
+
+@functools.cache
+def default_tokenizer():
+    from transformers import AutoTokenizer
+
+    from tests.checkpoints import DEFAULT_TARGET
+
+    return AutoTokenizer.from_pretrained(DEFAULT_TARGET)
+
+
+def token_ids(text: str) -> list[int]:
+    """`text`'s ids in the default tokenizer (that of tests/checkpoints.py: write_successor_model's
+    models), without special tokens."""
+    return default_tokenizer().encode(text, add_special_tokens=False)

@@ -11,13 +11,12 @@ the tag."""
 
 from __future__ import annotations
 
-import functools
 import json
 
 import pytest
 
 from tests.checkpoints import DEFAULT_TARGET, write_successor_model
-from tests.serve.api_helpers import streamed_response
+from tests.serve.api_helpers import default_tokenizer, streamed_response, token_ids
 
 pytestmark = pytest.mark.slow
 
@@ -32,16 +31,6 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters":
     "type": "object", "properties": {"city": {"type": "string", "maxLength": 8}}, "required": ["city"]}}}
 
 
-@functools.cache
-def tokenizer():
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(DEFAULT_TARGET)
-
-
-def token_ids(text: str) -> list[int]:
-    return tokenizer().encode(text, add_special_tokens=False)
-
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
@@ -49,7 +38,7 @@ def checkpoints(tmp_path_factory):
     thinking_prompt_end = token_ids("<|assistant|>\n")[-1]
     answering_prompt_end = token_ids("<|assistant|>\n<think>\n\n</think>\n\n")[-1]
     thought = token_ids(REASONING) + token_ids("</think>")
-    answer = token_ids(ANSWER) + [tokenizer().eos_token_id]
+    answer = token_ids(ANSWER) + [default_tokenizer().eos_token_id]
     successors = dict(zip([thinking_prompt_end] + thought + answer, thought + answer))
     successors[answering_prompt_end] = answer[0]
     assert len(successors) == len(thought) + len(answer) + 1  # no token is written twice

@@ -35,7 +35,7 @@ SCHEDULE = {"type": "function", "function": {
         "required": ["day", "attendees", "room"]}}}
 TOOLS = [WEATHER, SCHEDULE]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
-MAX_TOKENS = 400
+MAX_TOKENS = 1024  # four calls of `schedule`, sampled at temperature 1, fit
 
 
 def named(name: str) -> dict:
@@ -80,8 +80,8 @@ def test_auto_is_text_or_a_valid_call(client, serve_app):
             assert c.finish_reason == "tool_calls"
             for call in c.message.tool_calls:
                 check_call(call)
-        else:
-            assert not (c.message.content or "").startswith("{")
+        else:  # text, never empty (an empty answer once was all `auto` let through)
+            assert c.message.content and not c.message.content.startswith("{")
 
 
 def test_streamed_call_reassembles_to_the_same_call(client, serve_app):

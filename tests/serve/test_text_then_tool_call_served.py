@@ -1,0 +1,87 @@
+"""Text, then a tool call, served: under `tool_choice: "auto"`, a model whose calls open with a
+tag (Qwen's and Hermes' `<tool_call>`) may write a sentence first, and the reply has both, as vLLM's
+hermes parser gives them: `content` with the sentence, `tool_calls` with the call.
+
+The app serves a model that writes a known text (tests/checkpoints.py: write_successor_model):
+greedy, it writes "Checking." and then `<tool_call>`; the call grammar writes the rest, a call of
+the one tool. Its chat template mentions `<tool_call>`, so the app reads calls in Hermes' way."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.checkpoints import DEFAULT_TARGET, write_successor_model
+from tests.serve.api_helpers import streamed_response, token_ids
+
+pytestmark = pytest.mark.slow
+
+SERVE_APP_ARGS = {"draft_model": None, "speculative_method": None}
+SENTENCE = "Checking."
+CHAT_TEMPLATE = ("{% if tools %}<|system|>\nTo call a function, write <tool_call>\n{\"name\": ..., \"arguments\": "
+                 "...}\n</tool_call>. The functions: {{ tools | tojson }}<|end|>\n{% endif %}"
+                 "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}<|end|>\n"
+                 "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+NOW = {"type": "function", "function": {"name": "now", "description": "The time now.", "parameters": {
+    "type": "object", "properties": {}, "additionalProperties": False}}}
+
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """This module's app serves the model that writes SENTENCE, then `<tool_call>`."""
+    written = token_ids("<|assistant|>\n")[-1:] + token_ids(SENTENCE + "<tool_call>")
+    successors = dict(zip(written, written[1:]))
+    assert len(successors) == len(written) - 1  # no token is written twice
+    path = write_successor_model(tmp_path_factory.mktemp("caller"), DEFAULT_TARGET, successors, CHAT_TEMPLATE)
+    return path, path
+
+
+def request(model: str) -> dict:
+    return dict(model=model, messages=[{"role": "user", "content": "What time is it?"}], tools=[NOW],
+                tool_choice="auto", parallel_tool_calls=False, temperature=0, max_tokens=64)
+
+
+def test_the_reply_has_the_text_and_then_the_call(serve_app, client):
+    reply = client.chat.completions.create(**request(serve_app.model))
+    [choice] = reply.choices
+    assert (choice.message.content, choice.finish_reason) == (SENTENCE, "tool_calls")
+    [call] = choice.message.tool_calls
+    assert (call.type, call.function.name, json.loads(call.function.arguments)) == ("function", "now", {})
+    assert call.id.startswith("call_")
+
+
+def test_the_stream_sends_the_text_first_then_the_call(serve_app, client):
+    whole = client.chat.completions.create(**request(serve_app.model)).choices[0].message.tool_calls[0]
+    kinds, content, call = [], "", {"name": "", "arguments": ""}
+    for chunk in client.chat.completions.create(**request(serve_app.model), stream=True):
+        for choice in chunk.choices:
+            if choice.delta.content:
+                kinds.append("content")
+                content += choice.delta.content
+            for piece in choice.delta.tool_calls or []:
+                kinds.append("call")
+                assert piece.index == 0
+                call["name"] += piece.function.name or ""
+                call["arguments"] += piece.function.arguments or ""
+            finish = choice.finish_reason or None
+    assert content == SENTENCE and finish == "tool_calls"
+    assert kinds.index("call") == kinds.count("content")  # every piece of text came before the call
+    assert call == {"name": "now", "arguments": whole.function.arguments}
+
+
+def test_a_response_gives_the_message_item_then_the_call_item(serve_app, client):
+    kwargs = dict(model=serve_app.model, input="What time is it?", tools=[{"type": "function", **NOW["function"]}],
+                  parallel_tool_calls=False, temperature=0, max_output_tokens=64)
+    whole = client.responses.create(**kwargs)
+    message, call = whole.output
+    assert (message.type, message.content[0].text, call.type, call.name, json.loads(call.arguments)) == \
+        ("message", SENTENCE, "function_call", "now", {})
+    kinds, deltas, final = streamed_response(client, "response.output_text.delta", **kwargs)
+    assert "".join(deltas) == SENTENCE and kinds[-1] == "response.completed"
+    message_done = kinds.index("response.output_item.done")
+    assert message_done < kinds.index("response.function_call_arguments.done")
+    assert kinds[message_done + 1] == "response.output_item.added"  # the call's item, after the message's
+    assert [(i.type, i.status) for i in final.output] == [("message", "completed"), ("function_call", "completed")]
+    assert final.output[1].arguments == call.arguments
