@@ -14,6 +14,7 @@ class BeamText:
     text: str
     finish_reason: str
     stop_reason: str | int | None  # the stop string or the request's own stop token that ended it
+    token_ids: list[int]  # the beam's tokens (a reasoning split counts its reasoning's among them)
 
 
 def beam_texts(choices: list[Choice], n: int) -> list[BeamText]:
@@ -29,7 +30,7 @@ def beam_texts(choices: list[Choice], n: int) -> list[BeamText]:
             if not detok.stopped:
                 text += detok.finish()
             stop_reason = detok.stop_reason if detok.stopped else beam.stop_token_id
-            texts.append(BeamText(c.prompt_index * n + rank, text, reason, stop_reason))
+            texts.append(BeamText(c.prompt_index * n + rank, text, reason, stop_reason, beam.token_ids))
         c.num_output_tokens = sum(len(beam.token_ids) for beam in beams)
         c.finish_reason = final.finish_reason
         c.close()

@@ -48,7 +48,7 @@ from deployments.guided_formats import FormatRequestError, RequestedFormat, requ
 from deployments.request_gate import DEFAULT_MAX_BODY_BYTES, GateSettings
 from deployments.metrics import IngressMetrics
 from deployments.prefix_router import RoutingCollector
-from deployments.reasoning import split_reasoning
+from deployments.reasoning import ReasoningStream
 from deployments.tool_calls import requested_tool_format, syntax_for_template, template_knows_tools
 from deployments.tokenize_protocol import (DetokenizeRequest, DetokenizeResponse, TokenizeChatRequest,
                                            TokenizeCompletionRequest, TokenizeResponse)
@@ -313,10 +313,14 @@ class Ingress(ChatRoutes, ResponsesRoutes):
         created = int(time.time())
         if body.use_beam_search:
             beams = beam_texts(choices, body.n)
+            splits = [ReasoningStream(thinking, self.tokenizer.decode) for _ in beams]
             return ChatCompletionResponse(
-                id=request_id, created=created, model=self.model_name, usage=usage_of(choices),
-                choices=[ChatChoice(index=b.index, message=self._chat_message(body, *split_reasoning(b.text, thinking), thinking),
-                                    finish_reason=b.finish_reason, stop_reason=b.stop_reason) for b in beams])
+                id=request_id, created=created, model=self.model_name,
+                choices=[ChatChoice(index=b.index, message=self._chat_message(body, *s.take(b.text, True, b.token_ids),
+                                                                              thinking),
+                                    finish_reason=b.finish_reason, stop_reason=b.stop_reason)
+                         for b, s in zip(beams, splits)],
+                usage=self._with_reasoning(usage_of(choices), splits))
         calls_possible = tools is not None
         if body.stream:
             return StreamingResponse(guarded_stream(request_id, choices, self._stream_chat(

@@ -83,6 +83,20 @@ def test_a_reply_cut_while_thinking_is_all_reasoning(serve_app, client):
     assert ("".join(reasoning), content) == ("The capital", [])
 
 
+def test_a_beam_search_reply_splits_and_counts_its_reasoning(serve_app, client):
+    """Two beams, the model's text first; usage counts the tokens of both, and the reasoning's."""
+    reply = chat(client, serve_app.model, use_beam_search=True, n=2)
+    best, second = reply.choices
+    assert (best.message.reasoning, best.message.content) == (REASONING, ANSWER)
+    thought = len(token_ids(REASONING) + token_ids("</think>"))
+    second_tokens = reply.usage.completion_tokens - (thought + len(token_ids(ANSWER)) + 1)  # less the EOS too
+    second_thought = reply.usage.completion_tokens_details.reasoning_tokens - thought
+    if second.message.content:  # the tag closed its reasoning: some of its tokens were the answer
+        assert 0 < second_thought < second_tokens
+    else:
+        assert second_thought == second_tokens
+
+
 def test_include_reasoning_false_leaves_it_out(serve_app, client):
     message = chat(client, serve_app.model, include_reasoning=False).choices[0].message
     assert (message.reasoning, message.content) == (None, ANSWER)
