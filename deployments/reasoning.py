@@ -83,7 +83,7 @@ class ReasoningStream:
         if self.phase == "reasoning":
             end = self.held.find(THINK_END)
             if end < 0:
-                keep = _partial_suffix(self.held, THINK_END)
+                keep = partial_suffix(self.held, THINK_END)
                 reasoning, self.held = self.held[:len(self.held) - keep], self.held[len(self.held) - keep:]
                 return reasoning, ""
             reasoning, self.held = self.held[:end], self.held[end + len(THINK_END):]
@@ -129,7 +129,7 @@ class ReasoningStream:
         return "", held if self.phase == "answer" else ""
 
 
-def _partial_suffix(text: str, tag: str) -> int:
+def partial_suffix(text: str, tag: str) -> int:
     """The length of the longest end of `text` that is a proper start of `tag`."""
     for n in range(min(len(tag) - 1, len(text)), 0, -1):
         if text.endswith(tag[:n]):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from deployments.reasoning import partial_suffix
 from deployments.tool_calls import ToolCallSyntax
 from deployments.tool_protocol import FunctionCall, ToolCall
 
@@ -141,7 +142,7 @@ class ToolStream:
             self.in_calls, self.held = True, ""
             return held[:at], held[at:]
         if tag:
-            keep = next((n for n in range(min(len(tag) - 1, len(held)), 0, -1) if held.endswith(tag[:n])), 0)
+            keep = partial_suffix(held, tag)
             self.held = held[len(held) - keep:]
             return held[:len(held) - keep], ""
         if held.startswith(self.syntax.start):
