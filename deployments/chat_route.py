@@ -104,16 +104,18 @@ class ChatRoutes:
                     text += held
             if not text and not reasoning and not pieces and finish is None and not event.logprobs:
                 continue  # held: maybe the start of a call or of a tag
-            # One call's delta a chunk, as OpenAI and vLLM send them (some clients read only the
-            # first): the event's text and logprobs go with the first, its finish with the last.
-            deltas = [[self._call_delta(streams[i], p)] for p in pieces] or [None]
-            for k, calls_delta in enumerate(deltas):
-                first, last = k == 0, k == len(deltas) - 1
-                yield chunk([ChatChunkChoice(
-                    index=i, delta=DeltaMessage(content=text or None, reasoning=reasoning or None,
-                                                tool_calls=calls_delta) if first else DeltaMessage(tool_calls=calls_delta),
-                    logprobs=chat_logprobs(event.logprobs, self._token_names(body)) if first else None,
-                    finish_reason=("tool_calls" if calls and finish == "stop" else finish) if last else None,
-                    stop_reason=event.stop_reason if last else None)])
+            deltas = [self._call_delta(streams[i], p) for p in pieces]
+            logprobs = chat_logprobs(event.logprobs, self._token_names(body))
+            if len(deltas) > 1:  # one call's delta a chunk, as OpenAI and vLLM send them (some
+                # clients read only the first): the event's text goes with the first, its finish with the last
+                for delta in deltas[:-1]:
+                    yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(
+                        content=text or None, reasoning=reasoning or None, tool_calls=[delta]), logprobs=logprobs)])
+                    text, reasoning, logprobs = "", "", None
+                deltas = deltas[-1:]
+            yield chunk([ChatChunkChoice(
+                index=i, delta=DeltaMessage(content=text or None, reasoning=reasoning or None, tool_calls=deltas or None),
+                logprobs=logprobs,
+                finish_reason="tool_calls" if calls and finish == "stop" else finish, stop_reason=event.stop_reason)])
         if body.include_usage:
             yield chunk([], self._with_reasoning(usage_of(choices), list(splits.values())))
