@@ -41,6 +41,8 @@ class ToolCallSyntax:
     def __post_init__(self):
         if self.tag[:1] and self.tag[0] in self.tag[1:]:
             raise ValueError(f"{self.tag!r}: a tag's first character must not recur in it (_text_without)")
+        if self.prefix and not self.tag:  # so a syntax without a tag starts its calls with `{` (tool_format)
+            raise ValueError(f"{self.name}: a syntax whose calls have a prefix opens them with a tag")
 
     @property
     def start(self) -> str:
@@ -135,7 +137,7 @@ def tool_format(tools: list[ToolDefinition], choice, parallel: bool,
     # leftmost-first, and then drops the calls (app/guided/compiler.py: compile_regex).
     if choice == "auto" and syntax.tag:
         calls = f"(?:{_text_without(syntax.tag)}{calls}|{_text_without(syntax.tag, empty=False)})"
-    elif choice == "auto":
+    elif choice == "auto":  # no tag, so no prefix: `start` is the call's one `{`
         calls = f"(?:{calls}|{_not_char(syntax.start)}[\\s\\S]*)"
     return {"type": "regex", "pattern": calls}
 
