@@ -77,7 +77,8 @@ def test_required_and_named_function_calls_validate_and_stream_the_same(serve_ap
         final = stream.get_final_response()
     [call] = final.output
     assert (call.name, call.arguments) == ("schedule", whole.output[0].arguments) and "".join(deltas) == call.arguments
-    assert len(deltas) > 5  # as they were written
+    assert len(deltas) > 1  # as they were written, not in one piece at the end (a reader that falls
+    # behind gets the steps it missed merged, so the count depends on the machine)
 
 
 def test_a_function_call_output_reaches_the_template_as_chat_tool_turns_do(serve_app, client):

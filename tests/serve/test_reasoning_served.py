@@ -6,8 +6,10 @@ or a tool call binds the answer, not the reasoning.
 The app serves a model that writes a known text (tests/checkpoints.py: write_successor_model):
 greedy, it thinks "The capital of France", writes `</think>`, answers "Paris." and stops. With
 thinking off its prompt ends after an empty `<think>\\n\\n</think>\\n\\n`, as Qwen3's does, and
-it answers at once. A stream brings that text in pieces, as the steps come, and splits it at
-the tag."""
+it answers at once. A stream splits that text at the tag: every reasoning delta comes before the
+first content delta. How many deltas it takes depends on the machine (a reader that falls behind
+gets the steps it missed merged into one), so no test here counts them: tests/test_reasoning.py
+feeds the parser piece by piece."""
 
 from __future__ import annotations
 
@@ -52,11 +54,14 @@ def chat(client, model, stream: bool = False, **extra):
 
 
 def streamed(chunks) -> tuple[list[str], list[str], object]:
-    """The reasoning and content deltas of a streamed chat reply, and its last chunk."""
+    """The reasoning and content deltas of a streamed chat reply, and its last chunk; asserts that
+    no reasoning follows content."""
     reasoning, content = [], []
     for chunk in chunks:
         for choice in chunk.choices:
-            reasoning += [choice.delta.reasoning] if getattr(choice.delta, "reasoning", None) else []
+            if getattr(choice.delta, "reasoning", None):
+                assert not content, f"reasoning {choice.delta.reasoning!r} after content {content}"
+                reasoning.append(choice.delta.reasoning)
             content += [choice.delta.content] if choice.delta.content else []
     return reasoning, content, chunk
 
@@ -71,7 +76,6 @@ def test_the_reasoning_splits_from_the_answer_at_the_tag(serve_app, client):
     reasoning, content, last = streamed(chat(client, serve_app.model, stream=True,
                                              stream_options={"include_usage": True}))
     assert ("".join(reasoning), "".join(content)) == (REASONING, ANSWER)
-    assert len(reasoning) > 4 and len(content) > 1  # in pieces, as the steps came
     assert (last.usage.completion_tokens, last.usage.completion_tokens_details) == \
         (reply.usage.completion_tokens, reply.usage.completion_tokens_details)
 
