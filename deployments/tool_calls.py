@@ -133,8 +133,8 @@ def tool_format(tools: list[ToolDefinition], choice, parallel: bool,
     calls = (escape_literal(syntax.prefix) + f"(?:{call})"
              + (f"(?:{escape_literal(syntax.separator)}(?:{call})){{0,{most - 1}}}" if most > 1 else "")
              + escape_literal(syntax.suffix))
-    # `auto` leaves out the empty answer: outlines-core compiles a grammar that matches it
-    # leftmost-first, and then drops the calls (app/guided/compiler.py: compile_regex).
+    # `auto` leaves out the empty answer, which a compiled grammar cannot hold anyway
+    # (app/guided/compiler.py: compile_regex).
     if choice == "auto" and syntax.tag:
         calls = f"(?:{_text_without(syntax.tag)}{calls}|{_text_without(syntax.tag, empty=False)})"
     elif choice == "auto":  # no tag, so no prefix: `start` is the call's one `{`

@@ -29,7 +29,8 @@ from outlines_core.json_schema import (BOOLEAN, NULL, NUMBER, STRING, WHITESPACE
                                        build_regex_from_schema)
 
 from app.guided.errors import GuidedFormatError
-from app.guided.regex_check import check_regex, matches_empty
+from app.guided.nonempty_regex import nonempty_form
+from app.guided.regex_check import check_regex
 from app.guided.string_formats import json_safe_schema
 from app.guided.vocabulary import GuidedVocabulary
 
@@ -181,11 +182,12 @@ def compile_regex(regex: str, vocab: GuidedVocabulary | Vocabulary) -> Index:
     that ends one character past a match unless the token ends another (`(?:ac|[^a])+` cannot
     write "bac" with one token a byte). Anchored at the end, a pattern has no match before the
     end, so neither happens. outlines-core cannot build the start state of a pattern that
-    matches the empty string when anchored, so such a pattern is compiled as it is (README:
-    guided decoding; the tool-call grammars leave the empty answer out for this reason)."""
+    matches the empty string when anchored, so such a pattern is compiled without that match
+    (nonempty_regex.py; README: guided decoding), and one that matches nothing else as it is."""
     v = vocab.vocabulary if isinstance(vocab, GuidedVocabulary) else vocab
+    body = nonempty_form(regex)
     try:
-        return Index(regex if matches_empty(regex) else f"(?:{regex})$", v)
+        return Index(regex if body is None else f"(?:{body})$", v)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as e:  # ValueError, or a Rust panic (a BaseException): still a 400

@@ -46,8 +46,3 @@ def check_regex(regex: str) -> str:
         raise GuidedFormatError("invalid regex: nested too deeply") from None
     _check_regex_tree(tree.data)
     return regex
-
-
-def matches_empty(regex: str) -> bool:
-    """Whether a (checked) pattern matches the empty string."""
-    return sre_parse.parse(regex).getwidth()[0] == 0

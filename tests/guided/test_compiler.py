@@ -129,6 +129,26 @@ def test_every_string_a_format_matches_can_be_written(vocab, spec, texts, wrong)
     assert not accepts(index, vocab, wrong)
 
 
+@pytest.mark.parametrize("spec, texts", [
+    ({"type": "choice", "choices": ["", "yes", "yes please"]}, ["yes", "yes please"]),
+    ({"type": "regex", "pattern": "(?:a|ab)?c?"}, ["a", "ab", "ac", "abc", "c"]),
+    ({"type": "regex", "pattern": "(?:xa)?"}, ["xa"]),
+])
+def test_a_format_that_also_matches_the_empty_string_loses_only_that(vocab, spec, texts):
+    """Such a pattern is compiled for its other strings (nonempty_regex.py): each can be
+    written, one byte a token too, and the empty output cannot."""
+    regex = regex_for_format(spec)
+    index = compile_regex(regex, vocab)
+    assert [t for t in texts if not accepts(index, vocab, t)] == [] and not accepts(index, vocab, "")
+    byte_tokens = {b: tid for tid, b in enumerate(vocab.token_bytes) if b is not None and len(b) == 1}
+    for text in texts:
+        state = index.get_initial_state()
+        for byte in text.encode():
+            state = index.get_next_state(state, byte_tokens[bytes([byte])])
+            assert state is not None, f"{text!r} cut at {byte!r}"
+        assert index.is_final_state(state)
+
+
 @pytest.mark.parametrize("spec,message", [
     (schema_format({"type": "foo"}), "invalid JSON schema"),
     (schema_format("{not json"), "not valid JSON"),
