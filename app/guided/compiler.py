@@ -182,16 +182,31 @@ def compile_regex(regex: str, vocab: GuidedVocabulary | Vocabulary) -> Index:
     that ends one character past a match unless the token ends another (`(?:ac|[^a])+` cannot
     write "bac" with one token a byte). Anchored at the end, a pattern has no match before the
     end, so neither happens. outlines-core cannot build the start state of a pattern that
-    matches the empty string when anchored, so such a pattern is compiled without that match
-    (nonempty_regex.py; README: guided decoding), and one that matches nothing else as it is."""
+    matches the empty string when anchored: see _with_the_empty_string."""
     v = vocab.vocabulary if isinstance(vocab, GuidedVocabulary) else vocab
     body = nonempty_form(regex)
     try:
-        return Index(regex if body is None else f"(?:{body})$", v)
+        if body is None:  # the empty string is all it matches
+            return Index(regex, v)
+        if body == regex:
+            return Index(f"(?:{regex})$", v)
+        return _with_the_empty_string(body, v)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as e:  # ValueError, or a Rust panic (a BaseException): still a 400
         raise GuidedFormatError(f"format cannot be compiled for this vocabulary: {e}") from None
+
+
+def _with_the_empty_string(nonempty: str, vocab: Vocabulary) -> Index:
+    """The automaton of a pattern's non-empty strings (`nonempty`, anchored) and of the empty one
+    when outlines-core can hold both: `(?:(?:nonempty)$)?` can end at once, but as the empty
+    match is the first, every one-byte first token that does not end a match is refused
+    (`(?:xa)?` cannot start with "x"). Where that refuses a first token the anchored pattern
+    allows, the empty output is the one left out (nonempty_regex.py; README: guided decoding)."""
+    without = Index(f"(?:{nonempty})$", vocab)
+    with_empty = Index(f"(?:(?:{nonempty})$)?", vocab)
+    firsts = set(without.get_allowed_tokens(without.get_initial_state()))
+    return with_empty if firsts <= set(with_empty.get_allowed_tokens(with_empty.get_initial_state())) else without
 
 
 _slots = threading.BoundedSemaphore(4)  # compiles running at once, runaway ones included

@@ -3,7 +3,7 @@
 compile_regex anchors every pattern with `$` (app/guided/compiler.py says why), but outlines-core
 0.2.14 cannot build the start state of an anchored pattern that matches the empty string. Such a
 pattern is rewritten, from Python's parse of it, into one that matches exactly its other
-strings: the empty output is the one string lost. The rewrite of a concatenation `AB` is
+strings (compile_regex adds the empty one back where it can). The rewrite of a concatenation `AB` is
 `A'B|B'` when A matches the empty string (X' is X without it), of `A*` is `A'A*`, and of a
 group or alternation that of its parts.
 """
