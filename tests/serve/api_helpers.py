@@ -1,11 +1,13 @@
 """What the served API tests share: prompts, the engine alone configured as the app's target
 replica (to hold the app's output to), waits on the replica's KV blocks, and the default
-tokenizer's ids for the apps that serve a model writing a known text."""
+tokenizer's ids for the apps that serve a model writing a known text, and a streamed chat
+reply assembled as a client assembles it."""
 
 from __future__ import annotations
 
 import functools
 import time
+from dataclasses import dataclass, field
 
 import pytest
 import requests
@@ -47,6 +49,45 @@ def streamed_response(client, delta_type: str, **kwargs) -> tuple[list[str], lis
             if event.type == delta_type:
                 deltas.append(event.delta)
     return kinds, deltas, event.response
+
+
+@dataclass
+class StreamedChat:
+    """A streamed chat reply of one choice, assembled: its text, reasoning and calls (by index:
+    id, name, arguments), what each delta carried in order ("reasoning", "content", "call"), the
+    deltas that carried arguments, and the last chunk (usage)."""
+    content: str = ""
+    reasoning: str = ""
+    calls: dict[int, dict] = field(default_factory=dict)
+    kinds: list[str] = field(default_factory=list)
+    argument_deltas: int = 0
+    finish_reason: str | None = None
+    last_chunk: object = None
+
+    @property
+    def call_list(self) -> list[tuple[str, str]]:
+        return [(self.calls[i]["name"], self.calls[i]["arguments"]) for i in sorted(self.calls)]
+
+
+def streamed_chat(chunks) -> StreamedChat:
+    out = StreamedChat()
+    for out.last_chunk in chunks:
+        for choice in out.last_chunk.choices:
+            delta, out.finish_reason = choice.delta, choice.finish_reason or out.finish_reason
+            if getattr(delta, "reasoning", None):
+                out.kinds.append("reasoning")
+                out.reasoning += delta.reasoning
+            if delta.content:
+                out.kinds.append("content")
+                out.content += delta.content
+            for piece in delta.tool_calls or []:
+                out.kinds.append("call")
+                call = out.calls.setdefault(piece.index, {"id": None, "name": "", "arguments": ""})
+                call["id"] = piece.id or call["id"]
+                call["name"] += piece.function.name or ""
+                call["arguments"] += piece.function.arguments or ""
+                out.argument_deltas += bool(piece.function.arguments)
+    return out
 
 
 def max_model_len(serve_app) -> int:

@@ -18,7 +18,7 @@ import json
 import pytest
 
 from tests.checkpoints import DEFAULT_TARGET, write_successor_model
-from tests.serve.api_helpers import default_tokenizer, streamed_response, token_ids
+from tests.serve.api_helpers import StreamedChat, default_tokenizer, streamed_chat, streamed_response, token_ids
 
 pytestmark = pytest.mark.slow
 
@@ -53,17 +53,11 @@ def chat(client, model, stream: bool = False, **extra):
                                           stream=stream, extra_body=extra)
 
 
-def streamed(chunks) -> tuple[list[str], list[str], object]:
-    """The reasoning and content deltas of a streamed chat reply, and its last chunk; asserts that
-    no reasoning follows content."""
-    reasoning, content = [], []
-    for chunk in chunks:
-        for choice in chunk.choices:
-            if getattr(choice.delta, "reasoning", None):
-                assert not content, f"reasoning {choice.delta.reasoning!r} after content {content}"
-                reasoning.append(choice.delta.reasoning)
-            content += [choice.delta.content] if choice.delta.content else []
-    return reasoning, content, chunk
+def streamed(chunks) -> StreamedChat:
+    """A streamed chat reply, assembled; asserts that no reasoning delta follows content."""
+    reply = streamed_chat(chunks)
+    assert reply.kinds == sorted(reply.kinds, key=["reasoning", "content", "call"].index), reply.kinds
+    return reply
 
 
 def test_the_reasoning_splits_from_the_answer_at_the_tag(serve_app, client):
@@ -73,18 +67,18 @@ def test_the_reasoning_splits_from_the_answer_at_the_tag(serve_app, client):
     thought = len(token_ids(REASONING) + token_ids("</think>"))
     assert reply.usage.completion_tokens_details.reasoning_tokens == thought
     assert reply.usage.completion_tokens == thought + len(token_ids(ANSWER)) + 1  # and the EOS
-    reasoning, content, last = streamed(chat(client, serve_app.model, stream=True,
-                                             stream_options={"include_usage": True}))
-    assert ("".join(reasoning), "".join(content)) == (REASONING, ANSWER)
-    assert (last.usage.completion_tokens, last.usage.completion_tokens_details) == \
+    streamed_reply = streamed(chat(client, serve_app.model, stream=True, stream_options={"include_usage": True}))
+    assert (streamed_reply.reasoning, streamed_reply.content) == (REASONING, ANSWER)
+    usage = streamed_reply.last_chunk.usage
+    assert (usage.completion_tokens, usage.completion_tokens_details) == \
         (reply.usage.completion_tokens, reply.usage.completion_tokens_details)
 
 
 def test_a_reply_cut_while_thinking_is_all_reasoning(serve_app, client):
     [choice] = chat(client, serve_app.model, max_tokens=4).choices
     assert (choice.message.reasoning, choice.message.content, choice.finish_reason) == ("The capital", None, "length")
-    reasoning, content, _ = streamed(chat(client, serve_app.model, stream=True, max_tokens=4))
-    assert ("".join(reasoning), content) == ("The capital", [])
+    cut = streamed(chat(client, serve_app.model, stream=True, max_tokens=4))
+    assert (cut.reasoning, cut.content, cut.finish_reason) == ("The capital", "", "length")
 
 
 def test_a_beam_search_reply_splits_and_counts_its_reasoning(serve_app, client):
@@ -104,16 +98,16 @@ def test_a_beam_search_reply_splits_and_counts_its_reasoning(serve_app, client):
 def test_include_reasoning_false_leaves_it_out(serve_app, client):
     message = chat(client, serve_app.model, include_reasoning=False).choices[0].message
     assert (message.reasoning, message.content) == (None, ANSWER)
-    reasoning, content, _ = streamed(chat(client, serve_app.model, stream=True, include_reasoning=False))
-    assert (reasoning, "".join(content)) == ([], ANSWER)
+    answer_only = streamed(chat(client, serve_app.model, stream=True, include_reasoning=False))
+    assert (answer_only.kinds[0], answer_only.reasoning, answer_only.content) == ("content", "", ANSWER)
 
 
 def test_thinking_turned_off_is_all_answer(serve_app, client):
     reply = chat(client, serve_app.model, **THINKING_OFF)
     assert (reply.choices[0].message.content, reply.choices[0].message.reasoning) == (ANSWER, None)
     assert reply.usage.completion_tokens_details.reasoning_tokens == 0
-    reasoning, content, _ = streamed(chat(client, serve_app.model, stream=True, **THINKING_OFF))
-    assert (reasoning, "".join(content)) == ([], ANSWER)
+    answer_only = streamed(chat(client, serve_app.model, stream=True, **THINKING_OFF))
+    assert (answer_only.kinds[0], answer_only.reasoning, answer_only.content) == ("content", "", ANSWER)
 
 
 def test_an_output_format_binds_the_answer_not_the_reasoning(serve_app, client):
@@ -132,14 +126,8 @@ def test_a_tool_call_follows_the_reasoning(serve_app, client):
     assert (choice.message.reasoning, choice.message.content, choice.finish_reason) == (REASONING, None, "tool_calls")
     [call] = choice.message.tool_calls
     assert call.function.name == "get_weather" and isinstance(json.loads(call.function.arguments)["city"], str)
-    calls, reasoning = {}, ""
-    for chunk in client.chat.completions.create(**kwargs, stream=True):
-        for delta in [c.delta for c in chunk.choices]:
-            reasoning += getattr(delta, "reasoning", None) or ""
-            for piece in delta.tool_calls or []:
-                name, arguments = calls.get(piece.index, ("", ""))
-                calls[piece.index] = (name + (piece.function.name or ""), arguments + (piece.function.arguments or ""))
-    assert (reasoning, calls) == (REASONING, {0: (call.function.name, call.function.arguments)})
+    streamed_call = streamed(client.chat.completions.create(**kwargs, stream=True))
+    assert (streamed_call.reasoning, streamed_call.call_list) == (REASONING, [(call.function.name, call.function.arguments)])
 
 
 def test_a_response_gives_its_reasoning_item_then_its_message(serve_app, client):

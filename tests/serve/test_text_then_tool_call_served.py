@@ -13,7 +13,7 @@ import json
 import pytest
 
 from tests.checkpoints import DEFAULT_TARGET, write_successor_model
-from tests.serve.api_helpers import streamed_response, token_ids
+from tests.serve.api_helpers import streamed_chat, streamed_response, token_ids
 
 pytestmark = pytest.mark.slow
 
@@ -54,21 +54,10 @@ def test_the_reply_has_the_text_and_then_the_call(serve_app, client):
 
 def test_the_stream_sends_the_text_first_then_the_call(serve_app, client):
     whole = client.chat.completions.create(**request(serve_app.model)).choices[0].message.tool_calls[0]
-    kinds, content, call = [], "", {"name": "", "arguments": ""}
-    for chunk in client.chat.completions.create(**request(serve_app.model), stream=True):
-        for choice in chunk.choices:
-            if choice.delta.content:
-                kinds.append("content")
-                content += choice.delta.content
-            for piece in choice.delta.tool_calls or []:
-                kinds.append("call")
-                assert piece.index == 0
-                call["name"] += piece.function.name or ""
-                call["arguments"] += piece.function.arguments or ""
-            finish = choice.finish_reason or None
-    assert content == SENTENCE and finish == "tool_calls"
-    assert kinds.index("call") == kinds.count("content")  # every piece of text came before the call
-    assert call == {"name": "now", "arguments": whole.function.arguments}
+    streamed = streamed_chat(client.chat.completions.create(**request(serve_app.model), stream=True))
+    assert (streamed.content, streamed.finish_reason) == (SENTENCE, "tool_calls")
+    assert streamed.kinds == sorted(streamed.kinds, key=["content", "call"].index)  # the text, then the call
+    assert streamed.call_list == [("now", whole.function.arguments)]
 
 
 def test_a_response_gives_the_message_item_then_the_call_item(serve_app, client):
