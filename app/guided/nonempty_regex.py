@@ -29,7 +29,7 @@ def nonempty_form(regex: str) -> str | None:
     Python and outlines-core's Rust read) for its non-empty strings, or None when the empty
     string is all it matches. The pattern must have passed check_regex."""
     tree = sre_parse.parse(regex)
-    if not _nullable_sequence(tree.data):
+    if tree.getwidth()[0] > 0:  # re's own measure: every construct it parses, not only those rewritten
         return regex
     body = _nonempty_sequence(tree.data)
     if body is None:
