@@ -18,7 +18,7 @@ def chat_prompt_ids(tokenizer, body, tool_syntax, native_tools: bool) -> list[in
         text = tokenizer.apply_chat_template(
             messages, tools=tools, documents=body.documents, add_generation_prompt=body.add_generation_prompt,
             continue_final_message=body.continue_final_message, tokenize=False,
-            **(body.chat_template_kwargs or {}))
+            **body.template_variables)
     except Exception as exc:  # noqa: BLE001 - a template that refuses the messages
         raise OpenAIError(400, f"the chat template could not render the messages: {exc}",
                           param="messages") from None

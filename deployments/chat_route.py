@@ -23,7 +23,7 @@ from deployments.tool_protocol import FunctionCallDelta, ToolCallDelta
 
 class ChatRoutes:
     def _thinks(self, body: ChatCompletionRequest) -> bool:
-        return thinks(self.reasoning_parser, body.chat_template_kwargs)
+        return thinks(self.reasoning_parser, body.template_variables)
 
     def _chat_message(self, body: ChatCompletionRequest, reasoning: str, text: str, thinking: bool,
                       calls_possible: bool = False) -> AssistantMessage:

@@ -313,9 +313,20 @@ class ChatTemplateFields(BaseModel):
     documents: list[dict[str, str]] | None = None  # for templates that render retrieved documents
     # More variables for the template, e.g. Qwen3's {"enable_thinking": false}.
     chat_template_kwargs: dict[str, Any] | None = None
+    # OpenAI's, a template variable as vLLM passes it (gpt-oss's templates read it); see template_variables.
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
     # A template of the request's own: refused, as vLLM refuses one without
     # --trust-request-chat-template (it runs as code in the server's renderer).
     chat_template: str | None = None
+
+    @property
+    def template_variables(self) -> dict[str, Any]:
+        """The template's variables beyond the messages: `chat_template_kwargs`, over what
+        `reasoning_effort` implies as vLLM does (`reasoning_effort` itself, and `enable_thinking`
+        false for "none", true otherwise)."""
+        implied = {} if self.reasoning_effort is None else {
+            "reasoning_effort": self.reasoning_effort, "enable_thinking": self.reasoning_effort != "none"}
+        return implied | (self.chat_template_kwargs or {})
 
     @model_validator(mode="after")
     def _check_template_fields(self) -> "ChatTemplateFields":

@@ -8,7 +8,8 @@ The parsers:
   itself; one the model writes first is dropped. An output that ends before `</think>` is all
   reasoning (cut at max_tokens while thinking).
 - "qwen3": the same, unless the request turns thinking off with `chat_template_kwargs`
-  `{"enable_thinking": false}`: then it is all answer.
+  `{"enable_thinking": false}` (or `reasoning_effort: "none"`, which implies it, as in vLLM):
+  then it is all answer.
 - "deepseek_v3" (DeepSeek-V3.1 and later, hybrid models): all answer, unless the request turns
   thinking on with `chat_template_kwargs` `{"thinking": true}` (the templates' own switch).
 Newlines just after `</think>` are dropped: templates write them when a reply is fed back.
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-# Whether a request thinks, by parser, from its `chat_template_kwargs`, as the templates read them.
+# Whether a request thinks, by parser, from its template variables, as the templates read them.
 THINKING_SWITCHES = {
     "deepseek_r1": lambda kwargs: True,
     "qwen3": lambda kwargs: kwargs.get("enable_thinking") is not False,  # `enable_thinking is false`
@@ -34,9 +35,9 @@ THINK_START, THINK_END = "<think>", "</think>"
 RECENT_TOKENS = 16  # enough to spell `</think>` however the tokenizer splits it
 
 
-def thinks(parser: str | None, chat_template_kwargs: dict | None) -> bool:
+def thinks(parser: str | None, template_variables: dict | None) -> bool:
     """Whether a chat request's output starts with reasoning."""
-    return parser is not None and THINKING_SWITCHES[parser](chat_template_kwargs or {})
+    return parser is not None and THINKING_SWITCHES[parser](template_variables or {})
 
 
 def _without_closing_tag() -> str:

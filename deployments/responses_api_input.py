@@ -52,15 +52,13 @@ def chat_request(body: ResponsesRequest, history: list[ChatMessage] = ()) -> Cha
     if body.background:
         raise OpenAIError(400, "background: this server runs no responses in the background; leave it false",
                           param="background")
-    if body.truncation == "auto":
-        raise OpenAIError(400, 'truncation: "auto" is not supported; an input that does not fit '
-                               "is refused (\"disabled\")", param="truncation")
     instructions = [ChatMessage(role="system", content=body.instructions)] if body.instructions else []
     fields: dict[str, Any] = {**body.sampling_extras, "messages": instructions + list(history) +
                               input_messages(body, history),
                               "stream": body.stream, "parallel_tool_calls": body.parallel_tool_calls}
+    effort = (body.reasoning or {}).get("effort")
     for name, value in (("max_tokens", body.max_output_tokens), ("temperature", body.temperature),
-                        ("top_p", body.top_p), ("user", body.user)):
+                        ("top_p", body.top_p), ("user", body.user), ("reasoning_effort", effort)):
         if value is not None:
             fields[name] = value
     if body.wants_logprobs:

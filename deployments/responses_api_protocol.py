@@ -80,7 +80,7 @@ class ResponsesRequest(BaseModel):
     truncation: Literal["disabled", "auto"] | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
-    reasoning: dict[str, Any] | None = None  # taken; effort and summaries are not read
+    reasoning: dict[str, Any] | None = None  # its `effort` is chat's `reasoning_effort`; summaries are not written
     background: bool = False
     previous_response_id: str | None = None
     conversation: str | dict[str, Any] | None = None

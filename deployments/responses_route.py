@@ -28,6 +28,7 @@ from deployments.request_ids import response_ids
 from deployments.responses_api_output import ResponseEvents, ResponseOutput, finished, guarded_events
 from deployments.responses_api_protocol import (InputTokensDetails, OutputTokensDetails, ResponseObject,
                                                 ResponsesRequest, ResponseUsage)
+from deployments.responses_truncation import truncated_to_fit
 from deployments.tool_call_stream import CallPiece, ToolStream
 from deployments.tool_calls import requested_tool_format
 from deployments.tool_protocol import FunctionCall, ToolCall
@@ -47,8 +48,13 @@ class ResponsesRoutes:
                 self.defaults.sampling)
             tools = requested_tool_format(chat, self.tool_syntax)
             thinking = self._thinks(chat)
-            [choice] = await self._start(engine_ids, [self._chat_prompt(chat)], chat, chat.max_new_tokens,
-                                         chat.num_logprobs, "input", tools, thinking=thinking)
+            if body.truncation == "auto":
+                seen, prompt = truncated_to_fit(chat, self._chat_prompt,
+                                                self.max_model_len - (chat.max_new_tokens or 1))
+            else:
+                seen, prompt = chat, self._chat_prompt(chat)
+            [choice] = await self._start(engine_ids, [prompt], seen, seen.max_new_tokens, seen.num_logprobs,
+                                         "input", tools, thinking=thinking)
         except FormatRequestError as exc:
             raise as_responses_error(OpenAIError(400, str(exc), param=exc.param)) from None
         except OpenAIError as exc:
@@ -60,7 +66,7 @@ class ResponsesRoutes:
             tool_choice=body.tool_choice or "auto", tools=body.tools or [], metadata=body.metadata or {},
             user=body.user, text=body.text.model_dump(by_alias=True, exclude_none=True) if body.text else
             {"format": {"type": "text"}}, store=body.store and self.response_store is not None,
-            previous_response_id=body.previous_response_id)
+            previous_response_id=body.previous_response_id, truncation=body.truncation or "disabled")
         output = ResponseOutput(body.wants_logprobs, thinking, self.tokenizer.decode)
         names = self._token_names(chat)
         conversation = conversation_of(chat, body) if response.store else None  # None: not kept

@@ -1,5 +1,6 @@
 """A chat request's template fields reach the model's chat template as vLLM passes them:
-`chat_template_kwargs` as template variables (Qwen3's `enable_thinking`), and
+`chat_template_kwargs` as template variables (Qwen3's `enable_thinking`), `reasoning_effort` as
+one too (and "none" as `enable_thinking` false), and
 `continue_final_message` leaves the last assistant message open."""
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from tests.checkpoints import DEFAULT_TARGET
 # The default target's template, plus a Qwen3-style switch for the thinking block.
 TEMPLATE = ("{% for d in documents or [] %}<|doc|>{{ d['title'] }}: {{ d['text'] }}\n{% endfor %}"
             "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}<|end|>\n"
-            "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n"
+            "{% endfor %}{% if reasoning_effort is defined %}<|effort|>{{ reasoning_effort }}\n{% endif %}"
+            "{% if add_generation_prompt %}<|assistant|>\n"
             "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}{% endif %}")
 USER = [{"role": "user", "content": "Add two numbers."}]
 
@@ -40,6 +42,22 @@ def test_chat_template_kwargs_are_the_templates_variables(tokenizer, request_cla
                                                          "chat_template_kwargs": {"enable_thinking": False}})
     assert plain == "<|user|>\nAdd two numbers.<|end|>\n<|assistant|>\n"
     assert no_thinking == plain + "<think>\n\n</think>\n\n"
+
+
+@pytest.mark.parametrize("request_class", [ChatCompletionRequest, TokenizeChatRequest])
+def test_reasoning_effort_is_a_template_variable_and_none_turns_thinking_off(tokenizer, request_class):
+    def text(**fields) -> str:
+        return prompt_text(tokenizer, request_class, {"messages": USER, **fields})
+
+    low = text(reasoning_effort="low")
+    assert "<|effort|>low\n" in low and "<think>" not in low
+    off = text(reasoning_effort="none")
+    assert off == text(chat_template_kwargs={"reasoning_effort": "none", "enable_thinking": False})
+    assert "<think>\n\n</think>" in off
+    # the request's own variables win over what the effort implies
+    assert "<think>" not in text(reasoning_effort="none", chat_template_kwargs={"enable_thinking": True})
+    with pytest.raises(ValidationError, match="reasoning_effort"):
+        request_class.model_validate({"messages": USER, "reasoning_effort": "extreme"})
 
 
 @pytest.mark.parametrize("request_class", [ChatCompletionRequest, TokenizeChatRequest])

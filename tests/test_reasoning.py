@@ -15,6 +15,7 @@ from transformers import AutoTokenizer
 from app.guided.compiler import compile_regex
 from app.guided.guide import CompiledFormat
 from app.guided.vocabulary import build_guided_vocabulary
+from deployments.protocol import ChatCompletionRequest
 from deployments.reasoning import (WITHOUT_CLOSING_TAG, ReasoningStream, split_reasoning, thinking_then,
                                    thinks)
 
@@ -92,6 +93,9 @@ def test_who_thinks():
     assert thinks("deepseek_r1", {"enable_thinking": False})  # R1 always thinks
     assert thinks("qwen3", None) and thinks("qwen3", {"enable_thinking": True})
     assert not thinks("qwen3", {"enable_thinking": False})
+    with_effort = [ChatCompletionRequest(messages=[{"role": "user", "content": "x"}], reasoning_effort=effort)
+                   for effort in ("none", "low")]
+    assert [thinks("qwen3", r.template_variables) for r in with_effort] == [False, True]
     assert not thinks("deepseek_v3", None) and not thinks("deepseek_v3", {"enable_thinking": True})
     assert thinks("deepseek_v3", {"thinking": True}) and not thinks("deepseek_v3", {"thinking": False})
 

@@ -80,6 +80,7 @@ def test_text_format_logprobs_and_vllm_sampling_fields_carry_over():
     assert (c.logprobs, c.top_logprobs, c.top_k, c.seed, c.stop) == (True, 3, 5, 2, ["}"])
     assert chat({"input": "x", "text": {"format": {"type": "json_object"}}}).response_format.type == "json_object"
     assert chat({"input": "x", "top_logprobs": 3}).logprobs is False  # logprobs come only when included
+    assert chat({"input": "x", "reasoning": {"effort": "none"}}).reasoning_effort == "none"  # chat's field
 
 
 def test_unknown_fields_are_named_and_known_extras_are_not():
@@ -91,7 +92,6 @@ def test_unknown_fields_are_named_and_known_extras_are_not():
     ({"input": "x", "conversation": "conv_1"}, "conversation", "no stored conversations"),
     ({"input": "x", "prompt": {"id": "pmpt_1"}}, "prompt", "no stored conversations or prompts"),
     ({"input": "x", "background": True}, "background", "no responses in the background"),
-    ({"input": "x", "truncation": "auto"}, "truncation", "auto"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x"}]}]}, "input",
      "input_image"),
     ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input", "item_reference"),
@@ -101,6 +101,7 @@ def test_unknown_fields_are_named_and_known_extras_are_not():
     ({"input": "x", "tools": [WEATHER], "tool_choice": {"type": "allowed_tools", "tools": []}}, "tool_choice",
      "allowed_tools"),
     ({"input": "x", "stop": [""]}, None, "stop strings must not be empty"),
+    ({"input": "x", "reasoning": {"effort": "extreme"}}, "reasoning_effort", "reasoning_effort"),
 ])
 def test_what_cannot_be_a_chat_completion_is_a_400_naming_the_field(body, param, words):
     error = refusal(body)

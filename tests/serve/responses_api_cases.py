@@ -14,7 +14,7 @@ import pytest
 import requests
 from pydantic import BaseModel
 
-from tests.serve.api_helpers import chat_ids, engine_text, streamed_response, wait_for_free_kv
+from tests.serve.api_helpers import chat_ids, engine_text, max_model_len, streamed_response, wait_for_free_kv
 from tests.serve.tool_call_cases import CHECKER, MAX_TOKENS, TOOLS
 
 # The chat tools in the Responses API's flat shape.
@@ -42,6 +42,29 @@ def test_a_response_is_the_chat_completion_it_describes(serve_app, client, engin
         {"role": "system", "content": "Be brief."},
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Say something"}]}])
     assert as_items.output_text == expected
+
+
+def test_truncation_auto_leaves_out_the_fewest_oldest_turns(serve_app, client, engine, tokenizer):
+    """A conversation longer than the context is refused, unless `truncation: "auto"`: then its
+    oldest turns go until the prompt and `max_output_tokens` fit, and the answer is the one to
+    what is left."""
+    head, last = [{"role": "system", "content": "Be brief."}], [{"role": "user", "content": "Say something"}]
+    turns = [[{"role": "user", "content": f"Question {t}: " + "tell me more " * 60},
+              {"role": "assistant", "content": "word " * 120}] for t in range(12)]
+    limit, most = max_model_len(serve_app), 16
+    kwargs = dict(model=serve_app.model, instructions="Be brief.", input=[m for t in turns for m in t] + last,
+                  max_output_tokens=most, temperature=0)
+    with pytest.raises(openai.BadRequestError, match="maximum context length"):
+        client.responses.create(**kwargs)
+
+    def prompt(dropped: int) -> list[int]:
+        return chat_ids(tokenizer, head + [m for t in turns[dropped:] for m in t] + last)
+
+    dropped = next(d for d in range(len(turns)) if len(prompt(d)) + most <= limit)
+    expected, _ = engine_text(engine, tokenizer, prompt(dropped), most)
+    r = client.responses.create(**kwargs, truncation="auto")
+    assert 0 < dropped < len(turns) - 1
+    assert (r.truncation, r.usage.input_tokens, r.output_text) == ("auto", len(prompt(dropped)), expected)
 
 
 def test_a_streamed_response_accumulates_to_the_whole_one(serve_app, client):

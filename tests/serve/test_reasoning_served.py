@@ -5,11 +5,11 @@ or a tool call binds the answer, not the reasoning.
 
 The app serves a model that writes a known text (tests/checkpoints.py: write_successor_model):
 greedy, it thinks "The capital of France", writes `</think>`, answers "Paris." and stops. With
-thinking off its prompt ends after an empty `<think>\\n\\n</think>\\n\\n`, as Qwen3's does, and
-it answers at once. A stream splits that text at the tag: every reasoning delta comes before the
-first content delta. How many deltas it takes depends on the machine (a reader that falls behind
-gets the steps it missed merged into one), so no test here counts them: tests/test_reasoning.py
-feeds the parser piece by piece."""
+thinking off (or `reasoning_effort: "none"`) its prompt ends after an empty
+`<think>\\n\\n</think>\\n\\n`, as Qwen3's does, and it answers at once. A stream splits that
+text at the tag: every reasoning delta comes before the first content delta. How many deltas it
+takes depends on the machine (a reader that falls behind gets the steps it missed merged into
+one), so no test here counts them: tests/test_reasoning.py feeds the parser piece by piece."""
 
 from __future__ import annotations
 
@@ -108,6 +108,9 @@ def test_thinking_turned_off_is_all_answer(serve_app, client):
     assert reply.usage.completion_tokens_details.reasoning_tokens == 0
     answer_only = streamed(chat(client, serve_app.model, stream=True, **THINKING_OFF))
     assert (answer_only.kinds[0], answer_only.reasoning, answer_only.content) == ("content", "", ANSWER)
+    effortless = client.chat.completions.create(model=serve_app.model, messages=MESSAGES, max_tokens=64,
+                                                temperature=0, reasoning_effort="none").choices[0].message
+    assert (effortless.content, effortless.reasoning) == (ANSWER, None)  # "none" implies enable_thinking false
 
 
 def test_an_output_format_binds_the_answer_not_the_reasoning(serve_app, client):
