@@ -191,6 +191,7 @@ class ResponseObject(BaseModel):
     tools: list[dict[str, Any]] = Field(default_factory=list)
     text: dict[str, Any] = Field(default_factory=lambda: {"format": {"type": "text"}})
     truncation: str = "disabled"
+    reasoning: dict[str, Any] | None = None  # as the request gave it (its effort reached the template)
     usage: ResponseUsage | None = None
     metadata: dict[str, str] = Field(default_factory=dict)
     user: str | None = None

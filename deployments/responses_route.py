@@ -66,7 +66,8 @@ class ResponsesRoutes:
             tool_choice=body.tool_choice or "auto", tools=body.tools or [], metadata=body.metadata or {},
             user=body.user, text=body.text.model_dump(by_alias=True, exclude_none=True) if body.text else
             {"format": {"type": "text"}}, store=body.store and self.response_store is not None,
-            previous_response_id=body.previous_response_id, truncation=body.truncation or "disabled")
+            previous_response_id=body.previous_response_id, truncation=body.truncation or "disabled",
+            reasoning=body.reasoning)
         output = ResponseOutput(body.wants_logprobs, thinking, self.tokenizer.decode)
         names = self._token_names(chat)
         conversation = conversation_of(chat, body) if response.store else None  # None: not kept

@@ -26,7 +26,8 @@ MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "conten
 def test_a_response_is_the_chat_completion_it_describes(serve_app, client, engine, tokenizer):
     expected, n = engine_text(engine, tokenizer, chat_ids(tokenizer, MESSAGES), 20)
     r = client.responses.create(model=serve_app.model, instructions="Be brief.", input="Say something",
-                                max_output_tokens=20, temperature=0, metadata={"run": "1"})
+                                max_output_tokens=20, temperature=0, metadata={"run": "1"},
+                                reasoning={"effort": "low"})  # a template variable this template ignores
     assert r.id.startswith("resp_") and r.object == "response" and r.store is True
     assert r.output_text == expected
     [message] = r.output
@@ -37,7 +38,7 @@ def test_a_response_is_the_chat_completion_it_describes(serve_app, client, engin
         assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
     else:
         assert r.status == "completed" and r.incomplete_details is None
-    assert (r.temperature, r.max_output_tokens, r.metadata) == (0.0, 20, {"run": "1"})
+    assert (r.temperature, r.max_output_tokens, r.metadata, r.reasoning.effort) == (0.0, 20, {"run": "1"}, "low")
     as_items = client.responses.create(model=serve_app.model, max_output_tokens=20, temperature=0, input=[
         {"role": "system", "content": "Be brief."},
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Say something"}]}])
