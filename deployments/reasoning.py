@@ -12,6 +12,8 @@ The parsers:
   then it is all answer.
 - "deepseek_v3" (DeepSeek-V3.1 and later, hybrid models): all answer, unless the request turns
   thinking on with `chat_template_kwargs` `{"thinking": true}` (the templates' own switch).
+- "glm45", "glm47" (GLM-4.5 to 4.7) and "kimi_k2" (Kimi K2 Thinking): thinking, unless the
+  request sets `thinking` or `enable_thinking` and neither is true (vLLM 0.32's switch for them).
 Newlines just after `</think>` are dropped: templates write them when a reply is fed back.
 Usage counts as reasoning the output tokens up to the one that completed `</think>`.
 
@@ -24,11 +26,20 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+
+def _thinking_unless_either_switch_is_off(kwargs: dict) -> bool:
+    switches = [kwargs[name] for name in ("thinking", "enable_thinking") if kwargs.get(name) is not None]
+    return not switches or any(map(bool, switches))
+
+
 # Whether a request thinks, by parser, from its template variables, as the templates read them.
 THINKING_SWITCHES = {
     "deepseek_r1": lambda kwargs: True,
     "qwen3": lambda kwargs: kwargs.get("enable_thinking") is not False,  # `enable_thinking is false`
     "deepseek_v3": lambda kwargs: bool(kwargs.get("thinking")),  # `{% if thinking %}`
+    "glm45": _thinking_unless_either_switch_is_off,
+    "glm47": _thinking_unless_either_switch_is_off,
+    "kimi_k2": _thinking_unless_either_switch_is_off,
 }
 REASONING_PARSERS = tuple(THINKING_SWITCHES)
 THINK_START, THINK_END = "<think>", "</think>"

@@ -98,6 +98,11 @@ def test_who_thinks():
     assert [thinks("qwen3", r.template_variables) for r in with_effort] == [False, True]
     assert not thinks("deepseek_v3", None) and not thinks("deepseek_v3", {"enable_thinking": True})
     assert thinks("deepseek_v3", {"thinking": True}) and not thinks("deepseek_v3", {"thinking": False})
+    for parser in ("glm45", "glm47", "kimi_k2"):  # on unless a switch is set and none is on
+        assert [thinks(parser, kwargs) for kwargs in ({}, {"thinking": False}, {"enable_thinking": False},
+                                                     {"thinking": False, "enable_thinking": True})] == \
+            [True, False, False, True]
+    assert not thinks("glm45", with_effort[0].template_variables)
 
 
 def test_the_free_reasoning_regex_is_exactly_text_without_the_closing_tag():
