@@ -190,23 +190,35 @@ def compile_regex(regex: str, vocab: GuidedVocabulary | Vocabulary) -> Index:
             return Index(regex, v)
         if body == regex:
             return Index(f"(?:{regex})$", v)
-        return _with_the_empty_string(body, v)
+        return _with_the_empty_string(body, vocab)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as e:  # ValueError, or a Rust panic (a BaseException): still a 400
         raise GuidedFormatError(f"format cannot be compiled for this vocabulary: {e}") from None
 
 
-def _with_the_empty_string(nonempty: str, vocab: Vocabulary) -> Index:
+def _with_the_empty_string(nonempty: str, vocab: GuidedVocabulary | Vocabulary) -> Index:
     """The automaton of a pattern's non-empty strings (`nonempty`, anchored) and of the empty one
     when outlines-core can hold both: `(?:(?:nonempty)$)?` can end at once, but as the empty
     match is the first, every one-byte first token that does not end a match is refused
-    (`(?:xa)?` cannot start with "x"). Where that refuses a first token the anchored pattern
-    allows, the empty output is the one left out (nonempty_regex.py; README: guided decoding)."""
-    without = Index(f"(?:{nonempty})$", vocab)
-    with_empty = Index(f"(?:(?:{nonempty})$)?", vocab)
-    firsts = set(without.get_allowed_tokens(without.get_initial_state()))
-    return with_empty if firsts <= set(with_empty.get_allowed_tokens(with_empty.get_initial_state())) else without
+    (`(?:xa)?` cannot start with "x"). That is let pass where the refused tokens are all bytes
+    of longer UTF-8 characters (`.*`, `\\d*`: an output then cannot start with a character the
+    vocabulary spells only byte by byte); elsewhere the empty output is the one left out
+    (nonempty_regex.py; README: guided decoding)."""
+    v = vocab.vocabulary if isinstance(vocab, GuidedVocabulary) else vocab
+    without = Index(f"(?:{nonempty})$", v)
+    with_empty = Index(f"(?:(?:{nonempty})$)?", v)
+    refused = (set(without.get_allowed_tokens(without.get_initial_state()))
+               - set(with_empty.get_allowed_tokens(with_empty.get_initial_state())))
+    token_bytes = vocab.token_bytes if isinstance(vocab, GuidedVocabulary) else None
+    if refused and (token_bytes is None or not all(_starts_a_longer_character(token_bytes[t]) for t in refused)):
+        return without
+    return with_empty
+
+
+def _starts_a_longer_character(token: bytes | None) -> bool:
+    """A one-byte token that is part of a multi-byte UTF-8 character (byte fallback)."""
+    return token is not None and len(token) == 1 and token[0] >= 0x80
 
 
 _slots = threading.BoundedSemaphore(4)  # compiles running at once, runaway ones included

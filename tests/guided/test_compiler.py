@@ -131,6 +131,7 @@ def test_every_string_a_format_matches_can_be_written(vocab, spec, texts, wrong)
 
 @pytest.mark.parametrize("spec, texts, empty_too", [
     ({"type": "regex", "pattern": "[0-9]*"}, ["1", "12", "2024"], True),
+    ({"type": "regex", "pattern": r".*"}, ["b", "ab c", "x1"], True),  # refused first: bytes of longer characters
     ({"type": "regex", "pattern": "(?:a|ab)?c?"}, ["a", "ab", "ac", "abc", "c"], True),
     ({"type": "choice", "choices": ["", "yes", "yes please"]}, ["yes", "yes please"], False),
     ({"type": "regex", "pattern": "(?:xa)?"}, ["xa"], False),
@@ -138,7 +139,7 @@ def test_every_string_a_format_matches_can_be_written(vocab, spec, texts, wrong)
 def test_a_format_that_also_matches_the_empty_string(vocab, spec, texts, empty_too):
     """Its other strings can all be written, one byte a token too; the empty output only where
     outlines-core can hold it beside them (compile_regex: _with_the_empty_string): not where
-    it would refuse a one-byte first token ("y", "x")."""
+    it would refuse a one-character first token ("y", "x")."""
     regex = regex_for_format(spec)
     index = compile_regex(regex, vocab)
     assert [t for t in texts if not accepts(index, vocab, t)] == []
