@@ -190,27 +190,26 @@ def compile_regex(regex: str, vocab: GuidedVocabulary | Vocabulary) -> Index:
             return Index(regex, v)
         if body == regex:
             return Index(f"(?:{regex})$", v)
-        return _with_the_empty_string(body, vocab)
+        return _with_the_empty_string(body, v, vocab.token_bytes if isinstance(vocab, GuidedVocabulary) else None)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as e:  # ValueError, or a Rust panic (a BaseException): still a 400
         raise GuidedFormatError(f"format cannot be compiled for this vocabulary: {e}") from None
 
 
-def _with_the_empty_string(nonempty: str, vocab: GuidedVocabulary | Vocabulary) -> Index:
+def _with_the_empty_string(nonempty: str, vocab: Vocabulary, token_bytes: list[bytes | None] | None) -> Index:
     """The automaton of a pattern's non-empty strings (`nonempty`, anchored) and of the empty one
     when outlines-core can hold both: `(?:(?:nonempty)$)?` can end at once, but as the empty
     match is the first, every one-byte first token that does not end a match is refused
     (`(?:xa)?` cannot start with "x"). That is let pass where the refused tokens are all bytes
     of longer UTF-8 characters (`.*`, `\\d*`: an output then cannot start with a character the
     vocabulary spells only byte by byte); elsewhere the empty output is the one left out
-    (nonempty_regex.py; README: guided decoding)."""
-    v = vocab.vocabulary if isinstance(vocab, GuidedVocabulary) else vocab
-    without = Index(f"(?:{nonempty})$", v)
-    with_empty = Index(f"(?:(?:{nonempty})$)?", v)
+    (nonempty_regex.py; README: guided decoding). Without `token_bytes` (an outlines-core
+    Vocabulary alone) no refused token is let pass."""
+    without = Index(f"(?:{nonempty})$", vocab)
+    with_empty = Index(f"(?:(?:{nonempty})$)?", vocab)
     refused = (set(without.get_allowed_tokens(without.get_initial_state()))
                - set(with_empty.get_allowed_tokens(with_empty.get_initial_state())))
-    token_bytes = vocab.token_bytes if isinstance(vocab, GuidedVocabulary) else None
     if refused and (token_bytes is None or not all(_starts_a_longer_character(token_bytes[t]) for t in refused)):
         return without
     return with_empty
