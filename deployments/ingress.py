@@ -18,9 +18,9 @@ import asyncio
 import dataclasses
 import logging
 import time
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Callable, Literal
 
-from fastapi import Request
+from fastapi import Query, Request
 from fastapi.responses import Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from ray import serve
@@ -56,6 +56,7 @@ from deployments.openai_errors import OpenAIError, error_message
 from deployments.protocol import ChatCompletionRequest, CompletionRequest
 from deployments.request_ids import client_request_id, response_ids
 from deployments.responses_api_protocol import ResponseObject, ResponsesRequest
+from deployments.response_items import MAX_LIST_LIMIT
 from deployments.responses_route import ResponsesRoutes
 from deployments.responses import (ChatChoice, ChatCompletionResponse, CompletionChoice,
                                    CompletionResponse, ModelCard, ModelList, UsageInfo)
@@ -76,6 +77,7 @@ class Ingress(ChatRoutes, ResponsesRoutes):
         self.target = target
         # deployments/response_store.py; None when the app keeps no responses
         self.response_store = response_store if max_stored_responses else None
+        self.background_runs: set[asyncio.Task] = set()  # the Responses API's background responses
         self.priority_scheduling = priority_scheduling  # the engines' `scheduling_policy` is "priority"
         self.reasoning_parser = reasoning_parser  # deployments/reasoning.py
         self.model_path = model_path
@@ -335,6 +337,18 @@ class Ingress(ChatRoutes, ResponsesRoutes):
     @app.get("/v1/responses/{response_id}")
     async def get_response(self, response_id: str) -> ResponseObject:
         return (await self._stored(response_id)).response
+
+    @app.get("/v1/responses/{response_id}/input_items")
+    async def list_input_items(self, response_id: str, after: str | None = None,
+                               limit: int = Query(20, ge=1, le=MAX_LIST_LIMIT),
+                               order: Literal["asc", "desc"] = "desc") -> dict:
+        """The items the response answered (deployments/response_items.py), paged as OpenAI's."""
+        return await self._input_items(response_id, after, limit, order)
+
+    @app.post("/v1/responses/{response_id}/cancel")
+    async def cancel_response(self, response_id: str) -> ResponseObject:
+        """End a background response that still runs (deployments/responses_background.py)."""
+        return await self._cancel(response_id)
 
     @app.delete("/v1/responses/{response_id}")
     async def delete_response(self, response_id: str) -> dict:

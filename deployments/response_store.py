@@ -1,44 +1,123 @@
-"""The Responses API's stored responses: what `previous_response_id` continues, and what
-`GET` and `DELETE /v1/responses/{id}` read.
+"""The Responses API's stored responses: what `previous_response_id` continues, what `GET` and
+`DELETE /v1/responses/{id}` and `GET /v1/responses/{id}/input_items` read, and the state of the
+responses that run in the background (`background: true`), which `POST /v1/responses/{id}/cancel`
+ends.
 
-One replica, which every Ingress replica asks (the Ingress autoscales, so a follow-up may reach
-another replica than the response it continues). It keeps the newest `max_stored_responses` in
-memory, dropping the oldest, and loses them when it restarts, as vLLM's in-memory store does.
+One replica, which every Ingress replica asks (the Ingress autoscales, so a follow-up, a poll or a
+cancel may reach another replica than the one that runs the response). It keeps the newest
+`max_stored_responses` in memory, dropping the oldest, and loses them when it restarts, as vLLM's
+in-memory store does.
+
+A background response runs in the Ingress replica that took it; that replica waits here
+(`wait_cancelled`) for a cancel, whichever replica it comes through. So the store holds one
+request open per running background response: hence its `max_ongoing_requests`, and every
+method is async, on one event loop.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import asyncio
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 from ray import serve
 
-from deployments.protocol import ChatMessage
+from deployments.openai_errors import OpenAIError
 from deployments.responses_api_protocol import ResponseObject
+
+RUNNING = ("queued", "in_progress")
+MAX_WAITING_RUNS = 100_000  # background responses whose Ingress waits here for a cancel, and then some
 
 
 @dataclass
 class StoredResponse:
     response: ResponseObject
-    # The conversation it ends, as chat messages: the input so far (earlier responses' included,
-    # `instructions` not: they hold for one response only), then its reply.
-    conversation: list[ChatMessage]
+    # The items it answered (deployments/response_items.py): earlier responses' inputs and
+    # outputs, then its own request's input.
+    input_items: list[dict[str, Any]]
+
+    @property
+    def conversation(self) -> list[dict[str, Any]]:
+        """What a response that continues this one continues: its input, then its output."""
+        return self.input_items + [item.model_dump() for item in self.response.output]
 
 
-@serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 0})
+@serve.deployment(num_replicas=1, max_ongoing_requests=MAX_WAITING_RUNS, ray_actor_options={"num_cpus": 0})
 class ResponseStore:
     def __init__(self, max_responses: int):
         self.max_responses = max_responses
         self._responses: OrderedDict[str, StoredResponse] = OrderedDict()
+        self._ended: dict[str, asyncio.Event] = {}  # per running background response, set when it ends
+        # Every kept response's items by id, for `item_reference` inputs, with how many kept
+        # responses hold each (a conversation's items are in every response that continues it).
+        self._items: dict[str, dict[str, Any]] = {}
+        self._item_holders: Counter[str] = Counter()
 
-    def put(self, stored: StoredResponse) -> None:
-        self._responses[stored.response.id] = stored
-        self._responses.move_to_end(stored.response.id)
-        while len(self._responses) > self.max_responses:
-            self._responses.popitem(last=False)
+    async def put(self, stored: StoredResponse) -> bool:
+        """Keep `stored`, newest; False (and nothing kept) for a response cancelled meanwhile."""
+        response = stored.response
+        kept = self._responses.get(response.id)
+        if kept is not None and kept.response.status == "cancelled":
+            return False
+        if kept is not None:
+            self._hold(kept, -1)
+        self._responses[response.id] = stored
+        self._responses.move_to_end(response.id)
+        self._hold(stored, +1)
+        while len(self._responses) > self.max_responses:  # a running one dropped still runs
+            self._hold(self._responses.popitem(last=False)[1], -1)
+        if response.status not in RUNNING:
+            self._end(response.id)
+        return True
 
-    def get(self, response_id: str) -> StoredResponse | None:
+    async def get(self, response_id: str) -> StoredResponse | None:
         return self._responses.get(response_id)
 
-    def delete(self, response_id: str) -> bool:
-        return self._responses.pop(response_id, None) is not None
+    async def items(self, item_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The items of kept responses (inputs and outputs) that have these ids."""
+        return {i: self._items[i] for i in item_ids if i in self._items}
+
+    async def delete(self, response_id: str) -> bool:
+        """Drop a response; one still running stops (its `wait_cancelled` returns True)."""
+        self._end(response_id)
+        stored = self._responses.pop(response_id, None)
+        if stored is not None:
+            self._hold(stored, -1)
+        return stored is not None
+
+    async def cancel(self, response_id: str) -> ResponseObject | None:
+        """Mark a running background response cancelled; the response as it now is."""
+        stored = self._responses.get(response_id)
+        if stored is None:
+            return None
+        if stored.response.background and stored.response.status in RUNNING:
+            stored.response = stored.response.model_copy(update={"status": "cancelled"})
+            self._end(response_id)
+        return stored.response
+
+    async def wait_cancelled(self, response_id: str) -> bool:
+        """Return when a running background response ends: True when it was cancelled or
+        deleted (its run should stop), False when its final state was stored."""
+        stored = self._responses.get(response_id)
+        if stored is not None and stored.response.status in RUNNING:
+            await self._ended.setdefault(response_id, asyncio.Event()).wait()
+        stored = self._responses.get(response_id)
+        return stored is None or stored.response.status == "cancelled"
+
+    def _hold(self, stored: StoredResponse, change: int) -> None:
+        for item in stored.conversation:
+            self._item_holders[item["id"]] += change
+            if change > 0:
+                self._items[item["id"]] = item
+            elif self._item_holders[item["id"]] <= 0:
+                del self._items[item["id"]], self._item_holders[item["id"]]
+
+    def _end(self, response_id: str) -> None:
+        event = self._ended.pop(response_id, None)
+        if event is not None:
+            event.set()
+
+
+def not_kept(response_id: str) -> OpenAIError:
+    return OpenAIError(404, f"No response with id {response_id!r} is kept here", "not_found_error", "response_id")

@@ -6,9 +6,9 @@ request checks (the template, tool grammars, sampling fields) is then checked on
 Input items: messages (a string, or `input_text` / `output_text` parts), `function_call` items
 (an assistant turn's calls, consecutive ones in one turn) and `function_call_output` items (tool
 turns). A `reasoning` item's text goes with the assistant turn after it, as that turn's
-`reasoning` (templates of thinking models may render it). Other
-item kinds (images, files, references to stored items) and tools other than functions are a 400
-naming the item.
+`reasoning` (templates of thinking models may render it). References to kept items
+(`item_reference`) were replaced by the items before (deployments/response_items.py). Other
+item kinds (images, files) and tools other than functions are a 400 naming the item.
 """
 
 from __future__ import annotations
@@ -41,20 +41,16 @@ class FunctionCallOutputItem(BaseModel):
     output: str | list[dict[str, Any]]
 
 
-def chat_request(body: ResponsesRequest, history: list[ChatMessage] = ()) -> ChatCompletionRequest:
+def chat_request(body: ResponsesRequest, history: list[dict[str, Any]] = ()) -> ChatCompletionRequest:
     """The chat completion `body` asks for; OpenAIError (400) for what cannot be one.
-    `history`: the conversation of the response `body` continues (`previous_response_id`)."""
+    `history`: the stored items of the response `body` continues (`previous_response_id`)."""
     for name in NEEDS_STORED_RESPONSES:
         if getattr(body, name) is not None:
             raise OpenAIError(400, f"{name}: this server keeps no stored conversations or prompts; send "
                                    "the conversation in `input`, or continue a response with "
                                    "previous_response_id", param=name)
-    if body.background:
-        raise OpenAIError(400, "background: this server runs no responses in the background; leave it false",
-                          param="background")
     instructions = [ChatMessage(role="system", content=body.instructions)] if body.instructions else []
-    fields: dict[str, Any] = {**body.sampling_extras, "messages": instructions + list(history) +
-                              input_messages(body, history),
+    fields: dict[str, Any] = {**body.sampling_extras, "messages": instructions + input_messages(body, history),
                               "stream": body.stream, "parallel_tool_calls": body.parallel_tool_calls}
     effort = (body.reasoning or {}).get("effort")
     for name, value in (("max_tokens", body.max_output_tokens), ("temperature", body.temperature),
@@ -79,45 +75,51 @@ def chat_request(body: ResponsesRequest, history: list[ChatMessage] = ()) -> Cha
                           param=str(first["loc"][0]) if first["loc"] else None) from None
 
 
-def conversation_of(chat: ChatCompletionRequest, body: ResponsesRequest) -> list[ChatMessage]:
-    """The messages of `chat` that a later response continues: all but the instructions."""
-    return chat.messages[1:] if body.instructions else list(chat.messages)
-
-
-def input_messages(body: ResponsesRequest, history: list[ChatMessage] = ()) -> list[ChatMessage]:
-    items = [{"role": "user", "content": body.input}] if isinstance(body.input, str) else body.input
+def input_messages(body: ResponsesRequest, history: list[dict[str, Any]] = ()) -> list[ChatMessage]:
+    """The chat messages of `history` (the stored items of the response `body` continues,
+    deployments/response_items.py), then of `body`'s input. A reasoning item goes with the
+    assistant turn after it; with none after it, it is an assistant turn of its own (the reply
+    of a response cut while it reasoned)."""
+    own = [{"role": "user", "content": body.input}] if isinstance(body.input, str) else body.input
     messages: list[ChatMessage] = []
-    # call_id -> function name, for the tool turns that answer them (calls made earlier included)
-    call_names = {c.id: c.function.name for m in history for c in m.tool_calls or ()}
+    call_names: dict[str, str] = {}  # call_id -> function name, for the tool turns that answer them
     reasoning = None  # a reasoning item's, for the assistant turn that follows it
-    for i, item in enumerate(items):
+    for i, item in enumerate([*history, *own], start=-len(history)):  # history's indices: < 0
         kind = item.get("type", "message")
         if kind == "reasoning":
             reasoning = "".join(part.get("text", "") for part in item.get("content") or ())
-        elif kind == "message":
+            continue
+        if kind == "message":
             m = _parsed(MessageItem, item, i)
-            messages.append(ChatMessage(role=m.role, content=_text(m.content, i),
-                                        reasoning=reasoning if m.role == "assistant" else None))
-            reasoning = None if m.role == "assistant" else reasoning
+            answers = m.role == "assistant"
+        elif kind in ("function_call", "function_call_output"):
+            answers = kind == "function_call"
+        else:
+            raise OpenAIError(400, f"input[{i}]: items of type {kind!r} are not supported here (messages, "
+                                   "function_call and function_call_output are)", param="input")
+        if reasoning is not None and not answers:
+            messages.append(ChatMessage(role="assistant", reasoning=reasoning))
+            reasoning = None
+        if kind == "message":
+            messages.append(ChatMessage(role=m.role, content=_text(m.content, i), reasoning=reasoning))
         elif kind == "function_call":
             c = _parsed(FunctionCallItem, item, i)
             call_names[c.call_id] = c.name
             call = ToolCall(id=c.call_id, function=FunctionCall(name=c.name, arguments=c.arguments))
             last = messages[-1] if messages else None
-            if last is not None and last.role == "assistant":  # one turn: its text and all its calls
+            if reasoning is None and last is not None and last.role == "assistant":  # one turn: its text and calls
                 last.tool_calls = (last.tool_calls or []) + [call]
             else:
                 messages.append(ChatMessage(role="assistant", tool_calls=[call], reasoning=reasoning))
-                reasoning = None
-        elif kind == "function_call_output":
+        else:
             o = _parsed(FunctionCallOutputItem, item, i)
             messages.append(ChatMessage(role="tool", tool_call_id=o.call_id, name=call_names.get(o.call_id),
                                         content=_text(o.output, i)))
-        else:
-            raise OpenAIError(400, f"input[{i}]: items of type {kind!r} are not supported here (messages, "
-                                   "function_call and function_call_output are)", param="input")
-    if not messages and not history:
+        reasoning = None
+    if not messages:
         raise OpenAIError(400, "input: give at least one message", param="input")
+    if reasoning is not None:
+        messages.append(ChatMessage(role="assistant", reasoning=reasoning))
     return messages
 
 

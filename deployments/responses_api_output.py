@@ -107,6 +107,12 @@ def finished(response: ResponseObject, output: ResponseOutput, finish_reason: st
         "incomplete_details": IncompleteDetails(reason="max_output_tokens") if cut else None})
 
 
+def failed(response: ResponseObject, message: str) -> ResponseObject:
+    """The response once an error ended it after it began."""
+    return response.model_copy(update={"status": "failed", "error": ResponseError(code="server_error",
+                                                                                 message=message)})
+
+
 class ResponseEvents:
     """The numbered SSE events of one streamed response."""
 
@@ -172,8 +178,7 @@ class ResponseEvents:
                 self.event("response.output_item.done", output_index=index, item=call)]
 
     def failed(self, response: ResponseObject, message: str) -> str:
-        return self.event("response.failed", response=response.model_copy(update={
-            "status": "failed", "error": ResponseError(code="server_error", message=message)}))
+        return self.event("response.failed", response=failed(response, message))
 
 
 async def guarded_events(events: ResponseEvents, response: ResponseObject, body: AsyncIterator[str],

@@ -5,8 +5,9 @@ chat are in deployments/protocol.py and deployments/responses.py.
 
 Responses are kept (`store`, OpenAI's default) in memory, up to the app's
 `max_stored_responses` (deployments/response_store.py), so that `previous_response_id`
-continues one and `GET /v1/responses/{id}` reads it. OpenAI's stored conversations and prompts
-(`conversation`, `prompt`) and `background` runs are not kept: those are refused with a 400.
+continues one and `GET /v1/responses/{id}` reads it; `background` ones run on after the POST
+(deployments/responses_background.py). OpenAI's stored conversations and prompts
+(`conversation`, `prompt`) are not kept: those are refused with a 400.
 """
 
 from __future__ import annotations
@@ -175,7 +176,7 @@ class ResponseObject(BaseModel):
     id: str
     object: Literal["response"] = "response"
     created_at: int = Field(default_factory=lambda: int(time.time()))
-    status: Literal["in_progress", "completed", "incomplete", "failed"] = "in_progress"
+    status: Literal["in_progress", "completed", "incomplete", "failed", "cancelled"] = "in_progress"
     error: ResponseError | None = None
     incomplete_details: IncompleteDetails | None = None
     instructions: str | None = None

@@ -1,7 +1,9 @@
 """OpenAI's Responses API (`POST /v1/responses`), answered as the chat completion it describes
 (deployments/responses_api_input.py), whole or as its stream of events
-(deployments/responses_api_output.py). A response is stored (deployments/response_store.py) when
-the request's `store` is true and the app keeps responses, for `previous_response_id` and GET.
+(deployments/responses_api_output.py), or in the background (deployments/responses_background.py).
+A response is stored (deployments/response_store.py) with the items it answered
+(deployments/response_items.py) when the request's `store` is true and the app keeps responses,
+for `previous_response_id`, GET and `input_items`.
 
 A mixin of the Ingress deployment (deployments/ingress.py): it uses the Ingress's model check,
 chat prompt, engine requests (`_start`) and usage. The routes themselves stay on the Ingress: a
@@ -21,9 +23,10 @@ from deployments.choices import Choice, Event, merge_choices, usage_of
 from deployments.guided_formats import FormatRequestError
 from deployments.openai_errors import OpenAIError
 from deployments.output_logprobs import chat_logprobs
-from deployments.protocol import ChatMessage
-from deployments.response_store import StoredResponse
-from deployments.responses_api_input import as_responses_error, chat_request, conversation_of
+from deployments.response_store import StoredResponse, not_kept
+from deployments.response_items import item_page, referenced_ids, request_items, resolved
+from deployments.responses_api_input import as_responses_error, chat_request
+from deployments.responses_background import BackgroundRuns, check_background
 from deployments.request_ids import response_ids
 from deployments.responses_api_output import ResponseEvents, ResponseOutput, finished, guarded_events
 from deployments.responses_api_protocol import (InputTokensDetails, OutputTokensDetails, ResponseObject,
@@ -31,12 +34,11 @@ from deployments.responses_api_protocol import (InputTokensDetails, OutputTokens
 from deployments.responses_truncation import truncated_to_fit
 from deployments.tool_call_stream import CallPiece, ToolStream
 from deployments.tool_calls import requested_tool_format
-from deployments.tool_protocol import FunctionCall, ToolCall
 
 logger = logging.getLogger("ray.serve")
 
 
-class ResponsesRoutes:
+class ResponsesRoutes(BackgroundRuns):
     async def _create_response(self, body: ResponsesRequest, client_request_id: str | None):
         self._check_model(body.model)
         if body.ignored_fields:
@@ -44,8 +46,11 @@ class ResponsesRoutes:
                            ", ".join(body.ignored_fields))
         response_id, engine_ids = response_ids("resp", client_request_id, "_")
         try:
-            chat = chat_request(body, await self._history(body.previous_response_id)).with_defaults(
-                self.defaults.sampling)
+            if body.background:
+                check_background(body, self.response_store is not None)
+            history = await self._history(body.previous_response_id)
+            body = await self._with_referenced_items(body)
+            chat = chat_request(body, history).with_defaults(self.defaults.sampling)
             tools = requested_tool_format(chat, self.tool_syntax)
             thinking = self._thinks(chat)
             if body.truncation == "auto":
@@ -67,12 +72,14 @@ class ResponsesRoutes:
             user=body.user, text=body.text.model_dump(by_alias=True, exclude_none=True) if body.text else
             {"format": {"type": "text"}}, store=body.store and self.response_store is not None,
             previous_response_id=body.previous_response_id, truncation=body.truncation or "disabled",
-            reasoning=body.reasoning)
+            reasoning=body.reasoning, background=body.background)
         output = ResponseOutput(body.wants_logprobs, thinking, self.tokenizer.decode)
         names = self._token_names(chat)
-        conversation = conversation_of(chat, body) if response.store else None  # None: not kept
+        input_items = history + request_items(body.input) if response.store else None  # None: not kept
         events = ResponseEvents()
-        stream = self._response_events(events, response, output, choice, tools is not None, names, conversation)
+        stream = self._response_events(events, response, output, choice, tools is not None, names, input_items)
+        if body.background:
+            return await self._run_in_background(response, input_items, stream, choice)
         if body.stream:
             return StreamingResponse(guarded_events(events, response, stream, choice.close),
                                      media_type="text/event-stream")
@@ -80,8 +87,8 @@ class ResponsesRoutes:
             pass
         return finished(response, output, choice.finish_reason, self._response_usage(choice, output))
 
-    async def _history(self, previous_response_id: str | None) -> list[ChatMessage]:
-        """The conversation a request continues: the stored one of its previous response."""
+    async def _history(self, previous_response_id: str | None) -> list[dict]:
+        """The items a request continues: its previous response's input and output."""
         if previous_response_id is None:
             return []
         if self.response_store is None:
@@ -94,6 +101,17 @@ class ResponsesRoutes:
                               param="previous_response_id")
         return stored.conversation
 
+    async def _with_referenced_items(self, body: ResponsesRequest) -> ResponsesRequest:
+        """`body` with the kept items its `item_reference`s name in their places."""
+        ids = referenced_ids(body.input)
+        if not ids:
+            return body
+        if self.response_store is None:
+            raise OpenAIError(400, "input: an item_reference names an item of a kept response, and this server "
+                                   "keeps none (max_stored_responses is 0); send the item itself", param="input")
+        found = await self.response_store.items.remote(ids)
+        return body.model_copy(update={"input": resolved(body.input, found)})
+
     async def _stored(self, response_id: str) -> StoredResponse:
         stored = await self.response_store.get.remote(response_id) if self.response_store is not None else None
         if stored is None:
@@ -104,13 +122,8 @@ class ResponsesRoutes:
         if self.response_store is None or not await self.response_store.delete.remote(response_id):
             raise not_kept(response_id)
 
-    async def _keep(self, final: ResponseObject, conversation: list[ChatMessage], output: ResponseOutput) -> None:
-        """Store a finished response with its conversation: the request's, then the reply."""
-        calls = [ToolCall(id=c.call_id, function=FunctionCall(name=c.name, arguments=c.arguments))
-                 for c in output.calls]
-        reply = ChatMessage(role="assistant", content=output.text or None, reasoning=output.reasoning or None,
-                            tool_calls=calls or None)
-        await self.response_store.put.remote(StoredResponse(final, conversation + [reply]))
+    async def _input_items(self, response_id: str, after: str | None, limit: int, order: str) -> dict:
+        return item_page((await self._stored(response_id)).input_items, after, limit, order)
 
     @staticmethod
     def _output_logprobs(output: ResponseOutput, event: Event, names: Callable[[int], str]) -> list:
@@ -127,9 +140,9 @@ class ResponsesRoutes:
 
     async def _response_events(self, events: ResponseEvents, response: ResponseObject, output: ResponseOutput,
                                choice: Choice, calls_possible: bool, names: Callable[[int], str],
-                               conversation: list[ChatMessage] | None) -> AsyncIterator[str]:
+                               input_items: list[dict] | None) -> AsyncIterator[str]:
         """The response's events as its output grows: its reasoning, its text, then its calls; the
-        message is closed when the first call opens. `conversation`: the request's, when the
+        message is closed when the first call opens. `input_items`: the request's, when the
         response is to be kept."""
         yield events.event("response.created", response=response)
         yield events.event("response.in_progress", response=response)
@@ -183,8 +196,8 @@ class ResponsesRoutes:
         if output.calls:
             for e in events.close_call(output, len(output.calls) - 1, final.status):
                 yield e
-        if conversation is not None:  # before the last event: a client may continue it at once
-            await self._keep(final, conversation, output)
+        if input_items is not None:  # before the last event: a client may continue it at once
+            await self.response_store.put.remote(StoredResponse(final, input_items))
         yield events.event(f"response.{final.status}", response=final)
 
     @staticmethod
@@ -200,7 +213,3 @@ class ResponsesRoutes:
             output.add_arguments(piece.index, piece.arguments)
             out.append(events.call_arguments(output, piece.index, piece.arguments))
         return out
-
-
-def not_kept(response_id: str) -> OpenAIError:
-    return OpenAIError(404, f"No response with id {response_id!r} is kept here", "not_found_error", "response_id")

@@ -4,6 +4,7 @@ real `openai` client's stream accumulator takes (it checks their order and ident
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -14,7 +15,7 @@ from openai._models import construct_type_unchecked
 
 from deployments.choices import Event
 from deployments.openai_errors import OpenAIError
-from deployments.protocol import ChatMessage
+from deployments.response_items import item_page, referenced_ids, request_items, resolved
 from deployments.response_store import ResponseStore, StoredResponse
 from deployments.responses import ChatTokenLogprob
 from deployments.responses_api_input import chat_request
@@ -91,10 +92,8 @@ def test_unknown_fields_are_named_and_known_extras_are_not():
 @pytest.mark.parametrize("body, param, words", [
     ({"input": "x", "conversation": "conv_1"}, "conversation", "no stored conversations"),
     ({"input": "x", "prompt": {"id": "pmpt_1"}}, "prompt", "no stored conversations or prompts"),
-    ({"input": "x", "background": True}, "background", "no responses in the background"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x"}]}]}, "input",
      "input_image"),
-    ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input", "item_reference"),
     ({"input": [{"type": "function_call", "name": "f"}]}, "input", "call_id"),
     ({"input": [{"type": "reasoning", "summary": []}]}, "input", "at least one message"),
     ({"input": "x", "tools": [{"type": "web_search"}]}, "tools", "web_search"),
@@ -219,28 +218,125 @@ def test_a_reply_cut_while_reasoning_is_its_reasoning_item_only():
 
 
 def test_a_continued_conversation_follows_the_instructions_and_names_earlier_calls():
-    call = ToolCall(id="call_1", function=FunctionCall(name="get_weather", arguments='{"city": "Oslo"}'))
-    history = [ChatMessage(role="user", content="Weather?"), ChatMessage(role="assistant", tool_calls=[call])]
+    history = request_items([{"role": "user", "content": "Weather?"},
+                             {"type": "function_call", "call_id": "call_1", "name": "get_weather",
+                              "arguments": '{"city": "Oslo"}'}])
     c = chat_request(ResponsesRequest.model_validate({"instructions": "Be brief.", "input": [
         {"type": "function_call_output", "call_id": "call_1", "output": "3"}]}), history)
     system, user, assistant, tool = c.messages
+    call = ToolCall(id="call_1", function=FunctionCall(name="get_weather", arguments='{"city": "Oslo"}'))
     assert (system.role, system.text(), user.text(), assistant.tool_calls) == ("system", "Be brief.", "Weather?", [call])
     assert (tool.role, tool.tool_call_id, tool.name, tool.text()) == ("tool", "call_1", "get_weather", "3")
+
+
+def test_a_response_cut_while_reasoning_is_continued_after_an_assistant_turn_of_reasoning():
+    output = ResponseOutput(with_logprobs=False)
+    output.reasoning = "Let me think"
+    cut = finished(ResponseObject(id="resp_1", model="m"), output, "length",
+                   ResponseUsage(input_tokens=3, output_tokens=4, total_tokens=7))
+    stored = StoredResponse(cut, request_items("Hi"))
+    c = chat_request(ResponsesRequest.model_validate({"input": "Go on"}), stored.conversation)
+    assert [(m.role, m.text(), m.reasoning) for m in c.messages] == [
+        ("user", "Hi", None), ("assistant", "", "Let me think"), ("user", "Go on", None)]
+
+
+def test_stored_input_items_have_ids_and_text_parts():
+    items = request_items([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
+                           {"type": "message", "id": "msg_mine", "role": "user",
+                            "content": [{"type": "input_text", "text": "Again"}]},
+                           {"type": "function_call_output", "call_id": "call_1", "output": "3"}])
+    assert [i["id"][:4] for i in items] == ["msg_", "msg_", "msg_", "fco_"] and items[2]["id"] == "msg_mine"
+    assert len({i["id"] for i in items}) == 4
+    assert items[0]["content"] == [{"type": "input_text", "text": "Hi"}]
+    assert items[1]["content"] == [{"type": "output_text", "text": "Hello"}]
+    assert items[0]["type"] == "message" and items[0]["status"] == "completed"
+    [only] = request_items("Hi")
+    assert (only["role"], only["content"]) == ("user", [{"type": "input_text", "text": "Hi"}])
+
+
+@pytest.mark.parametrize("order, after, limit, ids, has_more", [
+    ("desc", None, 20, ["e", "d", "c", "b", "a"], False),
+    ("asc", None, 2, ["a", "b"], True),
+    ("asc", "b", 2, ["c", "d"], True),
+    ("asc", "c", 2, ["d", "e"], False),
+    ("desc", "b", 5, ["a"], False),
+    ("desc", "a", 5, [], False),
+])
+def test_input_items_are_paged_as_openai_pages_them(order, after, limit, ids, has_more):
+    items = [{"type": "message", "id": i} for i in "abcde"]
+    page = item_page(items, after, limit, order)
+    assert [i["id"] for i in page["data"]] == ids and page["has_more"] is has_more
+    assert (page["object"], page["first_id"], page["last_id"]) == ("list", ids[0] if ids else None,
+                                                                   ids[-1] if ids else None)
+
+
+def test_paging_after_an_unknown_item_is_a_400():
+    with pytest.raises(OpenAIError) as info:
+        item_page([{"id": "a"}], "zz", 20, "desc")
+    assert (info.value.status, info.value.param) == (400, "after")
 
 
 def test_the_store_keeps_the_newest_responses():
     store = ResponseStore.func_or_class(max_responses=2)
 
     def put(i: int) -> None:
-        store.put(StoredResponse(ResponseObject(id=f"resp_{i}", model="m"), []))
+        asyncio.run(store.put(StoredResponse(ResponseObject(id=f"resp_{i}", model="m"), [])))
+
+    def get(i: int) -> StoredResponse | None:
+        return asyncio.run(store.get(f"resp_{i}"))
 
     for i in (0, 1, 2):
         put(i)
-    assert store.get("resp_0") is None and store.get("resp_1").response.id == "resp_1"
+    assert get(0) is None and get(1).response.id == "resp_1"
     put(1)  # stored again: now the newest
     put(3)
-    assert store.get("resp_2") is None and store.get("resp_1") is not None
-    assert store.delete("resp_1") and not store.delete("resp_1") and store.get("resp_1") is None
+    assert get(2) is None and get(1) is not None
+    assert asyncio.run(store.delete("resp_1")) and not asyncio.run(store.delete("resp_1")) and get(1) is None
+
+
+def background_response(status: str = "in_progress") -> StoredResponse:
+    return StoredResponse(ResponseObject(id="resp_bg", model="m", background=True, status=status), [])
+
+
+async def a_waiting_run() -> tuple[ResponseStore, asyncio.Task]:
+    """A store keeping a running background response, and its run's wait for a cancel."""
+    store = ResponseStore.func_or_class(max_responses=4)
+    await store.put(background_response())
+    waiting = asyncio.create_task(store.wait_cancelled("resp_bg"))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    return store, waiting
+
+
+def test_a_cancel_wakes_the_run_that_waits_for_it_and_the_cancelled_response_stays_cancelled():
+    async def scenario():
+        store, waiting = await a_waiting_run()
+        assert (await store.cancel("resp_bg")).status == "cancelled"
+        assert await asyncio.wait_for(waiting, 1) is True
+        assert not await store.put(background_response("completed"))  # the run's late final state
+        assert (await store.get("resp_bg")).response.status == "cancelled"
+        assert (await store.cancel("resp_bg")).status == "cancelled"  # again: the same answer
+        assert await store.wait_cancelled("resp_bg") is True  # a run that starts late stops at once
+    asyncio.run(scenario())
+
+
+def test_a_run_that_ends_is_told_it_was_not_cancelled_and_cannot_be_cancelled_after():
+    async def scenario():
+        store, waiting = await a_waiting_run()
+        assert await store.put(background_response("completed"))
+        assert await asyncio.wait_for(waiting, 1) is False
+        assert (await store.cancel("resp_bg")).status == "completed"  # the ingress answers 400 to this
+    asyncio.run(scenario())
+
+
+def test_deleting_a_running_response_stops_its_run_and_a_synchronous_one_is_never_cancelled():
+    async def scenario():
+        store, waiting = await a_waiting_run()
+        assert await store.delete("resp_bg")
+        assert await asyncio.wait_for(waiting, 1) is True
+        await store.put(StoredResponse(ResponseObject(id="resp_sync", model="m"), []))  # in_progress, not background
+        assert (await store.cancel("resp_sync")).status == "in_progress"
+    asyncio.run(scenario())
 
 
 def test_reasoning_tokens_are_those_written_before_the_reasoning_ended():
@@ -250,3 +346,35 @@ def test_reasoning_tokens_are_those_written_before_the_reasoning_ended():
              for i, (text, ids) in enumerate(pieces)]
     assert "".join(r for r, _ in texts) == "plan" and "".join(a for _, a in texts) == "yes!"
     assert output.reasoning_tokens == 4  # through the step that wrote </think>
+
+
+def test_item_references_stand_for_the_kept_items_they_name():
+    kept = {"msg_1": {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                      "content": [{"type": "output_text", "text": "Hello", "annotations": [], "logprobs": None}]}}
+    request_input = [{"role": "user", "content": "Hi"}, {"type": "item_reference", "id": "msg_1"},
+                     {"role": "user", "content": "Again"}]
+    assert referenced_ids(request_input) == ["msg_1"] and referenced_ids("Hi") == []
+    items = resolved(request_input, kept)
+    assert items[1] is kept["msg_1"] and request_items(items)[1]["id"] == "msg_1"
+    c = chat({"input": items})
+    assert [(m.role, m.text()) for m in c.messages] == [("user", "Hi"), ("assistant", "Hello"), ("user", "Again")]
+    with pytest.raises(OpenAIError) as info:
+        resolved(request_input, {})
+    assert (info.value.status, info.value.param) == (400, "input") and "msg_1" in str(info.value)
+
+
+def test_the_store_finds_the_items_of_the_responses_it_keeps_and_forgets_those_of_none():
+    async def scenario():
+        store = ResponseStore.func_or_class(max_responses=2)
+        first = StoredResponse(ResponseObject(id="resp_1", model="m"), request_items([{"id": "msg_a", "role": "user",
+                                                                                        "content": "Hi"}]))
+        await store.put(first)
+        await store.put(StoredResponse(ResponseObject(id="resp_2", model="m"), first.conversation +
+                                       request_items([{"id": "msg_b", "role": "user", "content": "More"}])))
+        assert set(await store.items(["msg_a", "msg_b", "msg_z"])) == {"msg_a", "msg_b"}
+        await store.delete("resp_2")
+        assert set(await store.items(["msg_a", "msg_b"])) == {"msg_a"}  # resp_1 still holds it
+        await store.put(StoredResponse(ResponseObject(id="resp_3", model="m"), []))
+        await store.put(StoredResponse(ResponseObject(id="resp_4", model="m"), []))  # resp_1 dropped
+        assert await store.items(["msg_a"]) == {} and not store._items
+    asyncio.run(scenario())

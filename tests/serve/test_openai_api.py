@@ -390,3 +390,4 @@ from tests.serve.tool_call_cases import *  # noqa: E402,F401,F403
 from tests.serve.responses_api_cases import *  # noqa: E402,F401,F403
 from tests.serve.request_fields_cases import *  # noqa: E402,F401,F403
 from tests.serve.stored_responses_cases import *  # noqa: E402,F401,F403
+from tests.serve.background_responses_cases import *  # noqa: E402,F401,F403
