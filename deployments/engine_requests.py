@@ -69,17 +69,3 @@ def engine_requests(req, prompts: list[list[int]], max_tokens: int | None, logpr
                 raise OpenAIError(400, str(exc)) from None
             out.append(EngineRequest(len(out), prompt_index, ids, p))
     return out
-
-
-def check_format_conflicts(req, format_param: str | None) -> None:
-    """Settings an output format (or forced tool calls) cannot take: the format decides where
-    the output may end and which tokens may come."""
-    if format_param is None:
-        return
-    if req.min_tokens:
-        raise OpenAIError(400, f"min_tokens cannot be combined with {format_param}: the format decides "
-                               "where the output may end", param="min_tokens")
-    for name in ("allowed_token_ids", "bad_words"):
-        if getattr(req, name):
-            raise OpenAIError(400, f"{name} cannot be combined with {format_param}: the format "
-                                   "decides which tokens may come", param=name)

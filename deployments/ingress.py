@@ -36,7 +36,7 @@ from deployments.chat_prompt import chat_prompt_ids
 from deployments.chat_route import ChatRoutes
 from deployments.choices import Choice, Event, guarded_stream, merge_choices, sse, usage_of
 from deployments.detokenizer import IncrementalDetokenizer
-from deployments.engine_requests import check_format_conflicts, engine_requests
+from deployments.engine_requests import engine_requests
 from deployments.bad_words import bad_words_token_ids
 from deployments.beam_choices import beam_texts
 from deployments.best_of import keep_likeliest
@@ -154,7 +154,6 @@ class Ingress(ChatRoutes, ResponsesRoutes):
         started = engine_requests(req, prompts, max_tokens, logprobs, prompt_logprobs, prompt_param,
                                   self.max_model_len, self.vocab_size, self.defaults, bad_words)
         output_format, format_param = await self._guide(req, tools, thinking)
-        check_format_conflicts(req, format_param)
         guided = {} if output_format is None else {"output_format": output_format}
 
         choices: list[Choice] = []

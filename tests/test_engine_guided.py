@@ -97,3 +97,50 @@ def test_jump_forward_takes_fewer_steps(indexes, tokenizer):
     out, _, steps_on = run(indexes, tokenizer, jump_forward=True)
     assert steps_on < steps_off
     assert json.loads(text(tokenizer, out["json"]))["tags"] is not None
+
+
+# -- the request's own token rules inside a format ---------------------------------------------
+def guided_alone(indexes, tokenizer, name: str, prompt: str, method=None, jump_forward=True, **params) -> list[int]:
+    """One request following format `name`, greedy, with `params`; its output ids."""
+    vocab, compiled = indexes
+    engine = LLMEngine(EngineConfig(model=str(DEFAULT_TARGET), draft_model=str(DEFAULT_DRAFT), num_kv_blocks=128,
+                                    speculative_method=method, speculation_schedule={1: 4},
+                                    enable_jump_forward=jump_forward))
+    engine.add_request("r", tokenizer.encode(prompt), SamplingParams(max_tokens=40, temperature=0, **params),
+                       GuidedDecoder(compiled[name], vocab, 4096))
+    ids = []
+    while engine.has_unfinished_requests():
+        for o in engine.step():
+            ids += o.new_token_ids
+    assert engine.block_manager.num_used_blocks == 0
+    assert re.fullmatch(REGEXES[name], text(tokenizer, ids)), text(tokenizer, ids)
+    return ids
+
+
+@pytest.mark.parametrize("method", [None, "ngram"])
+def test_allowed_tokens_narrow_a_format_to_what_both_allow(indexes, tokenizer, method):
+    """A date out of "1", "2" and "-" alone: the format's dashes are sampled (no jump-forward
+    for such a request), and every digit is one of the two."""
+    allowed = [tokenizer.encode(c)[0] for c in "12-"]
+    ids = guided_alone(indexes, tokenizer, "date", "today = ", method, allowed_token_ids=allowed)
+    assert set(ids) - {tokenizer.eos_token_id} <= set(allowed)
+
+
+def test_where_the_request_allows_nothing_the_format_allows_the_format_alone_decides(indexes, tokenizer):
+    """"7" never fits the format: every row keeps the format's mask alone, as a request without
+    allowed tokens (and without jump-forward, which such a request does not take) gets it."""
+    free = guided_alone(indexes, tokenizer, "choice", "answer: ", jump_forward=False)
+    barred = guided_alone(indexes, tokenizer, "choice", "answer: ", allowed_token_ids=[tokenizer.encode("7")[0]])
+    assert barred == free
+
+
+def test_a_bad_word_is_never_written_inside_a_format(indexes, tokenizer):
+    free = guided_alone(indexes, tokenizer, "choice", "answer: ")
+    word = [t for t in free if t != tokenizer.eos_token_id][:1]
+    ids = guided_alone(indexes, tokenizer, "choice", "answer: ", bad_words_token_ids=[word])
+    assert word[0] not in ids
+
+
+def test_min_tokens_cannot_keep_a_finished_format_from_ending(indexes, tokenizer):
+    free = guided_alone(indexes, tokenizer, "choice", "answer: ")
+    assert guided_alone(indexes, tokenizer, "choice", "answer: ", min_tokens=30) == free

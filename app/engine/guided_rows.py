@@ -25,7 +25,7 @@ def plan_guided_drafts(running: list[Request], tokenizer, max_model_len: int, ju
         if guide is None or not req.is_decoding:
             continue
         room = min(req.params.max_tokens - req.num_output_tokens - 1, max_model_len - req.num_tokens)
-        forced = guide.forced_token_ids(tokenizer)[:max(room, 0)] if jump_forward else []
+        forced = guide.forced_token_ids(tokenizer)[:max(room, 0)] if jump_forward and jumps_forward(req) else []
         if forced:
             req.set_spec(forced, forced=True)
         elif req.spec_token_ids:
@@ -46,8 +46,16 @@ def mask_guided_rows(logits: torch.Tensor, sampled: list[tuple[Request, int]],
         return logits
     bitmask = allocate_token_bitmask(logits.shape[0], logits.shape[1])
     for req, row in guided:
+        tokenizer = jump_forward_tokenizer if jumps_forward(req) else None
         if req.spec_token_ids:
-            req.guide.fill_draft_bitmasks(bitmask, row, req.spec_token_ids, jump_forward_tokenizer)
+            req.guide.fill_draft_bitmasks(bitmask, row, req.spec_token_ids, tokenizer)
         else:
-            req.guide.fill_bitmask(bitmask, row, jump_forward_tokenizer)
+            req.guide.fill_bitmask(bitmask, row, tokenizer)
     return apply_token_bitmask(logits.clone(), bitmask)
+
+
+def jumps_forward(req: Request) -> bool:
+    """Whether the tokens a format forces may be inserted for `req` unsampled: not where the
+    request bars tokens of its own (`allowed_token_ids`, `bad_words`), which a forced token's
+    tokenization could hold; its rows are sampled inside the format instead."""
+    return req.params.allowed_token_ids is None and not req.params.bad_words_token_ids

@@ -98,3 +98,25 @@ def test_continuous_usage_stats_put_the_usage_so_far_in_every_chunk(serve_app, c
     counts = [c.usage.completion_tokens for c in plain]
     assert counts == sorted(counts) and 1 <= counts[0] and counts[-1] <= 6
     assert sum(1 for c in plain if c.usage.prompt_tokens != plain[0].usage.prompt_tokens) == 0
+
+
+def test_a_requests_own_token_rules_hold_inside_an_output_format(serve_app, client, tokenizer):
+    """`min_tokens`, `allowed_token_ids` and `bad_words` with an output format, as vLLM takes
+    them: the output keeps to the format and to the rules, and the format alone decides where
+    the two leave no token (here: the end of a finished choice, though min_tokens is not out)."""
+    choices = ["yes", "no", "maybe"]
+
+    def answer(**extra) -> str:
+        r = client.completions.create(model=serve_app.model, prompt="answer: ", max_tokens=16, temperature=0,
+                                      extra_body={"guided_choice": choices, **extra})
+        return r.choices[0].text
+
+    free = answer()
+    assert free in choices and answer(min_tokens=12) == free
+    assert answer(bad_words=[free]) in choices
+    allowed = sorted({t for c in choices if c != free for t in tokenizer.encode(c, add_special_tokens=False)})
+    assert answer(allowed_token_ids=allowed) in set(choices) - {free}
+    dated = client.completions.create(model=serve_app.model, prompt="today = ", max_tokens=16, temperature=0,
+                                      extra_body={"guided_regex": r"\d{4}-\d{2}", "min_tokens": 3,
+                                                  "allowed_token_ids": [tokenizer.encode(c)[0] for c in "12-"]})
+    assert set(dated.choices[0].text) <= set("12-") and len(dated.choices[0].text) == 7

@@ -17,6 +17,11 @@ use, which keeps greedy requests exact and sampled ones lossless.
 
 Only the rows of penalised requests are touched, out of place (the raw logits stay for
 logprobs), and nothing is built for a step without such a request.
+
+An output format comes first: a request that follows one gets these on its masked logits, and a
+row where they leave no token the format allows (its only way to go on is a barred token; `min_tokens`
+against a finished format that allows only EOS) keeps the format's mask alone, so the output
+still parses.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ class Penalties:
     bias: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None  # (index into rows, token, value)
     # (the indices into rows restricted to allowed tokens, and per allowed token: index, token)
     allowed: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None
+    follows_format: torch.Tensor | None  # [P] bool: the row's request has an output format, when some has
 
     @classmethod
     def build(cls, penalised: list[tuple[Request, int]], device: torch.device) -> Penalties:
@@ -56,6 +62,8 @@ class Penalties:
         restricted, allowed_row, allowed_token = [], [], []
         max_k = max(len(req.spec_token_ids) for req, _ in penalised)
         any_repetition = any(req.params.repetition_penalty != 1 for req, _ in penalised)
+        any_format = any(req.guide is not None for req, _ in penalised)
+        follows_format = []
         for i, (req, first) in enumerate(penalised):
             p = req.params
             drafts = req.spec_token_ids
@@ -84,6 +92,7 @@ class Penalties:
             presence += [p.presence_penalty] * (len(drafts) + 1)
             frequency += [p.frequency_penalty] * (len(drafts) + 1)
             repetition += [p.repetition_penalty] * (len(drafts) + 1)
+            follows_format += [req.guide is not None] * (len(drafts) + 1)
         f32 = dict(dtype=torch.float32, device=device)
         i64 = dict(dtype=torch.long, device=device)
         return cls(
@@ -95,7 +104,8 @@ class Penalties:
             bias=((torch.tensor(bias_row, **i64), torch.tensor(bias_token, **i64),
                    torch.tensor(bias_value, **f32)) if bias_row else None),
             allowed=((torch.tensor(restricted, **i64), torch.tensor(allowed_row, **i64),
-                      torch.tensor(allowed_token, **i64)) if restricted else None))
+                      torch.tensor(allowed_token, **i64)) if restricted else None),
+            follows_format=torch.tensor(follows_format, dtype=torch.bool, device=device) if any_format else None)
 
 
 def bad_word_ends(words: list[list[int]], output: list[int], drafts: list[int]) -> list[int]:
@@ -147,4 +157,7 @@ def apply_penalties(logits: torch.Tensor, pen: Penalties) -> torch.Tensor:
         scale = torch.where(seen, pen.repetition[:, None], 1.0)
         rows = torch.where(rows > 0, rows / scale, rows * scale)
     rows = rows - pen.frequency[:, None] * counts - pen.presence[:, None] * in_output.float()
+    if pen.follows_format is not None:  # the format's mask alone where nothing it allows is left
+        emptied = pen.follows_format & ~torch.isfinite(rows).any(-1)
+        rows = torch.where(emptied[:, None], logits[pen.rows].float(), rows)
     return logits.index_copy(0, pen.rows, rows.to(logits.dtype))
