@@ -334,7 +334,10 @@ class Ingress(ChatRoutes, ResponsesRoutes):
         return await self._create_response(body, client_request_id(raw, body.request_id))
 
     @app.get("/v1/responses/{response_id}")
-    async def get_response(self, response_id: str) -> ResponseObject:
+    async def get_response(self, response_id: str, stream: bool = False) -> ResponseObject:
+        if stream:
+            raise OpenAIError(400, "stream: this server keeps no events of a response to stream again; read it "
+                                   "whole (leave stream false)", param="stream")
         return (await self._stored(response_id)).response
 
     @app.get("/v1/responses/{response_id}/input_items")

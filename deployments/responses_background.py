@@ -55,16 +55,18 @@ class BackgroundRuns:
                                    events: AsyncIterator[str], choice: Choice) -> None:
         cancelled = asyncio.ensure_future(self.response_store.wait_cancelled.remote(response.id))
         run = asyncio.create_task(_drain(events))
+        stopped = False  # by a cancel or a DELETE
         try:
             await asyncio.wait((run, cancelled), return_when=asyncio.FIRST_COMPLETED)
             if not run.done() and cancelled.exception() is None and cancelled.result():
                 run.cancel()  # ends the engine request (Choice.events closes it)
+                stopped = True
             await run
-        except asyncio.CancelledError:
-            pass
-        except Exception as exc:  # noqa: BLE001 - reported in the stored response
-            message = stream_failure_message(response.id, exc)
-            await self.response_store.put.remote(StoredResponse(failed(response, message), input_items))
+        except (asyncio.CancelledError, Exception) as exc:  # noqa: BLE001 - reported in the stored response
+            if not stopped:  # an error, or the run cancelled from outside (its replica stopping)
+                message = stream_failure_message(response.id, exc) if isinstance(exc, Exception) else \
+                    "the response's run on the server was cancelled before it ended"
+                await self.response_store.put.remote(StoredResponse(failed(response, message), input_items))
         finally:
             run.cancel()
             cancelled.cancel()

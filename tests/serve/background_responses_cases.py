@@ -1,6 +1,7 @@
 """Background responses (deployments/responses_background.py) through the served app and the real
 `openai` client: the POST answers at once, a poll ends with what a foreground request answers,
-`cancel` stops one and frees its KV, and what cannot run in the background is a 400.
+`cancel` stops one and frees its KV, and what cannot run in the background is a 400 (streaming
+it, or streaming a stored response again).
 
 Imported by tests/serve/test_openai_api.py so that they run against that module's app."""
 
@@ -89,3 +90,7 @@ def test_what_cannot_run_in_the_background_is_a_400(serve_app, client, kwargs, p
     assert info.value.status_code == 400 and info.value.body["param"] == param
     with pytest.raises(openai.NotFoundError):
         client.responses.cancel("resp_nobody")
+    kept = client.responses.create(model=serve_app.model, input="hi", max_output_tokens=2)
+    with pytest.raises(openai.BadRequestError) as info:
+        client.responses.retrieve(kept.id, stream=True)
+    assert info.value.body["param"] == "stream"

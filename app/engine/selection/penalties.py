@@ -19,7 +19,7 @@ Only the rows of penalised requests are touched, out of place (the raw logits st
 logprobs), and nothing is built for a step without such a request.
 
 An output format comes first: a request that follows one gets these on its masked logits, and a
-row where they leave no token the format allows (its only way to go on is a barred token; `min_tokens`
+row where they leave no token the format allows (its only way on is a barred token; `min_tokens`
 against a finished format that allows only EOS) keeps the format's mask alone, so the output
 still parses.
 """
