@@ -24,7 +24,7 @@ MAX_LIST_LIMIT = 100  # OpenAI's bounds on `limit`
 def request_items(request_input: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A request's `input` as stored items, each with an id."""
     items = [{"role": "user", "content": request_input}] if isinstance(request_input, str) else request_input
-    return [_stored(item) for item in items]
+    return [_stored_item(item) for item in items]
 
 
 def referenced_ids(request_input: str | list[dict[str, Any]]) -> list[str]:
@@ -46,7 +46,7 @@ def resolved(request_input: list[dict[str, Any]], found: dict[str, dict[str, Any
     return items
 
 
-def _stored(item: dict[str, Any]) -> dict[str, Any]:
+def _stored_item(item: dict[str, Any]) -> dict[str, Any]:
     kind = item.get("type", "message")
     stored = {"type": kind, **item, "id": item.get("id") or new_id(ID_PREFIXES.get(kind, "item"), "_")}
     if kind == "message":

@@ -15,7 +15,6 @@ that reconnects (`GET ...?stream=true`), which this server does not do.
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import AsyncIterator
 
 from deployments.choices import Choice, stream_failure_message
@@ -23,8 +22,6 @@ from deployments.openai_errors import OpenAIError
 from deployments.response_store import StoredResponse, not_kept
 from deployments.responses_api_output import failed
 from deployments.responses_api_protocol import ResponseObject, ResponsesRequest
-
-logger = logging.getLogger("ray.serve")
 
 
 def check_background(body: ResponsesRequest, keeps_responses: bool) -> None:

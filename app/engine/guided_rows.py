@@ -46,7 +46,7 @@ def mask_guided_rows(logits: torch.Tensor, sampled: list[tuple[Request, int]],
         return logits
     bitmask = allocate_token_bitmask(logits.shape[0], logits.shape[1])
     for req, row in guided:
-        tokenizer = jump_forward_tokenizer if jumps_forward(req) else None
+        tokenizer = jump_forward_tokenizer if jump_forward_tokenizer is not None and jumps_forward(req) else None
         if req.spec_token_ids:
             req.guide.fill_draft_bitmasks(bitmask, row, req.spec_token_ids, tokenizer)
         else:

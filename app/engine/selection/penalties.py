@@ -92,7 +92,8 @@ class Penalties:
             presence += [p.presence_penalty] * (len(drafts) + 1)
             frequency += [p.frequency_penalty] * (len(drafts) + 1)
             repetition += [p.repetition_penalty] * (len(drafts) + 1)
-            follows_format += [req.guide is not None] * (len(drafts) + 1)
+            if any_format:
+                follows_format += [req.guide is not None] * (len(drafts) + 1)
         f32 = dict(dtype=torch.float32, device=device)
         i64 = dict(dtype=torch.long, device=device)
         return cls(
