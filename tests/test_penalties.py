@@ -153,6 +153,35 @@ def test_rows_before_min_tokens_bar_every_stop_token_and_later_rows_do_not():
     assert not req.penalised  # nothing to change once min_tokens are out: no penalties built
 
 
+def test_bars_that_would_leave_a_row_empty_give_way_to_the_allowed_tokens():
+    """Allowed: 3 and 6. On the first row (the 5th output token) min_tokens bars the stop 3 and a
+    bad word bars 6: nothing would be left, so the row keeps the allowed tokens (the bias and
+    penalties still on them). On the second (the 6th) min_tokens is out: 6 alone is barred and
+    3 is left, as the bars say."""
+    params = SamplingParams(allowed_token_ids=[3, 6], min_tokens=5, stop_token_ids=[3],
+                            bad_words_token_ids=[[6]], logit_bias={6: 1.0}, presence_penalty=0.5)
+    out = penalised([decoding(params, drafts=[1])], LOGITS.repeat(2, 1))
+    allowed = torch.full((V,), -torch.inf)
+    allowed[[3, 6]] = torch.tensor(expected_row(LOGITS.tolist(), params, PROMPT, OUTPUT))[[3, 6]]
+    assert torch.equal(out[0], allowed)
+    only_3 = allowed.clone()
+    only_3[6] = -torch.inf
+    assert torch.equal(out[1], only_3)
+
+
+def test_greedy_min_tokens_with_only_stop_tokens_allowed_stops_on_one(prompts):
+    """Every allowed token stops the request: min_tokens cannot hold it, and the output is the
+    best allowed token, not one from outside them."""
+    engine = LLMEngine(EngineConfig(model=str(DEFAULT_TARGET), num_kv_blocks=64))
+    [free] = engine.generate(prompts[:1], SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))
+    stops = [free[0] + 1, free[0] + 2]
+    [out] = engine.generate(prompts[:1], SamplingParams(max_tokens=4, temperature=0, min_tokens=3,
+                                                        allowed_token_ids=stops, stop_token_ids=stops))
+    [alone] = engine.generate(prompts[:1], SamplingParams(max_tokens=1, temperature=0, allowed_token_ids=stops))
+    assert out == alone and out[0] in stops
+    assert not engine.has_unfinished_requests()
+
+
 def test_greedy_min_tokens_takes_the_best_token_that_does_not_stop(prompts):
     engine = LLMEngine(EngineConfig(model=str(DEFAULT_TARGET), num_kv_blocks=128))
     [free] = engine.generate(prompts[:1], SamplingParams(max_tokens=12, temperature=0, ignore_eos=True))

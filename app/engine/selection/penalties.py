@@ -18,15 +18,17 @@ use, which keeps greedy requests exact and sampled ones lossless.
 Only the rows of penalised requests are touched, out of place (the raw logits stay for
 logprobs), and nothing is built for a step without such a request.
 
+The bars of `min_tokens` and `bad_words` give way to the request's other rules: a row they would
+leave with no token (every allowed token a stop token, or the end of a bad word) is drawn as if
+they were not there (-inf stays -inf under the penalties, so they can be applied last).
+
 An output format comes first: a request that follows one gets these on its masked logits, and a
-row where they leave no token the format allows (its only way on is a barred token; `min_tokens`
-against a finished format that allows only EOS) keeps the format's mask alone, so the output
-still parses.
+row where even `allowed_token_ids` leaves no token the format allows keeps the format's mask
+alone, so the output still parses.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -48,6 +50,7 @@ class Penalties:
     drafts_before: torch.Tensor  # [P, K] int64: the drafts before the row, PAD-padded
     prompts: torch.Tensor | None  # [n, Lp] int64 prompts, when some request has a repetition penalty
     bias: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None  # (index into rows, token, value)
+    barred: tuple[torch.Tensor, torch.Tensor] | None  # (index into rows, token): min_tokens' stops, bad words' ends
     # (the indices into rows restricted to allowed tokens, and per allowed token: index, token)
     allowed: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None
     follows_format: torch.Tensor | None  # [P] bool: the row's request has an output format, when some has
@@ -59,6 +62,7 @@ class Penalties:
         rows, request, presence, frequency, repetition = [], [], [], [], []
         outputs, drafts_before, prompts = [], [], []
         bias_row, bias_token, bias_value = [], [], []
+        barred_row, barred_token = [], []
         restricted, allowed_row, allowed_token = [], [], []
         max_k = max(len(req.spec_token_ids) for req, _ in penalised)
         any_repetition = any(req.params.repetition_penalty != 1 for req, _ in penalised)
@@ -67,7 +71,7 @@ class Penalties:
         for i, (req, first) in enumerate(penalised):
             p = req.params
             drafts = req.spec_token_ids
-            barred = sorted(req.stop_token_ids) if req.num_output_tokens < p.min_tokens else []
+            stops = sorted(req.stop_token_ids) if req.num_output_tokens < p.min_tokens else []
             outputs.append(req.output_token_ids)
             if any_repetition:
                 prompts.append(req.prompt_token_ids)
@@ -80,12 +84,11 @@ class Penalties:
                     restricted.append(len(rows))
                     allowed_row += [len(rows)] * len(p.allowed_token_ids)
                     allowed_token += p.allowed_token_ids
-                never = barred if req.num_output_tokens + j < p.min_tokens else []
+                never = stops if req.num_output_tokens + j < p.min_tokens else []
                 if p.bad_words_token_ids:
                     never = never + bad_word_ends(p.bad_words_token_ids, req.output_token_ids, drafts[:j])
-                bias_row += [len(rows)] * len(never)
-                bias_token += never
-                bias_value += [-math.inf] * len(never)
+                barred_row += [len(rows)] * len(never)
+                barred_token += never
                 rows.append(first + j)
                 drafts_before.append(drafts[:j] + [PAD] * (max_k - j))
             request += [i] * (len(drafts) + 1)
@@ -104,6 +107,7 @@ class Penalties:
             prompts=_padded(prompts, device) if any_repetition else None,
             bias=((torch.tensor(bias_row, **i64), torch.tensor(bias_token, **i64),
                    torch.tensor(bias_value, **f32)) if bias_row else None),
+            barred=(torch.tensor(barred_row, **i64), torch.tensor(barred_token, **i64)) if barred_row else None,
             allowed=((torch.tensor(restricted, **i64), torch.tensor(allowed_row, **i64),
                       torch.tensor(allowed_token, **i64)) if restricted else None),
             follows_format=torch.tensor(follows_format, dtype=torch.bool, device=device) if any_format else None)
@@ -122,6 +126,11 @@ def bad_word_ends(words: list[list[int]], output: list[int], drafts: list[int]) 
         if tail == word[:-1]:
             ends.append(word[-1])
     return ends
+
+
+def _emptied(rows: torch.Tensor) -> torch.Tensor:
+    """[P] bool: the rows with no token left to draw."""
+    return rows.amax(-1) == -torch.inf
 
 
 def _padded(lists: list[list[int]], device: torch.device) -> torch.Tensor:
@@ -158,7 +167,11 @@ def apply_penalties(logits: torch.Tensor, pen: Penalties) -> torch.Tensor:
         scale = torch.where(seen, pen.repetition[:, None], 1.0)
         rows = torch.where(rows > 0, rows / scale, rows * scale)
     rows = rows - pen.frequency[:, None] * counts - pen.presence[:, None] * in_output.float()
+    if pen.barred is not None:  # barred, then put back in the rows that left nothing
+        row, token = pen.barred
+        unbarred = rows[row, token]
+        rows.index_put_((row, token), rows.new_full((), -torch.inf))
+        rows.index_put_((row, token), torch.where(_emptied(rows)[row], unbarred, -torch.inf))
     if pen.follows_format is not None:  # the format's mask alone where nothing it allows is left
-        emptied = pen.follows_format & ~torch.isfinite(rows).any(-1)
-        rows = torch.where(emptied[:, None], logits[pen.rows].float(), rows)
+        rows = torch.where((pen.follows_format & _emptied(rows))[:, None], logits[pen.rows].float(), rows)
     return logits.index_copy(0, pen.rows, rows.to(logits.dtype))
