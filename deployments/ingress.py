@@ -333,11 +333,11 @@ class Ingress(ChatRoutes, ResponsesRoutes):
         """OpenAI's Responses API (deployments/responses_route.py)."""
         return await self._create_response(body, client_request_id(raw, body.request_id))
 
-    @app.get("/v1/responses/{response_id}")
-    async def get_response(self, response_id: str, stream: bool = False) -> ResponseObject:
+    @app.get("/v1/responses/{response_id}", response_model=ResponseObject)
+    async def get_response(self, response_id: str, stream: bool = False, starting_after: int = Query(-1, ge=-1)):
+        """A kept response; `stream`: a streamed background one's events, again (deployments/responses_background.py)."""
         if stream:
-            raise OpenAIError(400, "stream: this server keeps no events of a response to stream again; read it "
-                                   "whole (leave stream false)", param="stream")
+            return await self._stream_kept(response_id, starting_after)
         return (await self._stored(response_id)).response
 
     @app.get("/v1/responses/{response_id}/input_items")

@@ -9,16 +9,19 @@ cancel may reach another replica than the one that runs the response). It keeps 
 in-memory store does.
 
 A background response runs in the Ingress replica that took it; that replica waits here
-(`wait_cancelled`) for a cancel, whichever replica it comes through. So the store holds one
-request open per running background response: hence its `max_ongoing_requests`, and every
-method is async, on one event loop.
+(`wait_cancelled`) for a cancel, whichever replica it comes through. One that is streamed keeps
+its events here as they come (`append_events`), so that a client that left can read them again
+from any replica (`events_after`, OpenAI's `GET /v1/responses/{id}?stream=true&starting_after=N`),
+until the response is dropped. So the store holds requests open while background responses run
+(a wait per run, a read per client that follows one): hence its `max_ongoing_requests`, and
+every method is async, on one event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter, OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ray import serve
@@ -43,6 +46,18 @@ class StoredResponse:
         return self.input_items + [item.model_dump() for item in self.response.output]
 
 
+@dataclass
+class EventLog:
+    """A streamed background response's server-sent events so far; event i has sequence_number i."""
+    events: list[str] = field(default_factory=list)
+    ended: bool = False  # the last has come, or the run stopped
+    grown: asyncio.Event = field(default_factory=asyncio.Event)  # set (and replaced) on every change
+
+    def change(self) -> None:
+        self.grown.set()
+        self.grown = asyncio.Event()
+
+
 @serve.deployment(num_replicas=1, max_ongoing_requests=MAX_WAITING_RUNS, ray_actor_options={"num_cpus": 0})
 class ResponseStore:
     def __init__(self, max_responses: int):
@@ -53,10 +68,14 @@ class ResponseStore:
         # responses hold each (a conversation's items are in every response that continues it).
         self._items: dict[str, dict[str, Any]] = {}
         self._item_holders: Counter[str] = Counter()
+        self._event_logs: dict[str, EventLog] = {}  # per streamed background response
 
-    async def put(self, stored: StoredResponse) -> bool:
-        """Keep `stored`, newest; False (and nothing kept) for a response cancelled meanwhile."""
+    async def put(self, stored: StoredResponse, keep_events: bool = False) -> bool:
+        """Keep `stored`, newest; False (and nothing kept) for a response cancelled meanwhile.
+        `keep_events`: a streamed background response, whose events `append_events` brings."""
         response = stored.response
+        if keep_events:
+            self._event_logs.setdefault(response.id, EventLog())
         kept = self._responses.get(response.id)
         if kept is not None and kept.response.status == "cancelled":
             return False
@@ -66,7 +85,9 @@ class ResponseStore:
         self._responses.move_to_end(response.id)
         self._hold(stored, +1)
         while len(self._responses) > self.max_responses:  # a running one dropped still runs
-            self._hold(self._responses.popitem(last=False)[1], -1)
+            dropped_id, dropped = self._responses.popitem(last=False)
+            self._hold(dropped, -1)
+            self._drop_events(dropped_id)
         if response.status not in RUNNING:
             self._end(response.id)
         return True
@@ -84,6 +105,7 @@ class ResponseStore:
         stored = self._responses.pop(response_id, None)
         if stored is not None:
             self._hold(stored, -1)
+        self._drop_events(response_id)
         return stored is not None
 
     async def cancel(self, response_id: str) -> ResponseObject | None:
@@ -94,6 +116,7 @@ class ResponseStore:
         if stored.response.background and stored.response.status in RUNNING:
             stored.response = stored.response.model_copy(update={"status": "cancelled"})
             self._end(response_id)
+            self._end_events(response_id)  # its stream ends where the run stopped
         return stored.response
 
     async def wait_cancelled(self, response_id: str) -> bool:
@@ -104,6 +127,37 @@ class ResponseStore:
             await self._ended.setdefault(response_id, asyncio.Event()).wait()
         stored = self._responses.get(response_id)
         return stored is None or stored.response.status == "cancelled"
+
+    async def append_events(self, response_id: str, events: list[str], last: bool) -> None:
+        """The next events of a streamed background response; `last`: no more will come."""
+        log = self._event_logs.get(response_id)
+        if log is None or log.ended:  # dropped, or cancelled: what the run still sends is not its stream
+            return
+        log.events += events
+        log.ended = last
+        log.change()
+
+    async def events_after(self, response_id: str, after: int) -> tuple[list[str], bool] | None:
+        """The events of a streamed background response after sequence number `after`, waiting
+        for one when none has come yet, and whether they are the last; None when it keeps no
+        events (not kept, or not a streamed background response)."""
+        log = self._event_logs.get(response_id)
+        while log is not None and len(log.events) <= after + 1 and not log.ended:
+            await log.grown.wait()
+            log = self._event_logs.get(response_id)
+        if log is None:
+            return None
+        return log.events[after + 1:], log.ended
+
+    def _end_events(self, response_id: str) -> None:
+        log = self._event_logs.get(response_id)
+        if log is not None:
+            log.ended = True
+            log.change()
+
+    def _drop_events(self, response_id: str) -> None:
+        self._end_events(response_id)  # wakes its readers, who find it gone
+        self._event_logs.pop(response_id, None)
 
     def _hold(self, stored: StoredResponse, change: int) -> None:
         for item in stored.conversation:

@@ -15,6 +15,7 @@ the client for `self`.
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 from typing import AsyncIterator, Callable
 
 from fastapi.responses import StreamingResponse
@@ -26,7 +27,7 @@ from deployments.output_logprobs import chat_logprobs
 from deployments.response_store import StoredResponse, not_kept
 from deployments.response_items import item_page, referenced_ids, request_items, resolved
 from deployments.responses_api_input import as_responses_error, chat_request
-from deployments.responses_background import BackgroundRuns, check_background
+from deployments.responses_background import BackgroundRuns, check_background, outside_the_http_request
 from deployments.request_ids import response_ids
 from deployments.responses_api_output import ResponseEvents, ResponseOutput, finished, guarded_events
 from deployments.responses_api_protocol import (InputTokensDetails, OutputTokensDetails, ResponseObject,
@@ -58,8 +59,9 @@ class ResponsesRoutes(BackgroundRuns):
                                                 self.max_model_len - (chat.max_new_tokens or 1))
             else:
                 seen, prompt = chat, self._chat_prompt(chat)
-            [choice] = await self._start(engine_ids, [prompt], seen, seen.max_new_tokens, seen.num_logprobs,
-                                         "input", tools, thinking=thinking)
+            with outside_the_http_request() if body.background else nullcontext():
+                [choice] = await self._start(engine_ids, [prompt], seen, seen.max_new_tokens, seen.num_logprobs,
+                                             "input", tools, thinking=thinking)
         except FormatRequestError as exc:
             raise as_responses_error(OpenAIError(400, str(exc), param=exc.param)) from None
         except OpenAIError as exc:
@@ -79,7 +81,8 @@ class ResponsesRoutes(BackgroundRuns):
         events = ResponseEvents()
         stream = self._response_events(events, response, output, choice, tools is not None, names, input_items)
         if body.background:
-            return await self._run_in_background(response, input_items, stream, choice)
+            return await self._run_in_background(response, input_items, stream, choice,
+                                                 events if body.stream else None)
         if body.stream:
             return StreamingResponse(guarded_events(events, response, stream, choice.close),
                                      media_type="text/event-stream")

@@ -339,6 +339,50 @@ def test_deleting_a_running_response_stops_its_run_and_a_synchronous_one_is_neve
     asyncio.run(scenario())
 
 
+async def a_streamed_run(events: list[str]) -> ResponseStore:
+    """A store keeping a streamed background response that has sent `events` so far."""
+    store = ResponseStore.func_or_class(max_responses=1)
+    await store.put(background_response(), keep_events=True)
+    await store.append_events("resp_bg", events, last=False)
+    return store
+
+
+def test_a_streamed_background_response_is_read_again_after_any_event_and_followed_to_its_end():
+    async def scenario():
+        store = await a_streamed_run(["e0", "e1"])
+        assert await store.events_after("resp_bg", -1) == (["e0", "e1"], False)
+        assert await store.events_after("resp_bg", 0) == (["e1"], False)
+        follower = asyncio.create_task(store.events_after("resp_bg", 1))  # waits for what comes next
+        await asyncio.sleep(0)
+        assert not follower.done()
+        await store.append_events("resp_bg", ["e2", "e3"], last=False)
+        assert await asyncio.wait_for(follower, 1) == (["e2", "e3"], False)
+        await store.append_events("resp_bg", ["e4"], last=True)
+        assert await store.events_after("resp_bg", 3) == (["e4"], True)
+        assert await store.events_after("resp_bg", 4) == ([], True)  # past the end: nothing to wait for
+        assert await store.events_after("resp_sync", -1) is None  # kept no events
+    asyncio.run(scenario())
+
+
+def test_a_cancel_ends_the_stream_where_the_run_stopped_and_dropping_the_response_its_readers():
+    async def scenario():
+        store = await a_streamed_run(["e0"])
+        follower = asyncio.create_task(store.events_after("resp_bg", 0))
+        await asyncio.sleep(0)
+        await store.cancel("resp_bg")
+        assert await asyncio.wait_for(follower, 1) == ([], True)
+        await store.append_events("resp_bg", ["late"], last=True)  # what the stopped run still sent
+        assert await store.events_after("resp_bg", -1) == (["e0"], True)
+
+        store = await a_streamed_run(["e0"])
+        follower = asyncio.create_task(store.events_after("resp_bg", 0))
+        await asyncio.sleep(0)
+        await store.put(StoredResponse(ResponseObject(id="resp_newer", model="m"), []))  # drops resp_bg (1 kept)
+        assert await asyncio.wait_for(follower, 1) is None
+        assert await store.events_after("resp_bg", -1) is None
+    asyncio.run(scenario())
+
+
 def test_reasoning_tokens_are_those_written_before_the_reasoning_ended():
     output = ResponseOutput(with_logprobs=False, thinking=True)
     pieces = [("<think>", [5]), ("plan", [6, 7]), ("</think>", [8]), ("\nyes", [9]), ("!", [10])]

@@ -1,7 +1,8 @@
 """Background responses (deployments/responses_background.py) through the served app and the real
 `openai` client: the POST answers at once, a poll ends with what a foreground request answers,
-`cancel` stops one and frees its KV, and what cannot run in the background is a 400 (streaming
-it, or streaming a stored response again).
+`cancel` stops one and frees its KV, a streamed one streams what the foreground streams and runs
+on when its client leaves, to be followed again from any event, and what cannot run in the
+background (or be streamed again) is a 400.
 
 Imported by tests/serve/test_openai_api.py so that they run against that module's app."""
 
@@ -81,7 +82,6 @@ def test_deleting_a_running_background_response_stops_it(serve_app, client):
 
 @pytest.mark.parametrize("kwargs, param", [
     ({"store": False}, "background"),
-    ({"stream": True}, "stream"),
     ({"max_output_tokens": 10 ** 6}, "max_output_tokens"),  # refused by the POST, as in the foreground
 ])
 def test_what_cannot_run_in_the_background_is_a_400(serve_app, client, kwargs, param):
@@ -91,6 +91,57 @@ def test_what_cannot_run_in_the_background_is_a_400(serve_app, client, kwargs, p
     with pytest.raises(openai.NotFoundError):
         client.responses.cancel("resp_nobody")
     kept = client.responses.create(model=serve_app.model, input="hi", max_output_tokens=2)
-    with pytest.raises(openai.BadRequestError) as info:
-        client.responses.retrieve(kept.id, stream=True)
-    assert info.value.body["param"] == "stream"
+    unstreamed = client.responses.create(model=serve_app.model, input="hi", max_output_tokens=2, background=True)
+    for response_id in (kept.id, unstreamed.id):  # only a streamed background response keeps its events
+        with pytest.raises(openai.BadRequestError) as info:
+            client.responses.retrieve(response_id, stream=True)
+        assert info.value.body["param"] == "stream"
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve("resp_nobody", stream=True)
+
+
+STREAMED = dict(instructions="Be brief.", input="Tell me a story", max_output_tokens=48, temperature=0)
+
+
+def event_summary(events) -> list[tuple]:
+    """What a client reads of a Responses stream: each event's type and its delta, if any."""
+    return [(e.type, getattr(e, "delta", None)) for e in events]
+
+
+def test_a_streamed_background_response_streams_what_the_foreground_streams(serve_app, client):
+    foreground = list(client.responses.create(model=serve_app.model, **STREAMED, stream=True))
+    background = list(client.responses.create(model=serve_app.model, **STREAMED, stream=True, background=True))
+    assert event_summary(background) == event_summary(foreground)
+    assert [e.sequence_number for e in background] == list(range(len(background)))
+    first, last = background[0].response, background[-1].response
+    assert first.background and first.status == "in_progress" and last.status == foreground[-1].response.status
+    assert client.responses.retrieve(first.id).output_text == last.output_text == foreground[-1].response.output_text
+
+
+def test_a_client_that_leaves_a_background_stream_leaves_it_running_and_can_follow_it_again(serve_app, client):
+    whole = list(client.responses.create(model=serve_app.model, **STREAMED, stream=True, background=True))
+    stream = client.responses.create(model=serve_app.model, **STREAMED, stream=True, background=True)
+    read = [next(stream) for _ in range(4)]
+    stream.close()  # the client leaves
+    response_id = read[0].response.id
+    done = polled(client, response_id)
+    assert done.output_text == whole[-1].response.output_text  # it ran to its end
+    again = list(client.responses.retrieve(response_id, stream=True, starting_after=2))
+    assert [e.sequence_number for e in again] == list(range(3, len(whole)))
+    assert event_summary(read[:3] + again) == event_summary(whole)
+    assert event_summary(client.responses.retrieve(response_id, stream=True)) == event_summary(whole)
+
+
+def test_cancelling_a_streamed_background_response_ends_its_stream_and_frees_its_kv(serve_app, client):
+    before = generated_tokens(serve_app)
+    stream = client.responses.create(model=serve_app.model, input="Count to a thousand", background=True,
+                                     stream=True, max_output_tokens=LONG, temperature=0,
+                                     extra_body={"ignore_eos": True})
+    created = next(stream)
+    assert created.type == "response.created"
+    client.responses.cancel(created.response.id)
+    rest = list(stream)  # ends where the run stopped, with no final event
+    assert not any(e.type in ("response.completed", "response.incomplete") for e in rest)
+    wait_for_free_kv(serve_app)
+    assert generated_tokens(serve_app) - before < LONG
+    assert client.responses.retrieve(created.response.id).status == "cancelled"
