@@ -9,7 +9,9 @@ cancel may reach another replica than the one that runs the response). It keeps 
 in-memory store does.
 
 A background response runs in the Ingress replica that took it; that replica waits here
-(`wait_cancelled`) for a cancel, whichever replica it comes through. One that is streamed keeps
+(`wait_cancelled`) for a cancel, whichever replica it comes through, asking again every
+`run_poll_s`: a running response whose run has not asked for `run_lost_s` (its replica died) is
+stored `failed`, so that no client polls it forever. One that is streamed keeps
 its events here as they come (`append_events`), so that a client that left can read them again
 from any replica (`events_after`, OpenAI's `GET /v1/responses/{id}?stream=true&starting_after=N`),
 until the response is dropped. So the store holds requests open while background responses run
@@ -20,6 +22,7 @@ every method is async, on one event loop.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,10 +30,14 @@ from typing import Any
 from ray import serve
 
 from deployments.openai_errors import OpenAIError
+from deployments.responses_api_output import ResponseEvents, failed
 from deployments.responses_api_protocol import ResponseObject
 
 RUNNING = ("queued", "in_progress")
 MAX_WAITING_RUNS = 100_000  # background responses whose Ingress waits here for a cancel, and then some
+RUN_POLL_S = 10.0  # how long a run's wait for a cancel lasts before the run asks again
+RUN_LOST_S = 30.0  # a running background response whose run has not asked for this long is lost
+LOST_RUN = "the server lost this background response's run: the Ingress replica running it stopped"
 
 
 @dataclass
@@ -58,10 +65,19 @@ class EventLog:
         self.grown = asyncio.Event()
 
 
+@dataclass
+class RunLease:
+    """A running background response's run, as the store sees it: waiting, or when it last was."""
+    waits: int = 0
+    last_seen: float = field(default_factory=time.monotonic)
+
+
 @serve.deployment(num_replicas=1, max_ongoing_requests=MAX_WAITING_RUNS, ray_actor_options={"num_cpus": 0})
 class ResponseStore:
-    def __init__(self, max_responses: int):
+    def __init__(self, max_responses: int, run_poll_s: float = RUN_POLL_S, run_lost_s: float = RUN_LOST_S):
         self.max_responses = max_responses
+        self.run_poll_s, self.run_lost_s = run_poll_s, run_lost_s
+        self._runs: dict[str, RunLease] = {}  # per running background response
         self._responses: OrderedDict[str, StoredResponse] = OrderedDict()
         self._ended: dict[str, asyncio.Event] = {}  # per running background response, set when it ends
         # Every kept response's items by id, for `item_reference` inputs, with how many kept
@@ -81,6 +97,8 @@ class ResponseStore:
             return False
         if kept is not None:
             self._hold(kept, -1)
+        elif response.background and response.status in RUNNING:
+            self._runs[response.id] = RunLease()
         self._responses[response.id] = stored
         self._responses.move_to_end(response.id)
         self._hold(stored, +1)
@@ -88,11 +106,13 @@ class ResponseStore:
             dropped_id, dropped = self._responses.popitem(last=False)
             self._hold(dropped, -1)
             self._drop_events(dropped_id)
+            self._runs.pop(dropped_id, None)
         if response.status not in RUNNING:
             self._end(response.id)
         return True
 
     async def get(self, response_id: str) -> StoredResponse | None:
+        self._fail_lost_runs()
         return self._responses.get(response_id)
 
     async def items(self, item_ids: list[str]) -> dict[str, dict[str, Any]]:
@@ -110,6 +130,7 @@ class ResponseStore:
 
     async def cancel(self, response_id: str) -> ResponseObject | None:
         """Mark a running background response cancelled; the response as it now is."""
+        self._fail_lost_runs()
         stored = self._responses.get(response_id)
         if stored is None:
             return None
@@ -119,12 +140,23 @@ class ResponseStore:
             self._end_events(response_id)  # its stream ends where the run stopped
         return stored.response
 
-    async def wait_cancelled(self, response_id: str) -> bool:
+    async def wait_cancelled(self, response_id: str) -> bool | None:
         """Return when a running background response ends: True when it was cancelled or
-        deleted (its run should stop), False when its final state was stored."""
+        deleted (its run should stop), False when its final state was stored; None when it
+        still runs after `run_poll_s` (ask again: that is how the store knows the run is there)."""
         stored = self._responses.get(response_id)
+        lease = self._runs.get(response_id)
         if stored is not None and stored.response.status in RUNNING:
-            await self._ended.setdefault(response_id, asyncio.Event()).wait()
+            if lease is not None:
+                lease.waits += 1
+            try:
+                await asyncio.wait_for(self._ended.setdefault(response_id, asyncio.Event()).wait(), self.run_poll_s)
+            except TimeoutError:
+                return None
+            finally:
+                if lease is not None:
+                    lease.waits -= 1
+                    lease.last_seen = time.monotonic()
         stored = self._responses.get(response_id)
         return stored is None or stored.response.status == "cancelled"
 
@@ -141,13 +173,32 @@ class ResponseStore:
         """The events of a streamed background response after sequence number `after`, waiting
         for one when none has come yet, and whether they are the last; None when it keeps no
         events (not kept, or not a streamed background response)."""
+        self._fail_lost_runs()
         log = self._event_logs.get(response_id)
         while log is not None and len(log.events) <= after + 1 and not log.ended:
-            await log.grown.wait()
+            try:
+                await asyncio.wait_for(log.grown.wait(), self.run_poll_s)
+            except TimeoutError:
+                self._fail_lost_runs()
             log = self._event_logs.get(response_id)
         if log is None:
             return None
         return log.events[after + 1:], log.ended
+
+    def _fail_lost_runs(self) -> None:
+        """Store `failed` every running background response whose run stopped asking."""
+        now = time.monotonic()
+        for response_id, lease in list(self._runs.items()):
+            if lease.waits == 0 and now - lease.last_seen > self.run_lost_s:
+                stored = self._responses[response_id]
+                stored.response = failed(stored.response, LOST_RUN)
+                self._end(response_id)
+                log = self._event_logs.get(response_id)
+                if log is not None and not log.ended:
+                    events = ResponseEvents()
+                    events.sequence_number = len(log.events)
+                    log.events.append(events.failed(stored.response, LOST_RUN))
+                    self._end_events(response_id)
 
     def _end_events(self, response_id: str) -> None:
         log = self._event_logs.get(response_id)
@@ -168,6 +219,7 @@ class ResponseStore:
                 del self._items[item["id"]], self._item_holders[item["id"]]
 
     def _end(self, response_id: str) -> None:
+        self._runs.pop(response_id, None)
         event = self._ended.pop(response_id, None)
         if event is not None:
             event.set()

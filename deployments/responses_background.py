@@ -7,7 +7,8 @@ The POST answers once the engine has started the response (its first output came
 refusal (a prompt too long, an overloaded engine, a format that does not compile) is still the
 POST's 4xx. The rest runs in the Ingress replica that took it, which waits on the ResponseStore
 (deployments/response_store.py) for a cancel that may come through any replica; a cancel (or a
-DELETE) aborts the engine request, so its KV blocks are freed within a step.
+DELETE) aborts the engine request, so its KV blocks are freed within a step. Should that replica
+die, the store, no longer asked, stores the response `failed` within 40 s (RUN_POLL_S + RUN_LOST_S).
 
 A background response that is also streamed (`stream: true`) sends its events to the store as
 they come, and the POST streams them from there, as does `GET /v1/responses/{id}?stream=true`
@@ -109,7 +110,7 @@ class BackgroundRuns:
     async def _run_until_cancelled(self, response: ResponseObject, input_items: list[dict],
                                    events: AsyncIterator[str], choice: Choice, sender: EventSender | None,
                                    streamed: ResponseEvents | None) -> None:
-        cancelled = asyncio.ensure_future(self.response_store.wait_cancelled.remote(response.id))
+        cancelled = asyncio.ensure_future(self._stop_asked(response.id))
         run = asyncio.create_task(_forward(events, sender))
         stopped = False  # by a cancel or a DELETE
         last = []
@@ -131,6 +132,13 @@ class BackgroundRuns:
             choice.close()
             if sender is not None:
                 await sender.close(last)
+
+    async def _stop_asked(self, response_id: str) -> bool:
+        """Wait for the response to end: True when a cancel or a DELETE asks its run to stop. The
+        store's wait returns now and then (None) to be asked again: so it knows this run is alive."""
+        while (stop := await self.response_store.wait_cancelled.remote(response_id)) is None:
+            pass
+        return stop
 
     async def _cancel(self, response_id: str) -> ResponseObject:
         response = await self.response_store.cancel.remote(response_id) if self.response_store is not None else None

@@ -17,6 +17,7 @@ from deployments.choices import Event
 from deployments.openai_errors import OpenAIError
 from deployments.response_items import item_page, referenced_ids, request_items, resolved
 from deployments.response_store import ResponseStore, StoredResponse
+from deployments.responses_background import BackgroundRuns
 from deployments.responses import ChatTokenLogprob
 from deployments.responses_api_input import chat_request
 from deployments.responses_api_output import ResponseEvents, ResponseOutput, finished
@@ -381,6 +382,41 @@ def test_a_cancel_ends_the_stream_where_the_run_stopped_and_dropping_the_respons
         assert await asyncio.wait_for(follower, 1) is None
         assert await store.events_after("resp_bg", -1) is None
     asyncio.run(scenario())
+
+
+def test_a_run_that_stops_asking_is_lost_and_its_response_failed_but_one_that_asks_is_not():
+    async def scenario():
+        store = ResponseStore.func_or_class(max_responses=4, run_poll_s=0.05, run_lost_s=0.2)
+        await store.put(background_response(), keep_events=True)
+        await store.append_events("resp_bg", ["e0"], last=False)
+        for _ in range(8):  # an alive run: its waits return (None: still running) and it asks again
+            assert await store.wait_cancelled("resp_bg") is None
+        assert (await store.get("resp_bg")).response.status == "in_progress"
+        follower = asyncio.create_task(store.events_after("resp_bg", 0))
+        await asyncio.sleep(0.4)  # the run asks no more: its replica died
+        stored = await store.get("resp_bg")
+        assert stored.response.status == "failed" and "lost" in stored.response.error.message
+        events, ended = await asyncio.wait_for(follower, 1)
+        assert ended and len(events) == 1 and '"sequence_number": 1' in events[0] and "response.failed" in events[0]
+        assert (await store.cancel("resp_bg")).status == "failed"  # the ingress answers 400 to this
+    asyncio.run(scenario())
+
+
+def test_a_run_asks_the_store_again_until_its_response_ends():
+    class Method:
+        def __init__(self, answers):
+            self.answers, self.calls = list(answers), 0
+
+        async def remote(self, response_id):
+            self.calls += 1
+            return self.answers.pop(0)
+
+    runs = BackgroundRuns()
+    runs.response_store = type("Store", (), {})()
+    for answers, stop in (([None, None, True], True), ([None, False], False)):
+        runs.response_store.wait_cancelled = Method(answers)
+        assert asyncio.run(runs._stop_asked("resp_bg")) is stop
+        assert runs.response_store.wait_cancelled.calls == len(answers)
 
 
 def test_reasoning_tokens_are_those_written_before_the_reasoning_ended():
