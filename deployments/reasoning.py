@@ -10,10 +10,14 @@ The parsers:
 - "qwen3": the same, unless the request turns thinking off with `chat_template_kwargs`
   `{"enable_thinking": false}` (or `reasoning_effort: "none"`, which implies it, as in vLLM):
   then it is all answer.
+- "minimax_m2" (MiniMax-M2) and "step3" (Step3): as "deepseek_r1" (all before `</think>`).
+- "mimo" (MiMo): as "qwen3".
 - "deepseek_v3" (DeepSeek-V3.1 and later, hybrid models): all answer, unless the request turns
-  thinking on with `chat_template_kwargs` `{"thinking": true}` (the templates' own switch).
-- "glm45", "glm47" (GLM-4.5 to 4.7) and "kimi_k2" (Kimi K2 Thinking): thinking, unless the
-  request sets `thinking` or `enable_thinking` and neither is true (vLLM 0.32's switch for them).
+  thinking on with `chat_template_kwargs` `{"thinking": true}` (the templates' own switch) or
+  `{"enable_thinking": true}` (as vLLM 0.32 reads either).
+- "glm45", "glm47" (GLM-4.5 to 4.7), "kimi_k2" (Kimi K2 Thinking) and "holo2" (Holo2): thinking,
+  unless the request sets `thinking` or `enable_thinking` and neither is true (vLLM 0.32's
+  switch for them).
 Newlines just after `</think>` are dropped: templates write them when a reply is fed back.
 Usage counts as reasoning the output tokens up to the one that completed `</think>`.
 
@@ -33,13 +37,25 @@ def _thinking_unless_either_switch_is_off(kwargs: dict) -> bool:
 
 
 # Whether a request thinks, by parser, from its template variables, as the templates read them.
+def _always_thinking(kwargs: dict) -> bool:
+    return True
+
+
+def _thinking_unless_switched_off(kwargs: dict) -> bool:
+    return kwargs.get("enable_thinking") is not False  # the templates' `enable_thinking is false`
+
+
 THINKING_SWITCHES = {
-    "deepseek_r1": lambda kwargs: True,
-    "qwen3": lambda kwargs: kwargs.get("enable_thinking") is not False,  # `enable_thinking is false`
-    "deepseek_v3": lambda kwargs: bool(kwargs.get("thinking")),  # `{% if thinking %}`
+    "deepseek_r1": _always_thinking,
+    "minimax_m2": _always_thinking,
+    "step3": _always_thinking,
+    "qwen3": _thinking_unless_switched_off,
+    "mimo": _thinking_unless_switched_off,
+    "deepseek_v3": lambda kwargs: bool(kwargs.get("thinking")) or bool(kwargs.get("enable_thinking")),
     "glm45": _thinking_unless_either_switch_is_off,
     "glm47": _thinking_unless_either_switch_is_off,
     "kimi_k2": _thinking_unless_either_switch_is_off,
+    "holo2": _thinking_unless_either_switch_is_off,
 }
 REASONING_PARSERS = tuple(THINKING_SWITCHES)
 THINK_START, THINK_END = "<think>", "</think>"

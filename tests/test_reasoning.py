@@ -96,9 +96,11 @@ def test_who_thinks():
     with_effort = [ChatCompletionRequest(messages=[{"role": "user", "content": "x"}], reasoning_effort=effort)
                    for effort in ("none", "low")]
     assert [thinks("qwen3", r.template_variables) for r in with_effort] == [False, True]
-    assert not thinks("deepseek_v3", None) and not thinks("deepseek_v3", {"enable_thinking": True})
-    assert thinks("deepseek_v3", {"thinking": True}) and not thinks("deepseek_v3", {"thinking": False})
-    for parser in ("glm45", "glm47", "kimi_k2"):  # on unless a switch is set and none is on
+    assert thinks("mimo", None) and not thinks("mimo", {"enable_thinking": False})
+    assert thinks("minimax_m2", {"enable_thinking": False}) and thinks("step3", {"thinking": False})
+    assert not thinks("deepseek_v3", None) and not thinks("deepseek_v3", {"thinking": False})
+    assert thinks("deepseek_v3", {"thinking": True}) and thinks("deepseek_v3", {"enable_thinking": True})
+    for parser in ("glm45", "glm47", "kimi_k2", "holo2"):  # on unless a switch is set and none is on
         assert [thinks(parser, kwargs) for kwargs in ({}, {"thinking": False}, {"enable_thinking": False},
                                                      {"thinking": False, "enable_thinking": True})] == \
             [True, False, False, True]
