@@ -16,6 +16,7 @@ cancels the target-side generator, which aborts the engine request and frees its
 # the signatures of the routes that Serve rewraps.
 import asyncio
 import dataclasses
+import importlib.metadata
 import logging
 import time
 from typing import AsyncIterator, Callable, Literal
@@ -62,6 +63,16 @@ from deployments.responses import (ChatChoice, ChatCompletionResponse, Completio
                                    CompletionResponse, ModelCard, ModelList, UsageInfo)
 
 logger = logging.getLogger("ray.serve")
+
+
+def _installed_version() -> str:
+    try:
+        return importlib.metadata.version("specserve")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that was not installed
+        return "0+unknown"
+
+
+SPECSERVE_VERSION = _installed_version()
 
 
 # -- the deployment -----------------------------------------------------------------------
@@ -202,10 +213,27 @@ class Ingress(ChatRoutes, ResponsesRoutes):
     async def metrics(self) -> Response:
         return Response(await self.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
+    @app.api_route("/ping", methods=["GET", "POST"])
+    async def ping(self) -> Response:
+        """vLLM's (and SageMaker's) health check."""
+        return Response(status_code=200)
+
+    @app.get("/version")
+    async def version(self) -> dict:
+        return {"version": SPECSERVE_VERSION}
+
     @app.get("/v1/models")
     async def models(self) -> ModelList:
-        return ModelList(data=[ModelCard(id=self.model_name, root=self.model_path,
-                                         max_model_len=self.max_model_len)])
+        return ModelList(data=[self._model_card()])
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(self, model_id: str) -> ModelCard:
+        """OpenAI's `client.models.retrieve` (a model id may hold slashes)."""
+        self._check_model(model_id)
+        return self._model_card()
+
+    def _model_card(self) -> ModelCard:
+        return ModelCard(id=self.model_name, root=self.model_path, max_model_len=self.max_model_len)
 
     @app.post("/tokenize")
     async def tokenize(self, body: TokenizeChatRequest | TokenizeCompletionRequest) -> TokenizeResponse:

@@ -3,8 +3,8 @@
 `RequestGate` is a small ASGI middleware in front of the FastAPI app, so that it runs before
 FastAPI parses anything:
 
-- Every route but `/health`, `/metrics` and `/openapi.json` (the `/v1/...` API, and vLLM's
-  `/tokenize` and `/detokenize`) needs `Authorization: Bearer <key>` when API keys are
+- Every route but `/health`, `/ping`, `/version`, `/metrics` and `/openapi.json` (the `/v1/...`
+  API, and vLLM's `/tokenize` and `/detokenize`) needs `Authorization: Bearer <key>` when API keys are
   configured (401 otherwise, before the body is read, so an unauthenticated client learns
   nothing about what it sent). Keys are compared in constant
   time and never logged.
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 ENV_API_KEYS = "SPECSERVE_API_KEYS"
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
-OPEN_PATHS = frozenset({"/health", "/metrics", "/openapi.json"})  # no API key needed
+OPEN_PATHS = frozenset({"/health", "/ping", "/version", "/metrics", "/openapi.json"})  # no API key needed
 
 
 def api_keys_from_env() -> list[str] | None:

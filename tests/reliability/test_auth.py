@@ -1,7 +1,7 @@
 """API keys: from the config (`api_keys`) or, when the config sets none, from
 $SPECSERVE_API_KEYS. Every /v1 route, /tokenize and /detokenize answer 401 (OpenAI body) without
 a key, with a wrong one or with another scheme, before they look at the body; 200 with a key;
-/health and /metrics stay open; and no key, right or wrong, appears in any log of the Ray
+/health, /ping, /version and /metrics stay open; and no key, right or wrong, appears in any log of the Ray
 session."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def keys_in_environment():
         os.environ["SPECSERVE_API_KEYS"] = old
 
 
-ROUTES = [("GET", "/v1/models", None),
+ROUTES = [("GET", "/v1/models", None), ("GET", "/v1/models/tiny-target", None),
           ("POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2}),
           ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}),
           ("POST", "/tokenize", {"prompt": "hi"}), ("POST", "/detokenize", {"tokens": [5, 6]})]
@@ -77,8 +77,8 @@ def test_openai_client_with_and_without_key(serve_app):
 
 
 def test_health_and_metrics_stay_open(serve_app):
-    assert requests.get(serve_app.url + "/health", timeout=30).status_code == 200
-    assert requests.get(serve_app.url + "/metrics", timeout=30).status_code == 200
+    for path in ("/health", "/ping", "/version", "/metrics"):
+        assert requests.get(serve_app.url + path, timeout=30).status_code == 200, path
 
 
 def test_keys_are_never_logged(serve_app):

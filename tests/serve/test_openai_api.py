@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +26,13 @@ def test_models_and_health(serve_app, client):
     # An argument given to the app reaches the engine.
     assert serve_app.target_handle().stats.remote().result()["num_blocks_total"] == serve_app.args["num_kv_blocks"]
     assert requests.get(serve_app.url + "/health", timeout=30).status_code == 200
+    assert client.models.retrieve(serve_app.model) == client.models.list().data[0]
+    with pytest.raises(openai.NotFoundError) as info:
+        client.models.retrieve("org/another-model")
+    assert info.value.body["code"] == "model_not_found" and "org/another-model" in info.value.body["message"]
+    assert [requests.request(m, serve_app.url + "/ping", timeout=30).status_code for m in ("GET", "POST")] == [200, 200]
+    assert requests.get(serve_app.url + "/version", timeout=30).json()["version"] == \
+        importlib.metadata.version("specserve")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads listening sockets from /proc")
