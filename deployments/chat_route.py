@@ -13,7 +13,7 @@ from typing import AsyncIterator
 from deployments.choices import Choice, merge_choices, sse, usage_of
 from deployments.output_logprobs import chat_logprobs
 from deployments.protocol import ChatCompletionRequest
-from deployments.reasoning import ReasoningStream, thinks
+from deployments.reasoning import ReasoningStream, reasoning_tags, thinks
 from deployments.responses import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
                                    ChatCompletionResponse, ChatLogprobs, CompletionTokensDetails, DeltaMessage,
                                    UsageInfo)
@@ -24,6 +24,9 @@ from deployments.tool_protocol import FunctionCallDelta, ToolCallDelta
 class ChatRoutes:
     def _thinks(self, body: ChatCompletionRequest) -> bool:
         return thinks(self.reasoning_parser, body.template_variables)
+
+    def _reasoning_stream(self, thinking: bool) -> ReasoningStream:
+        return ReasoningStream(thinking, self.tokenizer.decode, reasoning_tags(self.reasoning_parser))
 
     def _chat_message(self, body: ChatCompletionRequest, reasoning: str, text: str, thinking: bool,
                       calls_possible: bool = False) -> AssistantMessage:
@@ -44,7 +47,7 @@ class ChatRoutes:
 
     async def _whole_chat(self, request_id: str, created: int, body: ChatCompletionRequest,
                           choices: list[Choice], calls_possible: bool, thinking: bool) -> ChatCompletionResponse:
-        splits = {c.index: ReasoningStream(thinking, self.tokenizer.decode) for c in choices}
+        splits = {c.index: self._reasoning_stream(thinking) for c in choices}
         reasoning, answers = {c.index: "" for c in choices}, {c.index: "" for c in choices}
         logprobs: dict[int, list] = {c.index: [] for c in choices}
         async for event in merge_choices(choices):
@@ -86,7 +89,7 @@ class ChatRoutes:
                                             choices=choice_list, usage=usage))
 
         streams = {c.index: ToolStream(self.tool_syntax) for c in choices} if calls_possible else {}
-        splits = {c.index: ReasoningStream(thinking, self.tokenizer.decode) for c in choices}
+        splits = {c.index: self._reasoning_stream(thinking) for c in choices}
         yield chunk([ChatChunkChoice(index=c.index, delta=DeltaMessage(role="assistant", content=""))
                      for c in choices])
         if body.echoed_text:

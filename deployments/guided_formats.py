@@ -18,7 +18,7 @@ from typing import Any
 
 from app.guided.compiler import regex_for_format
 from app.guided.output_format import OutputFormat
-from deployments.reasoning import thinking_then
+from deployments.reasoning import ReasoningTags, thinking_then
 
 
 class FormatRequestError(ValueError):
@@ -34,12 +34,12 @@ class RequestedFormat:
     param: str  # the request field it came from (named in errors)
     format: dict[str, Any]
 
-    def output_format(self, thinking: bool = False) -> OutputFormat:
+    def output_format(self, reasoning: ReasoningTags | None = None) -> OutputFormat:
         """The canonical form; GuidedFormatError (a ValueError) for a format that cannot be one.
-        `thinking`: the output starts with a reasoning the format does not cover
-        (deployments/reasoning.py)."""
+        `reasoning`: the output starts with a reasoning in these tags, which the format does not
+        cover (deployments/reasoning.py)."""
         regex = regex_for_format(self.format)
-        return OutputFormat(thinking_then(regex) if thinking else regex)
+        return OutputFormat(thinking_then(regex, reasoning) if reasoning is not None else regex)
 
 
 def _json_schema(schema: Any) -> dict[str, Any]:

@@ -49,7 +49,7 @@ from deployments.guided_formats import FormatRequestError, RequestedFormat, requ
 from deployments.request_gate import DEFAULT_MAX_BODY_BYTES, GateSettings
 from deployments.metrics import IngressMetrics
 from deployments.prefix_router import RoutingCollector
-from deployments.reasoning import ReasoningStream
+from deployments.reasoning import reasoning_tags
 from deployments.tool_calls import requested_tool_format, syntax_for_template, template_knows_tools
 from deployments.tokenize_protocol import (DetokenizeRequest, DetokenizeResponse, TokenizeChatRequest,
                                            TokenizeCompletionRequest, TokenizeResponse)
@@ -144,7 +144,8 @@ class Ingress(ChatRoutes, ResponsesRoutes):
         if requested is None:
             return None, None
         try:  # JSON schema to regex: in a thread, so that a huge schema does not hold the loop
-            return await asyncio.to_thread(requested.output_format, thinking), requested.param
+            reasoning = reasoning_tags(self.reasoning_parser) if thinking else None
+            return await asyncio.to_thread(requested.output_format, reasoning), requested.param
         except GuidedFormatError as exc:
             raise OpenAIError(400, str(exc), param=requested.param) from None
 
@@ -342,7 +343,7 @@ class Ingress(ChatRoutes, ResponsesRoutes):
         created = int(time.time())
         if body.use_beam_search:
             beams = beam_texts(choices, body.n)
-            splits = [ReasoningStream(thinking, self.tokenizer.decode) for _ in beams]
+            splits = [self._reasoning_stream(thinking) for _ in beams]
             return ChatCompletionResponse(
                 id=request_id, created=created, model=self.model_name,
                 choices=[ChatChoice(index=b.index, message=self._chat_message(body, *s.take(b.text, True, b.token_ids),

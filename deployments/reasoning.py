@@ -1,6 +1,7 @@
 """A thinking model's reasoning, kept apart from its answer (vLLM's `--reasoning-parser`).
 
-Such a model writes its reasoning, then `</think>`, then the answer. With the app's
+Such a model writes its reasoning, then `</think>` (or its parser's own closing tag, `TAGS`),
+then the answer. With the app's
 `reasoning_parser` set, a chat completion carries the reasoning in the message's (or delta's)
 `reasoning` field and only the answer in `content`; tool calls are looked for in the answer.
 The parsers:
@@ -12,6 +13,7 @@ The parsers:
   then it is all answer.
 - "minimax_m2" (MiniMax-M2) and "step3" (Step3): as "deepseek_r1" (all before `</think>`).
 - "mimo" (MiMo): as "qwen3".
+- "seed_oss" (Seed-OSS): as "qwen3", with its own tags, `<seed:think>` and `</seed:think>`.
 - "deepseek_v3" (DeepSeek-V3.1 and later, hybrid models): all answer, unless the request turns
   thinking on with `chat_template_kwargs` `{"thinking": true}` (the templates' own switch) or
   `{"enable_thinking": true}` (as vLLM 0.32 reads either).
@@ -28,6 +30,9 @@ its reasoning (`thinking_then`).
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from functools import cache
 from typing import Callable, Sequence
 
 
@@ -51,6 +56,7 @@ THINKING_SWITCHES = {
     "step3": _always_thinking,
     "qwen3": _thinking_unless_switched_off,
     "mimo": _thinking_unless_switched_off,
+    "seed_oss": _thinking_unless_switched_off,
     "deepseek_v3": lambda kwargs: bool(kwargs.get("thinking")) or bool(kwargs.get("enable_thinking")),
     "glm45": _thinking_unless_either_switch_is_off,
     "glm47": _thinking_unless_either_switch_is_off,
@@ -58,8 +64,27 @@ THINKING_SWITCHES = {
     "holo2": _thinking_unless_either_switch_is_off,
 }
 REASONING_PARSERS = tuple(THINKING_SWITCHES)
-THINK_START, THINK_END = "<think>", "</think>"
 RECENT_TOKENS = 16  # enough to spell `</think>` however the tokenizer splits it
+
+
+@dataclass(frozen=True)
+class ReasoningTags:
+    """What opens a model's reasoning (it may be the template's, not written) and what ends it."""
+    start: str = "<think>"
+    end: str = "</think>"
+
+    def __post_init__(self):
+        for tag in (self.start, self.end):  # _without_closing_tag: one '<', the first character
+            if not re.fullmatch(r"</?[\w:]+>", tag):
+                raise ValueError(f"{tag!r}: a reasoning tag is `<name>` or `</name>`")
+
+
+THINK = ReasoningTags()
+TAGS = {"seed_oss": ReasoningTags("<seed:think>", "</seed:think>")}  # the others': THINK
+
+
+def reasoning_tags(parser: str | None) -> ReasoningTags:
+    return TAGS.get(parser, THINK)
 
 
 def thinks(parser: str | None, template_variables: dict | None) -> bool:
@@ -67,33 +92,33 @@ def thinks(parser: str | None, template_variables: dict | None) -> bool:
     return parser is not None and THINKING_SWITCHES[parser](template_variables or {})
 
 
-def _without_closing_tag() -> str:
-    """A regex for any text in which `</think>` does not occur. The tag's only '<' is its first
-    character, so once a '<' is read the text either goes on spelling the tag, starts over
-    with another '<', or leaves it (any other character) for free text again."""
-    partials = [THINK_END[1:i] for i in range(1, len(THINK_END))]  # "", "/", "/t", ..., "/think"
+@cache
+def without_closing_tag(end: str = THINK.end) -> str:
+    """A regex for any text in which the tag `end` does not occur. The tag's only '<' is its
+    first character, so once a '<' is read the text either goes on spelling the tag, starts
+    over with another '<', or leaves it (any other character) for free text again."""
+    partials = [end[1:i] for i in range(1, len(end))]  # "", "/", "/t", ..., "/think"
     spelled = "(?:" + "|".join(partials[1:]) + ")?"  # after the '<', so far
-    left = "|".join(f"{p}[^<{THINK_END[i + 1]}]" for i, p in enumerate(partials))
+    left = "|".join(f"{p}[^<{end[i + 1]}]" for i, p in enumerate(partials))
     after_lt = f"(?:{spelled}<)*"
     return f"(?:[^<]|<{after_lt}(?:{left}))*(?:<{after_lt}{spelled})?"
 
 
-WITHOUT_CLOSING_TAG = _without_closing_tag()
-
-
-def thinking_then(answer_regex: str) -> str:
+def thinking_then(answer_regex: str, tags: ReasoningTags = THINK) -> str:
     """The whole output's regex when the answer must fullmatch `answer_regex`: reasoning first,
-    free but for `</think>`, which ends it."""
-    return f"(?:{THINK_START})?{WITHOUT_CLOSING_TAG}{THINK_END}\n{{0,2}}(?:{answer_regex})"
+    free but for its closing tag, which ends it."""
+    return f"(?:{tags.start})?{without_closing_tag(tags.end)}{tags.end}\n{{0,2}}(?:{answer_regex})"
 
 
 class ReasoningStream:
     """One output split as it arrives: `feed` gives the (reasoning, answer) text that can go
     now; text that may be the start of a tag waits for the next piece."""
 
-    def __init__(self, thinking: bool = True, decode: Callable[[list[int]], str] | None = None):
+    def __init__(self, thinking: bool = True, decode: Callable[[list[int]], str] | None = None,
+                 tags: ReasoningTags = THINK):
         """`decode` (the tokenizer's): to count exactly which of the tokens that came with the
         reasoning's end were written before it; without it they all count as reasoning."""
+        self.tags = tags
         self.phase = "start" if thinking else "answer"
         self.held = ""
         self.reasoning_tokens = 0  # output tokens written before the reasoning ended, `</think>`'s included
@@ -104,17 +129,17 @@ class ReasoningStream:
         self.held += text
         reasoning = answer = ""
         if self.phase == "start":
-            if THINK_START.startswith(self.held):
+            if self.tags.start.startswith(self.held):
                 return "", ""  # maybe the opening tag: wait
-            self.held = self.held.removeprefix(THINK_START)
+            self.held = self.held.removeprefix(self.tags.start)
             self.phase = "reasoning"
         if self.phase == "reasoning":
-            end = self.held.find(THINK_END)
+            end = self.held.find(self.tags.end)
             if end < 0:
-                keep = partial_suffix(self.held, THINK_END)
+                keep = partial_suffix(self.held, self.tags.end)
                 reasoning, self.held = self.held[:len(self.held) - keep], self.held[len(self.held) - keep:]
                 return reasoning, ""
-            reasoning, self.held = self.held[:end], self.held[end + len(THINK_END):]
+            reasoning, self.held = self.held[:end], self.held[end + len(self.tags.end):]
             self.phase = "after_end"
         if self.phase == "after_end":
             self.held = self.held.lstrip("\n")
@@ -143,9 +168,9 @@ class ReasoningStream:
         return reasoning, answer
 
     def _written_by_the_tag_end(self, token_ids: Sequence[int]) -> int:
-        """How many of `token_ids`, which ended the reasoning, it took to complete `</think>`."""
+        """How many of `token_ids`, which ended the reasoning, it took to complete its closing tag."""
         for n in range(1, len(token_ids) + 1) if self.decode is not None else ():
-            if THINK_END in self.decode(self.recent_ids + list(token_ids[:n])):
+            if self.tags.end in self.decode(self.recent_ids + list(token_ids[:n])):
                 return n
         return len(token_ids)
 
@@ -165,6 +190,6 @@ def partial_suffix(text: str, tag: str) -> int:
     return 0
 
 
-def split_reasoning(text: str, thinking: bool = True) -> tuple[str, str]:
+def split_reasoning(text: str, thinking: bool = True, tags: ReasoningTags = THINK) -> tuple[str, str]:
     """A whole output as (reasoning, answer)."""
-    return ReasoningStream(thinking).take(text, last=True)
+    return ReasoningStream(thinking, tags=tags).take(text, last=True)

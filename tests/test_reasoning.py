@@ -16,8 +16,8 @@ from app.guided.compiler import compile_regex
 from app.guided.guide import CompiledFormat
 from app.guided.vocabulary import build_guided_vocabulary
 from deployments.protocol import ChatCompletionRequest
-from deployments.reasoning import (WITHOUT_CLOSING_TAG, ReasoningStream, split_reasoning, thinking_then,
-                                   thinks)
+from deployments.reasoning import (ReasoningStream, ReasoningTags, reasoning_tags, split_reasoning, thinking_then,
+                                   thinks, without_closing_tag)
 
 TINY_TARGET = Path(__file__).resolve().parent.parent / "checkpoints" / "tiny-target"
 
@@ -107,15 +107,35 @@ def test_who_thinks():
     assert not thinks("glm45", with_effort[0].template_variables)
 
 
-def test_the_free_reasoning_regex_is_exactly_text_without_the_closing_tag():
-    free = re.compile(WITHOUT_CLOSING_TAG, re.DOTALL)
-    alphabet = "</thinkx>"
-    texts = ["".join(t) for n in range(6) for t in itertools.product(alphabet, repeat=n)]
+@pytest.mark.parametrize("end", ["</think>", "</seed:think>"])
+def test_the_free_reasoning_regex_is_exactly_text_without_the_closing_tag(end):
+    free = re.compile(without_closing_tag(end), re.DOTALL)
+    alphabet = sorted(set(end)) + ["x"]
+    texts = ["".join(t) for n in range(5) for t in itertools.product(alphabet, repeat=n)]
     rng = random.Random(0)
-    pieces = ["</think>", "</thin", "<", "</", "think>", "a", "\n", ">", "/"]
+    pieces = [end, end[:-1], end[:5], "<", "</", end[2:], "a", "\n", ">", "/"]
     texts += ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 12))) for _ in range(5000)]
     for text in texts:
-        assert (free.fullmatch(text) is not None) == ("</think>" not in text), repr(text)
+        assert (free.fullmatch(text) is not None) == (end not in text), repr(text)
+
+
+SEED = reasoning_tags("seed_oss")
+
+
+def test_seed_oss_reasons_in_its_own_tags_and_thinks_unless_switched_off():
+    assert SEED == ReasoningTags("<seed:think>", "</seed:think>") and reasoning_tags("qwen3") == ReasoningTags()
+    assert split_reasoning("<seed:think>plan</think> on</seed:think>\nyes", tags=SEED) == ("plan</think> on", "yes")
+    text = "<seed:think>a <seed:x> b</seed:thin</seed:think>\n\nok"
+    for cut in range(1, len(text)):
+        stream = ReasoningStream(tags=SEED)
+        sent = [stream.feed(text[:cut]), stream.feed(text[cut:]), stream.finish()]
+        assert ("".join(r for r, _ in sent), "".join(a for _, a in sent)) == ("a <seed:x> b</seed:thin", "ok"), cut
+    assert thinks("seed_oss", None) and not thinks("seed_oss", {"enable_thinking": False})
+    whole = re.compile(thinking_then("yes|no", SEED), re.DOTALL)
+    assert whole.fullmatch("<seed:think>hmm </think></seed:think>\nno") and whole.fullmatch("plan</seed:think>yes")
+    assert not whole.fullmatch("plan</think>yes") and not whole.fullmatch("a</seed:think>b</seed:think>yes")
+    with pytest.raises(ValueError):
+        ReasoningTags("[THINK]", "[/THINK]")
 
 
 def test_the_answer_format_holds_only_after_the_reasoning():
@@ -126,14 +146,15 @@ def test_the_answer_format_holds_only_after_the_reasoning():
         assert not whole.fullmatch(text), text
 
 
-def test_outlines_core_compiles_it_and_frees_the_reasoning_then_masks_the_answer():
+@pytest.mark.parametrize("tags", [ReasoningTags(), ReasoningTags("<seed:think>", "</seed:think>")])
+def test_outlines_core_compiles_it_and_frees_the_reasoning_then_masks_the_answer(tags):
     tokenizer = AutoTokenizer.from_pretrained(TINY_TARGET)
     vocab = build_guided_vocabulary(tokenizer)
-    decoder = CompiledFormat(compile_regex(thinking_then("yes|no"), vocab), vocab).decoder(4096)
-    reasoning = tokenizer.encode("<think>\nif a<b then </thin<", add_special_tokens=False)
+    decoder = CompiledFormat(compile_regex(thinking_then("yes|no", tags), vocab), vocab).decoder(4096)
+    reasoning = tokenizer.encode(f"{tags.start}\nif a<b then {tags.end[:-2]}<", add_special_tokens=False)
     for token in reasoning:
         assert decoder.advance(token)
-    for token in tokenizer.encode("</think>\n", add_special_tokens=False):
+    for token in tokenizer.encode(f"{tags.end}\n", add_special_tokens=False):
         assert decoder.advance(token)
     words = {w: tokenizer.encode(w, add_special_tokens=False)[0] for w in ("yes", "no", "maybe", "plan")}
     allowed = {w: decoder.allows(t) for w, t in words.items()}
