@@ -169,6 +169,14 @@ def test_bars_that_would_leave_a_row_empty_give_way_to_the_allowed_tokens():
     assert torch.equal(out[1], only_3)
 
 
+def test_bad_words_that_bar_the_whole_vocabulary_give_way_too():
+    everything = SamplingParams(bad_words_token_ids=[[t] for t in range(V)])
+    all_but_one = SamplingParams(bad_words_token_ids=[[t] for t in range(1, V)])
+    out = penalised([decoding(everything), decoding(all_but_one)], LOGITS.repeat(2, 1))
+    assert torch.equal(out[0], LOGITS)
+    assert torch.isfinite(out[1]).tolist() == [True] + [False] * (V - 1)
+
+
 def test_greedy_min_tokens_with_only_stop_tokens_allowed_stops_on_one(prompts):
     """Every allowed token stops the request: min_tokens cannot hold it, and the output is the
     best allowed token, not one from outside them."""

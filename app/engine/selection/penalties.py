@@ -51,6 +51,11 @@ class Penalties:
     prompts: torch.Tensor | None  # [n, Lp] int64 prompts, when some request has a repetition penalty
     bias: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None  # (index into rows, token, value)
     barred: tuple[torch.Tensor, torch.Tensor] | None  # (index into rows, token): min_tokens' stops, bad words' ends
+    # Whether the bars may leave a row empty: they meet a row that allows few tokens (allowed
+    # tokens, a format), or bar this many in one row (a row of the whole vocabulary, all finite,
+    # is emptied only by barring every token).
+    bars_meet_narrow_rows: bool
+    most_bars_in_a_row: int
     # (the indices into rows restricted to allowed tokens, and per allowed token: index, token)
     allowed: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None
     follows_format: torch.Tensor | None  # [P] bool: the row's request has an output format, when some has
@@ -63,6 +68,7 @@ class Penalties:
         outputs, drafts_before, prompts = [], [], []
         bias_row, bias_token, bias_value = [], [], []
         barred_row, barred_token = [], []
+        bars_meet_narrow_rows, most_bars_in_a_row = False, 0
         restricted, allowed_row, allowed_token = [], [], []
         max_k = max(len(req.spec_token_ids) for req, _ in penalised)
         any_repetition = any(req.params.repetition_penalty != 1 for req, _ in penalised)
@@ -89,6 +95,9 @@ class Penalties:
                     never = never + bad_word_ends(p.bad_words_token_ids, req.output_token_ids, drafts[:j])
                 barred_row += [len(rows)] * len(never)
                 barred_token += never
+                if never:
+                    bars_meet_narrow_rows |= p.allowed_token_ids is not None or req.guide is not None
+                    most_bars_in_a_row = max(most_bars_in_a_row, len(never))
                 rows.append(first + j)
                 drafts_before.append(drafts[:j] + [PAD] * (max_k - j))
             request += [i] * (len(drafts) + 1)
@@ -108,6 +117,7 @@ class Penalties:
             bias=((torch.tensor(bias_row, **i64), torch.tensor(bias_token, **i64),
                    torch.tensor(bias_value, **f32)) if bias_row else None),
             barred=(torch.tensor(barred_row, **i64), torch.tensor(barred_token, **i64)) if barred_row else None,
+            bars_meet_narrow_rows=bars_meet_narrow_rows, most_bars_in_a_row=most_bars_in_a_row,
             allowed=((torch.tensor(restricted, **i64), torch.tensor(allowed_row, **i64),
                       torch.tensor(allowed_token, **i64)) if restricted else None),
             follows_format=torch.tensor(follows_format, dtype=torch.bool, device=device) if any_format else None)
@@ -167,11 +177,13 @@ def apply_penalties(logits: torch.Tensor, pen: Penalties) -> torch.Tensor:
         scale = torch.where(seen, pen.repetition[:, None], 1.0)
         rows = torch.where(rows > 0, rows / scale, rows * scale)
     rows = rows - pen.frequency[:, None] * counts - pen.presence[:, None] * in_output.float()
-    if pen.barred is not None:  # barred, then put back in the rows that left nothing
+    if pen.barred is not None:
         row, token = pen.barred
-        unbarred = rows[row, token]
+        may_empty = pen.bars_meet_narrow_rows or pen.most_bars_in_a_row >= vocab
+        unbarred = rows[row, token] if may_empty else None
         rows.index_put_((row, token), rows.new_full((), -torch.inf))
-        rows.index_put_((row, token), torch.where(_emptied(rows)[row], unbarred, -torch.inf))
+        if may_empty:  # put back in the rows they left with nothing
+            rows.index_put_((row, token), torch.where(_emptied(rows)[row], unbarred, -torch.inf))
     if pen.follows_format is not None:  # the format's mask alone where nothing it allows is left
         rows = torch.where((pen.follows_format & _emptied(rows))[:, None], logits[pen.rows].float(), rows)
     return logits.index_copy(0, pen.rows, rows.to(logits.dtype))
