@@ -41,7 +41,6 @@ def _thinking_unless_either_switch_is_off(kwargs: dict) -> bool:
     return not switches or any(map(bool, switches))
 
 
-# Whether a request thinks, by parser, from its template variables, as the templates read them.
 def _always_thinking(kwargs: dict) -> bool:
     return True
 
@@ -50,6 +49,7 @@ def _thinking_unless_switched_off(kwargs: dict) -> bool:
     return kwargs.get("enable_thinking") is not False  # the templates' `enable_thinking is false`
 
 
+# Whether a request thinks, by parser, from its template variables, as the templates read them.
 THINKING_SWITCHES = {
     "deepseek_r1": _always_thinking,
     "minimax_m2": _always_thinking,
@@ -74,7 +74,7 @@ class ReasoningTags:
     end: str = "</think>"
 
     def __post_init__(self):
-        for tag in (self.start, self.end):  # _without_closing_tag: one '<', the first character
+        for tag in (self.start, self.end):  # without_closing_tag: one '<', the first character
             if not re.fullmatch(r"</?[\w:]+>", tag):
                 raise ValueError(f"{tag!r}: a reasoning tag is `<name>` or `</name>`")
 

@@ -21,12 +21,12 @@ after the stream began ends it with `response.failed`.
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator
 
 from pydantic_core import to_jsonable_python
 
 from deployments.choices import Event, stream_failure_message
-from deployments.reasoning import THINK, ReasoningStream, ReasoningTags
+from deployments.reasoning import ReasoningStream
 from deployments.request_ids import new_id
 from deployments.responses import ChatTokenLogprob
 from deployments.responses_api_protocol import (FunctionToolCall, IncompleteDetails, OutputItem, OutputMessage,
@@ -38,9 +38,9 @@ from deployments.tool_protocol import ToolCall
 class ResponseOutput:
     """The output of one response as it grows: reasoning, text and its logprobs, then the calls."""
 
-    def __init__(self, with_logprobs: bool, thinking: bool = False, decode: Callable[[list[int]], str] | None = None,
-                 tags: ReasoningTags = THINK):
-        self.reasoning_stream = ReasoningStream(thinking, decode, tags)
+    def __init__(self, with_logprobs: bool, reasoning_stream: ReasoningStream | None = None):
+        """`reasoning_stream`: how the output splits into reasoning and answer (all answer without)."""
+        self.reasoning_stream = reasoning_stream or ReasoningStream(thinking=False)
         self.reasoning_id = new_id("rs", "_")
         self.reasoning = ""
         self.message_id = new_id("msg", "_")

@@ -105,7 +105,7 @@ class BackgroundRuns:
         run.add_done_callback(self.background_runs.discard)
         if streamed is None:
             return response
-        return StreamingResponse(self._kept_events(response.id, -1, []), media_type="text/event-stream")
+        return StreamingResponse(self._kept_events(response.id, -1), media_type="text/event-stream")
 
     async def _run_until_cancelled(self, response: ResponseObject, input_items: list[dict],
                                    events: AsyncIterator[str], choice: Choice, sender: EventSender | None,
@@ -162,15 +162,16 @@ class BackgroundRuns:
             raise OpenAIError(400, f"stream: only a background response created with stream true keeps its "
                                    f"events to stream again; {stored.response.id} was not; read it whole (leave "
                                    "stream false)", param="stream")
-        return StreamingResponse(self._kept_events(response_id, starting_after, [first]),
+        return StreamingResponse(self._kept_events(response_id, starting_after, first),
                                  media_type="text/event-stream")
 
     async def _kept_events(self, response_id: str, after: int,
-                           read: list[tuple[list[str], bool]]) -> AsyncIterator[str]:
-        """The events after `after` as the store gets them (`read`: a first batch already
-        fetched), until the last, or until the response is dropped."""
+                           first: tuple[list[str], bool] | None = None) -> AsyncIterator[str]:
+        """The events after `after` as the store gets them (`first`: a batch already fetched),
+        until the last, or until the response is dropped."""
         while True:
-            got = read.pop() if read else await self.response_store.events_after.remote(response_id, after)
+            got = first if first is not None else await self.response_store.events_after.remote(response_id, after)
+            first = None
             if got is None:
                 return
             events, ended = got

@@ -24,7 +24,6 @@ from deployments.choices import Choice, Event, merge_choices, usage_of
 from deployments.guided_formats import FormatRequestError
 from deployments.openai_errors import OpenAIError
 from deployments.output_logprobs import chat_logprobs
-from deployments.reasoning import reasoning_tags
 from deployments.response_store import StoredResponse, not_kept
 from deployments.response_items import item_page, referenced_ids, request_items, resolved
 from deployments.responses_api_input import as_responses_error, chat_request
@@ -76,8 +75,7 @@ class ResponsesRoutes(BackgroundRuns):
             {"format": {"type": "text"}}, store=body.store and self.response_store is not None,
             previous_response_id=body.previous_response_id, truncation=body.truncation or "disabled",
             reasoning=body.reasoning, background=body.background)
-        output = ResponseOutput(body.wants_logprobs, thinking, self.tokenizer.decode,
-                                reasoning_tags(self.reasoning_parser))
+        output = ResponseOutput(body.wants_logprobs, self._reasoning_stream(thinking))
         names = self._token_names(chat)
         input_items = history + request_items(body.input) if response.store else None  # None: not kept
         events = ResponseEvents()

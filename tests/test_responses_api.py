@@ -19,6 +19,7 @@ from deployments.response_items import item_page, referenced_ids, request_items,
 from deployments.response_store import ResponseStore, StoredResponse
 from deployments.responses_background import BackgroundRuns
 from deployments.responses import ChatTokenLogprob
+from deployments.reasoning import ReasoningStream
 from deployments.responses_api_input import chat_request
 from deployments.responses_api_output import ResponseEvents, ResponseOutput, finished
 from deployments.responses_api_protocol import ResponseObject, ResponsesRequest, ResponseUsage
@@ -420,7 +421,7 @@ def test_a_run_asks_the_store_again_until_its_response_ends():
 
 
 def test_reasoning_tokens_are_those_written_before_the_reasoning_ended():
-    output = ResponseOutput(with_logprobs=False, thinking=True)
+    output = ResponseOutput(with_logprobs=False, reasoning_stream=ReasoningStream())
     pieces = [("<think>", [5]), ("plan", [6, 7]), ("</think>", [8]), ("\nyes", [9]), ("!", [10])]
     texts = [output.split(Event(None, text, ids, None, "stop" if i == len(pieces) - 1 else None))
              for i, (text, ids) in enumerate(pieces)]
