@@ -5,8 +5,8 @@ ends.
 
 One replica, which every Ingress replica asks (the Ingress autoscales, so a follow-up, a poll or a
 cancel may reach another replica than the one that runs the response). It keeps the newest
-`max_stored_responses` in memory, dropping the oldest, and loses them when it restarts, as vLLM's
-in-memory store does.
+`max_stored_responses` in memory, dropping the oldest (a background one still running stops, as
+a DELETE stops it), and loses them when it restarts, as vLLM's in-memory store does.
 
 A background response runs in the Ingress replica that took it; that replica waits here
 (`wait_cancelled`) for a cancel, whichever replica it comes through, asking again every
@@ -102,11 +102,11 @@ class ResponseStore:
         self._responses[response.id] = stored
         self._responses.move_to_end(response.id)
         self._hold(stored, +1)
-        while len(self._responses) > self.max_responses:  # a running one dropped still runs
+        while len(self._responses) > self.max_responses:  # a running one dropped stops, as if deleted
             dropped_id, dropped = self._responses.popitem(last=False)
             self._hold(dropped, -1)
             self._drop_events(dropped_id)
-            self._runs.pop(dropped_id, None)
+            self._end(dropped_id)
         if response.status not in RUNNING:
             self._end(response.id)
         return True

@@ -97,10 +97,8 @@ class BackgroundRuns:
         response) in a task, and answer with the response as it is now, or, `streamed`, with its
         events as the store gets them."""
         await self.response_store.put.remote(StoredResponse(response, input_items), keep_events=streamed is not None)
-        sender = EventSender(self.response_store, response.id) if streamed is not None else None
         with outside_the_http_request():  # the run's own calls (the store's) outlive the POST too
-            run = asyncio.create_task(self._run_until_cancelled(response, input_items, events, choice, sender,
-                                                                streamed))
+            run = asyncio.create_task(self._run_until_cancelled(response, input_items, events, choice, streamed))
         self.background_runs.add(run)  # a task only the loop refers to may be collected
         run.add_done_callback(self.background_runs.discard)
         if streamed is None:
@@ -108,8 +106,8 @@ class BackgroundRuns:
         return StreamingResponse(self._kept_events(response.id, -1), media_type="text/event-stream")
 
     async def _run_until_cancelled(self, response: ResponseObject, input_items: list[dict],
-                                   events: AsyncIterator[str], choice: Choice, sender: EventSender | None,
-                                   streamed: ResponseEvents | None) -> None:
+                                   events: AsyncIterator[str], choice: Choice, streamed: ResponseEvents | None) -> None:
+        sender = EventSender(self.response_store, response.id) if streamed is not None else None
         cancelled = asyncio.ensure_future(self._stop_asked(response.id))
         run = asyncio.create_task(_forward(events, sender))
         stopped = False  # by a cancel or a DELETE

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -26,13 +25,6 @@ def test_models_and_health(serve_app, client):
     # An argument given to the app reaches the engine.
     assert serve_app.target_handle().stats.remote().result()["num_blocks_total"] == serve_app.args["num_kv_blocks"]
     assert requests.get(serve_app.url + "/health", timeout=30).status_code == 200
-    assert client.models.retrieve(serve_app.model) == client.models.list().data[0]
-    with pytest.raises(openai.NotFoundError) as info:
-        client.models.retrieve("org/another-model")
-    assert info.value.body["code"] == "model_not_found" and "org/another-model" in info.value.body["message"]
-    assert [requests.request(m, serve_app.url + "/ping", timeout=30).status_code for m in ("GET", "POST")] == [200, 200]
-    assert requests.get(serve_app.url + "/version", timeout=30).json()["version"] == \
-        importlib.metadata.version("specserve")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads listening sockets from /proc")
@@ -399,3 +391,4 @@ from tests.serve.responses_api_cases import *  # noqa: E402,F401,F403
 from tests.serve.request_fields_cases import *  # noqa: E402,F401,F403
 from tests.serve.stored_responses_cases import *  # noqa: E402,F401,F403
 from tests.serve.background_responses_cases import *  # noqa: E402,F401,F403
+from tests.serve.model_routes_cases import *  # noqa: E402,F401,F403
