@@ -1,13 +1,19 @@
 """The C++ paged-attention kernel of the CPU path (kernels/cpu) against the PyTorch reference:
 it must read exactly each sequence's own cached tokens (unused slots hold NaN), at any head
-size, block size and GQA ratio, and leave the rows of sequences it was not given alone."""
+size, block size and GQA ratio, and leave the rows of sequences it was not given alone. Where
+the compiler targets AVX-512, the kernel is also built without it, and that build is checked
+too: it is the one machines without AVX-512 run."""
 
 from __future__ import annotations
+
+import shutil
+import subprocess
 
 import pytest
 import torch
 
 from app.engine.model_runner import select_attention_backend
+from kernels.cpu import CFLAGS, LDFLAGS, SOURCES
 from kernels.cpu.backend import CpuAttentionBackend
 from kernels.reference import attention_ref, make_paged_case
 from tests.cpu_kernels import require_cpu_kernels
@@ -19,32 +25,55 @@ def test_kernel_builds_where_there_is_a_compiler():
     assert isinstance(select_attention_backend("auto", torch.device("cpu")), CpuAttentionBackend)
 
 
-def run_kernel(case, seqs, scale, out=None):
+def targets_avx512() -> bool:
+    flags = subprocess.run(["c++", *CFLAGS, "-dM", "-E", "-x", "c++", "/dev/null"],
+                           capture_output=True, text=True).stdout
+    return "__AVX512F__" in flags
+
+
+@pytest.fixture(scope="module", params=["native", "without AVX-512"])
+def kernel(request, tmp_path_factory):
+    require_cpu_kernels()
+    if request.param == "native":
+        return require_cpu_kernels().paged_attention_short
+    if shutil.which("c++") is None or not targets_avx512():
+        pytest.skip("the native build has no AVX-512 path: it is the portable one")
+    from torch.utils.cpp_extension import load
+    directory = tmp_path_factory.mktemp("portable_kernel")
+    source = directory / "paged_attention_portable.cpp"
+    source.write_text(SOURCES[0].read_text().replace("TORCH_LIBRARY(specserve_cpu,", "TORCH_LIBRARY(specserve_cpu_portable,"))
+    load(name="specserve_cpu_portable", sources=[str(source)], extra_cflags=[*CFLAGS, "-mno-avx512f"],
+         extra_ldflags=LDFLAGS, build_directory=str(directory), is_python_module=False, verbose=False)
+    return torch.ops.specserve_cpu_portable.paged_attention_short
+
+
+def run_kernel(case, seqs, scale, out=None, kernel=None):
     out = torch.zeros_like(case.query) if out is None else out
     m = case.meta
-    require_cpu_kernels().paged_attention_short(case.query, case.kv_cache, m.block_tables, m.query_start_loc, m.seq_lens,
-                            torch.tensor(seqs, dtype=torch.long), scale, out)
+    kernel = kernel or require_cpu_kernels().paged_attention_short
+    kernel(case.query, case.kv_cache, m.block_tables, m.query_start_loc, m.seq_lens,
+           torch.tensor(seqs, dtype=torch.long), scale, out)
     return out
 
 
 @pytest.mark.parametrize("heads,kv_heads,head_dim", [(8, 4, 32), (10, 2, 24), (4, 4, 64), (8, 1, 128)])
 @pytest.mark.parametrize("block_size", [8, 16, 32])
-def test_matches_reference_with_nan_in_unused_slots(heads, kv_heads, head_dim, block_size):
+def test_matches_reference_with_nan_in_unused_slots(kernel, heads, kv_heads, head_dim, block_size):
     # Decodes at and around block boundaries, an empty context, 1 + k verify rows, a 16-row one.
     query_lens = [1, 1, 1, 1, 5, 16, 3]
     context_lens = [0, block_size - 1, block_size, 3 * block_size + 5, 2 * block_size - 2, 9, 70]
     case = make_paged_case(query_lens, context_lens, heads, kv_heads, head_dim, block_size,
                            torch.float32, seed=heads + head_dim + block_size)
     scale = head_dim ** -0.5
-    out = run_kernel(case, range(len(query_lens)), scale)
+    out = run_kernel(case, range(len(query_lens)), scale, kernel=kernel)
     assert not out.isnan().any()
     torch.testing.assert_close(out, attention_ref(case, scale), atol=2e-6, rtol=1e-5)
 
 
-def test_only_the_given_sequences_are_written():
+def test_only_the_given_sequences_are_written(kernel):
     case = make_paged_case([1, 2, 1, 0, 1], [20, 7, 33, 5, 0], 8, 4, 32, 16, torch.float32, seed=4)
     sentinel = torch.full_like(case.query, 7.0)
-    out = run_kernel(case, [0, 2, 3], 32 ** -0.5, out=sentinel.clone())
+    out = run_kernel(case, [0, 2, 3], 32 ** -0.5, out=sentinel.clone(), kernel=kernel)
     ref = attention_ref(case, 32 ** -0.5)
     starts = case.meta.query_start_loc.tolist()
     for i in range(5):
