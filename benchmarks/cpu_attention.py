@@ -9,6 +9,9 @@ the default model (8 heads, 4 KV heads, head_dim 32, blocks of 16).
 N block tables, so each call finds its K and V out of cache, as in the engine, where a step's
 weights and every layer's KV pass through the cache between two reads of the same layer;
 `--spread 1` times the kernel on a warm cache. Outputs of the two builds are compared first.
+It runs with glibc's malloc on transparent huge pages, as the engine process does
+(`child_environment`); on 4 KiB pages a cold call also pays TLB misses the engine does not
+(`--small-pages`: 1.2x slower at 32 sequences of 400 keys, benchmarks/RESULTS.md, 2026-12-02).
 """
 
 from __future__ import annotations
@@ -52,7 +55,11 @@ def main() -> None:
     parser.add_argument("--spread", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=400, help="timed calls per round and build")
+    parser.add_argument("--small-pages", action="store_true", help="leave malloc on 4 KiB pages")
     args = parser.parse_args()
+    if not args.small_pages and "glibc.malloc.hugetlb=" not in os.environ.get("GLIBC_TUNABLES", ""):
+        from app.engine.engine_process import child_environment
+        os.execve(sys.executable, [sys.executable, *sys.argv], child_environment(dict(os.environ), sys.path))
     torch.set_num_threads(1)
     torch.manual_seed(0)
     ref_source = subprocess.run(["git", "show", f"{args.ref}:{KERNEL}"], cwd=ROOT, check=True,
