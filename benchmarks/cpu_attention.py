@@ -30,20 +30,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernels.cpu import CFLAGS, LDFLAGS  # noqa: E402
+from kernels.cpu import build_paged_attention  # noqa: E402
 
 KERNEL = "kernels/cpu/paged_attention.cpp"
-
-
-def build(source: str, name: str, directory: Path):
-    """Compile `source` as the op library `name`; returns its paged_attention_short."""
-    from torch.utils.cpp_extension import load
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{name}.cpp"
-    path.write_text(source.replace("TORCH_LIBRARY(specserve_cpu,", f"TORCH_LIBRARY({name},"))
-    load(name=name, sources=[str(path)], extra_cflags=CFLAGS, extra_ldflags=LDFLAGS,
-         build_directory=str(directory), is_python_module=False, verbose=False)
-    return getattr(torch.ops, name).paged_attention_short
 
 
 def main() -> None:
@@ -65,8 +54,8 @@ def main() -> None:
     ref_source = subprocess.run(["git", "show", f"{args.ref}:{KERNEL}"], cwd=ROOT, check=True,
                                 capture_output=True, text=True).stdout
     with tempfile.TemporaryDirectory() as tmp:
-        kernels = {args.ref: build(ref_source, "attention_ref", Path(tmp) / "ref"),
-                   "work tree": build((ROOT / KERNEL).read_text(), "attention_work", Path(tmp) / "work")}
+        kernels = {args.ref: build_paged_attention(ref_source, "attention_ref", Path(tmp) / "ref"),
+                   "work tree": build_paged_attention((ROOT / KERNEL).read_text(), "attention_work", Path(tmp) / "work")}
         heads, kv_heads, head_dim, block_size = 8, 4, 32, 16
         blocks_per_seq = -(-args.context // block_size)
         pool = args.batch * blocks_per_seq * args.spread

@@ -6,14 +6,13 @@ too: it is the one machines without AVX-512 run."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import pytest
 import torch
 
 from app.engine.model_runner import select_attention_backend
-from kernels.cpu import CFLAGS, LDFLAGS, SOURCES
+from kernels.cpu import CFLAGS, SOURCES, build_paged_attention
 from kernels.cpu.backend import CpuAttentionBackend
 from kernels.reference import attention_ref, make_paged_case
 from tests.cpu_kernels import require_cpu_kernels
@@ -33,24 +32,18 @@ def targets_avx512() -> bool:
 
 @pytest.fixture(scope="module", params=["native", "without AVX-512"])
 def kernel(request, tmp_path_factory):
-    require_cpu_kernels()
+    native = require_cpu_kernels().paged_attention_short
     if request.param == "native":
-        return require_cpu_kernels().paged_attention_short
-    if shutil.which("c++") is None or not targets_avx512():
+        return native
+    if not targets_avx512():
         pytest.skip("the native build has no AVX-512 path: it is the portable one")
-    from torch.utils.cpp_extension import load
-    directory = tmp_path_factory.mktemp("portable_kernel")
-    source = directory / "paged_attention_portable.cpp"
-    source.write_text(SOURCES[0].read_text().replace("TORCH_LIBRARY(specserve_cpu,", "TORCH_LIBRARY(specserve_cpu_portable,"))
-    load(name="specserve_cpu_portable", sources=[str(source)], extra_cflags=[*CFLAGS, "-mno-avx512f"],
-         extra_ldflags=LDFLAGS, build_directory=str(directory), is_python_module=False, verbose=False)
-    return torch.ops.specserve_cpu_portable.paged_attention_short
+    return build_paged_attention(SOURCES[0].read_text(), "specserve_cpu_portable",
+                                 tmp_path_factory.mktemp("portable_kernel"), extra_cflags=("-mno-avx512f",))
 
 
-def run_kernel(case, seqs, scale, out=None, kernel=None):
+def run_kernel(kernel, case, seqs, scale, out=None):
     out = torch.zeros_like(case.query) if out is None else out
     m = case.meta
-    kernel = kernel or require_cpu_kernels().paged_attention_short
     kernel(case.query, case.kv_cache, m.block_tables, m.query_start_loc, m.seq_lens,
            torch.tensor(seqs, dtype=torch.long), scale, out)
     return out
@@ -65,7 +58,7 @@ def test_matches_reference_with_nan_in_unused_slots(kernel, heads, kv_heads, hea
     case = make_paged_case(query_lens, context_lens, heads, kv_heads, head_dim, block_size,
                            torch.float32, seed=heads + head_dim + block_size)
     scale = head_dim ** -0.5
-    out = run_kernel(case, range(len(query_lens)), scale, kernel=kernel)
+    out = run_kernel(kernel, case, range(len(query_lens)), scale)
     assert not out.isnan().any()
     torch.testing.assert_close(out, attention_ref(case, scale), atol=2e-6, rtol=1e-5)
 
@@ -73,7 +66,7 @@ def test_matches_reference_with_nan_in_unused_slots(kernel, heads, kv_heads, hea
 def test_only_the_given_sequences_are_written(kernel):
     case = make_paged_case([1, 2, 1, 0, 1], [20, 7, 33, 5, 0], 8, 4, 32, 16, torch.float32, seed=4)
     sentinel = torch.full_like(case.query, 7.0)
-    out = run_kernel(case, [0, 2, 3], 32 ** -0.5, out=sentinel.clone(), kernel=kernel)
+    out = run_kernel(kernel, case, [0, 2, 3], 32 ** -0.5, out=sentinel.clone())
     ref = attention_ref(case, 32 ** -0.5)
     starts = case.meta.query_start_loc.tolist()
     for i in range(5):

@@ -72,6 +72,19 @@ def cpu_ops():
     return torch.ops.specserve_cpu
 
 
+def build_paged_attention(source: str, name: str, directory: Path, extra_cflags: tuple[str, ...] = ()):
+    """`source` (a paged_attention.cpp, this one or another commit's) compiled alone as the op
+    library `name` in `directory`; returns its paged_attention_short. For benchmarks and tests
+    that set builds side by side; the engine uses `cpu_ops()`."""
+    from torch.utils.cpp_extension import load
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.cpp"
+    path.write_text(source.replace("TORCH_LIBRARY(specserve_cpu,", f"TORCH_LIBRARY({name},"))
+    load(name=name, sources=[str(path)], extra_cflags=[*CFLAGS, *extra_cflags], extra_ldflags=LDFLAGS,
+         build_directory=str(directory), is_python_module=False, verbose=False)
+    return getattr(torch.ops, name).paged_attention_short
+
+
 def paged_attention_short():
     """The paged attention op for a few query tokens per sequence, or None."""
     ops = cpu_ops()

@@ -6,7 +6,7 @@ import statistics, sys, tempfile, time
 from pathlib import Path
 import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from benchmarks.cpu_attention import build
+from kernels.cpu import build_paged_attention as build
 torch.set_num_threads(1)
 files = sys.argv[1:]
 shapes = [(1, 192, 1), (8, 192, 1), (32, 192, 1), (32, 192, 4), (32, 400, 1)]
