@@ -113,7 +113,7 @@ class Ingress(ChatRoutes, ResponsesRoutes):
     def _check_model(self, model: str | None) -> None:
         if model is not None and model != self.model_name:
             raise OpenAIError(404, f"The model `{model}` does not exist; this server serves "
-                                   f"`{self.model_name}`.", "not_found_error", "model", "model_not_found")
+                                   f"`{self.model_name}`.", param="model", code="model_not_found")
 
     def _token_names(self, body) -> Callable[[int], str]:
         """How a request's logprobs name tokens: by their text, or as "token_id:ID" with vLLM's

@@ -1,6 +1,8 @@
 """How the ingress answers what goes wrong, as OpenAI clients expect it: `{"error": {"message",
 "type", "param", "code"}}` with a 4xx for the request's faults (FastAPI's 422 becomes 400), 503
-when a replica it needed was lost, 500 otherwise (logged)."""
+when a replica it needed was lost, 500 otherwise (logged). Every 4xx is an `invalid_request_error`,
+404s too, as OpenAI's are: clients tell them apart by the status and the `code`
+(`model_not_found`, `previous_response_not_found`), which some act on."""
 
 import logging
 
@@ -56,8 +58,7 @@ async def _internal_error(_: Request, exc: Exception) -> JSONResponse:
 
 
 async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-    return error_response(exc.status_code, str(exc.detail),
-                          "not_found_error" if exc.status_code == 404 else "invalid_request_error")
+    return error_response(exc.status_code, str(exc.detail))
 
 
 def error_message(exc: BaseException) -> str:

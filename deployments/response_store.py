@@ -226,4 +226,5 @@ class ResponseStore:
 
 
 def not_kept(response_id: str) -> OpenAIError:
-    return OpenAIError(404, f"No response with id {response_id!r} is kept here", "not_found_error", "response_id")
+    return OpenAIError(404, f"Response with id {response_id!r} not found: none with that id is kept here",
+                       param="response_id")

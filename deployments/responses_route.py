@@ -99,9 +99,9 @@ class ResponsesRoutes(BackgroundRuns):
                                    "is 0); send the whole conversation in `input`", param="previous_response_id")
         stored = await self.response_store.get.remote(previous_response_id)
         if stored is None:
-            raise OpenAIError(404, f"Previous response with id {previous_response_id!r} not found: it was never "
+            raise OpenAIError(400, f"Previous response with id {previous_response_id!r} not found: it was never "
                                    "stored, was deleted, or is older than the newest this server keeps",
-                              param="previous_response_id")
+                              param="previous_response_id", code="previous_response_not_found")
         return stored.conversation
 
     async def _with_referenced_items(self, body: ResponsesRequest) -> ResponsesRequest:

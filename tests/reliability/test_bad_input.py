@@ -100,7 +100,7 @@ CASES = [
     ("request-id-header-too-long", CHAT, dict(json={"messages": USER}, headers={"X-Request-Id": "x" * 300}), 400,
      "X-Request-Id"),
     ("response-input-empty", RESPONSES, dict(json={"input": []}), 400, "input"),
-    ("response-unknown-previous", RESPONSES, dict(json={"input": "x", "previous_response_id": "resp_1"}), 404,
+    ("response-unknown-previous", RESPONSES, dict(json={"input": "x", "previous_response_id": "resp_1"}), 400,
      "previous_response_id"),
     ("response-stored-conversation", RESPONSES, dict(json={"input": "x", "conversation": "conv_1"}), 400,
      "conversation"),
@@ -136,6 +136,22 @@ def test_edge_values_are_served_not_crashed(serve_app):
         r = post({"seed": seed, "n": 3, "temperature": 1.0})
         assert r.status_code == 200, r.text
         assert len(r.json()["choices"]) == 3
+
+
+@pytest.mark.parametrize("method,path,kwargs,code", [
+    ("POST", CHAT, dict(json={"messages": USER, "model": "another-model"}), "model_not_found"),
+    ("GET", RESPONSES + "/resp_1", {}, None),
+    ("DELETE", RESPONSES + "/resp_1", {}, None),
+    ("POST", RESPONSES + "/resp_1/cancel", {}, None),
+    ("GET", "/v1/no-such-route", {}, None),
+], ids=["unknown-model", "unknown-response", "delete-unknown-response", "cancel-unknown-response",
+        "unknown-route"])
+def test_what_is_not_there_is_a_404_as_openai_writes_it(serve_app, method, path, kwargs, code):
+    """OpenAI's 404s are `invalid_request_error`s like its 400s, told apart by status and code."""
+    r = requests.request(method, serve_app.url + path, timeout=60, **kwargs)
+    assert r.status_code == 404, (r.status_code, r.text[:500])
+    error = error_of(r)
+    assert (error["type"], error["code"]) == ("invalid_request_error", code), error
 
 
 def test_server_healthy_after_bad_input(serve_app):

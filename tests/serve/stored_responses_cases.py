@@ -29,9 +29,9 @@ def test_a_continued_response_answers_as_the_whole_conversation_would(serve_app,
     client.responses.delete(first.id)
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(first.id)
-    with pytest.raises(openai.NotFoundError) as info:
+    with pytest.raises(openai.BadRequestError) as info:  # OpenAI's answer, which agents retry without the id on
         client.responses.create(**kwargs, previous_response_id=first.id, input="Again")
-    assert info.value.body["param"] == "previous_response_id"
+    assert (info.value.body["param"], info.value.body["code"]) == ("previous_response_id", "previous_response_not_found")
     assert client.responses.create(**kwargs, input="hi").status in ("completed", "incomplete")  # still serving
 
 
@@ -57,7 +57,7 @@ def test_store_false_keeps_nothing(serve_app, client):
     assert r.store is False
     with pytest.raises(openai.NotFoundError) as info:
         client.responses.retrieve(r.id)
-    assert info.value.body["type"] == "not_found_error"
+    assert info.value.body["type"] == "invalid_request_error"
 
 
 def test_input_items_list_what_a_response_answered_its_history_included(serve_app, client):
