@@ -21,6 +21,7 @@ from app.engine.front_config import FrontConfig
 from deployments.reasoning import REASONING_PARSERS
 from deployments.constraint import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_MAX_CACHED_INDEXES
 from deployments.request_gate import DEFAULT_MAX_BODY_BYTES
+from deployments.response_store import DEFAULT_MAX_EVENT_BYTES
 
 _NULLS = {"", "none", "null", "~"}
 
@@ -60,6 +61,9 @@ class _GraphArgs(BaseModel):
     # Responses API answers kept in memory, newest first, for `previous_response_id` and GET
     # /v1/responses/{id} (deployments/response_store.py). 0: none kept.
     max_stored_responses: int = Field(1000, ge=0)
+    # Of those, streamed background responses' events, kept for `GET ...?stream=true` (~250 bytes
+    # a token): past this, the oldest that ended a minute ago go first. Streams still running are kept.
+    max_stored_event_bytes: int = Field(DEFAULT_MAX_EVENT_BYTES, ge=0)
 
     @field_validator("*", mode="before")
     @classmethod

@@ -14,7 +14,10 @@ A background response runs in the Ingress replica that took it; that replica wai
 stored `failed`, so that no client polls it forever. One that is streamed keeps
 its events here as they come (`append_events`), so that a client that left can read them again
 from any replica (`events_after`, OpenAI's `GET /v1/responses/{id}?stream=true&starting_after=N`),
-until the response is dropped. So the store holds requests open while background responses run
+until the response is dropped, or until the events kept pass `max_event_bytes` (~250 bytes a
+token): then the oldest streams' events that ended `ended_events_kept_s` ago go first (their
+responses can still be read whole; clients following a stream as it ends still read its last
+events), and streams still running are never cut. So the store holds requests open while background responses run
 (a wait per run, a read per client that follows one): hence its `max_ongoing_requests`, and
 every method is async, on one event loop.
 """
@@ -37,6 +40,8 @@ RUNNING = ("queued", "in_progress")
 MAX_WAITING_RUNS = 100_000  # background responses whose Ingress waits here for a cancel, and then some
 RUN_POLL_S = 10.0  # how long a run's wait for a cancel lasts before the run asks again
 RUN_LOST_S = 30.0  # a running background response whose run has not asked for this long is lost
+DEFAULT_MAX_EVENT_BYTES = 256 * 2 ** 20  # about a million streamed tokens
+ENDED_EVENTS_KEPT_S = 60.0  # an ended stream's events outlive the budget this long
 LOST_RUN = "the server lost this background response's run: the Ingress replica running it stopped"
 
 
@@ -57,8 +62,17 @@ class StoredResponse:
 class EventLog:
     """A streamed background response's server-sent events so far; event i has sequence_number i."""
     events: list[str] = field(default_factory=list)
-    ended: bool = False  # the last has come, or the run stopped
+    bytes: int = 0  # the events' size in UTF-8
+    ended_at: float | None = None  # when the last came, or the run stopped
     grown: asyncio.Event = field(default_factory=asyncio.Event)  # set (and replaced) on every change
+
+    @property
+    def ended(self) -> bool:
+        return self.ended_at is not None
+
+    def end(self) -> None:
+        if self.ended_at is None:
+            self.ended_at = time.monotonic()
 
     def change(self) -> None:
         self.grown.set()
@@ -74,8 +88,11 @@ class RunLease:
 
 @serve.deployment(num_replicas=1, max_ongoing_requests=MAX_WAITING_RUNS, ray_actor_options={"num_cpus": 0})
 class ResponseStore:
-    def __init__(self, max_responses: int, run_poll_s: float = RUN_POLL_S, run_lost_s: float = RUN_LOST_S):
-        self.max_responses = max_responses
+    def __init__(self, max_responses: int, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+                 run_poll_s: float = RUN_POLL_S, run_lost_s: float = RUN_LOST_S,
+                 ended_events_kept_s: float = ENDED_EVENTS_KEPT_S):
+        self.max_responses, self.max_event_bytes = max_responses, max_event_bytes
+        self.ended_events_kept_s = ended_events_kept_s
         self.run_poll_s, self.run_lost_s = run_poll_s, run_lost_s
         self._runs: dict[str, RunLease] = {}  # per running background response
         self._responses: OrderedDict[str, StoredResponse] = OrderedDict()
@@ -84,7 +101,8 @@ class ResponseStore:
         # responses hold each (a conversation's items are in every response that continues it).
         self._items: dict[str, dict[str, Any]] = {}
         self._item_holders: Counter[str] = Counter()
-        self._event_logs: dict[str, EventLog] = {}  # per streamed background response
+        self._event_logs: dict[str, EventLog] = {}  # per streamed background response, oldest first
+        self._event_bytes = 0  # all the logs' events
 
     async def put(self, stored: StoredResponse, keep_events: bool = False) -> bool:
         """Keep `stored`, newest; False (and nothing kept) for a response cancelled meanwhile.
@@ -165,9 +183,11 @@ class ResponseStore:
         log = self._event_logs.get(response_id)
         if log is None or log.ended:  # dropped, or cancelled: what the run still sends is not its stream
             return
-        log.events += events
-        log.ended = last
+        self._add_events(log, events)
+        if last:
+            log.end()
         log.change()
+        self._drop_events_over_budget()
 
     async def events_after(self, response_id: str, after: int) -> tuple[list[str], bool] | None:
         """The events of a streamed background response after sequence number `after`, waiting
@@ -197,18 +217,38 @@ class ResponseStore:
                 if log is not None and not log.ended:
                     events = ResponseEvents()
                     events.sequence_number = len(log.events)
-                    log.events.append(events.failed(stored.response, LOST_RUN))
+                    self._add_events(log, [events.failed(stored.response, LOST_RUN)])
                     self._end_events(response_id)
+                    self._drop_events_over_budget()
 
     def _end_events(self, response_id: str) -> None:
         log = self._event_logs.get(response_id)
         if log is not None:
-            log.ended = True
+            log.end()
             log.change()
+
+    def _add_events(self, log: EventLog, events: list[str]) -> None:
+        size = sum(len(event.encode()) for event in events)
+        log.events += events
+        log.bytes += size
+        self._event_bytes += size
+
+    def _drop_events_over_budget(self) -> None:
+        """The oldest streams' events that ended long enough ago, until what is kept fits
+        `max_event_bytes`."""
+        if self._event_bytes <= self.max_event_bytes:
+            return
+        ended_before = time.monotonic() - self.ended_events_kept_s
+        for response_id in [i for i, log in self._event_logs.items() if log.ended and log.ended_at <= ended_before]:
+            if self._event_bytes <= self.max_event_bytes:
+                return
+            self._drop_events(response_id)
 
     def _drop_events(self, response_id: str) -> None:
         self._end_events(response_id)  # wakes its readers, who find it gone
-        self._event_logs.pop(response_id, None)
+        log = self._event_logs.pop(response_id, None)
+        if log is not None:
+            self._event_bytes -= log.bytes
 
     def _hold(self, stored: StoredResponse, change: int) -> None:
         for item in stored.conversation:

@@ -158,8 +158,9 @@ class BackgroundRuns:
         if first is None:
             stored = await self._stored(response_id)  # 404 when not kept
             raise OpenAIError(400, f"stream: only a background response created with stream true keeps its "
-                                   f"events to stream again; {stored.response.id} was not; read it whole (leave "
-                                   "stream false)", param="stream")
+                                   f"events to stream again, and the oldest finished ones' go when the events kept "
+                                   f"pass max_stored_event_bytes; {stored.response.id} keeps none; read it whole "
+                                   "(leave stream false)", param="stream")
         return StreamingResponse(self._kept_events(response_id, starting_after, first),
                                  media_type="text/event-stream")
 

@@ -129,6 +129,45 @@ def test_a_cancel_ends_the_stream_where_the_run_stopped_and_dropping_the_respons
     asyncio.run(scenario())
 
 
+def test_the_oldest_ended_streams_events_go_past_the_budget_and_no_running_stream_is_cut():
+    async def scenario():
+        event = "é" * 50  # 100 bytes in UTF-8: the budget counts bytes, not characters
+        store = ResponseStore.func_or_class(max_responses=8, max_event_bytes=1000, ended_events_kept_s=0)
+        for i in range(3):  # three streams of 300 bytes, two of them ended
+            stored = StoredResponse(ResponseObject(id=f"resp_{i}", model="m", background=True, status="in_progress"), [])
+            await store.put(stored, keep_events=True)
+            await store.append_events(f"resp_{i}", [event] * 3, last=i < 2)
+        assert [await store.events_after(f"resp_{i}", -1) is not None for i in range(3)] == [True] * 3
+        await store.append_events("resp_2", [event] * 2, last=False)  # 1,100 bytes: the oldest ended goes
+        assert await store.events_after("resp_0", -1) is None
+        assert await store.events_after("resp_1", -1) == ([event] * 3, True)
+        assert (await store.get("resp_0")).response.id == "resp_0"  # still read whole
+        await store.append_events("resp_2", [event] * 6, last=False)  # the running one alone passes it
+        assert await store.events_after("resp_1", -1) is None
+        assert await store.events_after("resp_2", 9) == ([event], False)  # kept, all 11 of them
+        assert store._event_bytes == 1100
+        await store.append_events("resp_2", [], last=True)  # ended: now it goes too
+        assert await store.events_after("resp_2", -1) is None and store._event_bytes == 0
+    asyncio.run(scenario())
+
+
+def test_a_client_following_a_stream_over_the_budget_as_it_ends_still_reads_its_last_events():
+    async def scenario():
+        store = ResponseStore.func_or_class(max_responses=2, max_event_bytes=1)
+        for response_id in ("resp_bg", "resp_other"):
+            await store.put(StoredResponse(ResponseObject(id=response_id, model="m", background=True,
+                                                          status="in_progress"), []), keep_events=True)
+        await store.append_events("resp_bg", ["e0"], last=False)
+        follower = asyncio.create_task(store.events_after("resp_bg", 0))  # as the POST's own stream does
+        await asyncio.sleep(0)
+        await store.append_events("resp_bg", ["e1", "done"], last=True)
+        assert await asyncio.wait_for(follower, 1) == (["e1", "done"], True)
+        store.ended_events_kept_s = 0
+        await store.append_events("resp_other", ["x"], last=False)  # a later append finds it ended long enough
+        assert await store.events_after("resp_bg", -1) is None
+    asyncio.run(scenario())
+
+
 def test_a_run_that_stops_asking_is_lost_and_its_response_failed_but_one_that_asks_is_not():
     async def scenario():
         store = ResponseStore.func_or_class(max_responses=4, run_poll_s=0.05, run_lost_s=0.2)
