@@ -251,12 +251,23 @@ class ResponseStore:
             self._event_bytes -= log.bytes
 
     def _hold(self, stored: StoredResponse, change: int) -> None:
+        if change > 0:
+            self._share_kept_items(stored.input_items)
         for item in stored.conversation:
             self._item_holders[item["id"]] += change
             if change > 0:
                 self._items[item["id"]] = item
             elif self._item_holders[item["id"]] <= 0:
                 del self._items[item["id"]], self._item_holders[item["id"]]
+
+    def _share_kept_items(self, items: list[dict[str, Any]]) -> None:
+        """Each of `items` that is already kept, equal, replaced by the one kept: a conversation's
+        every response holds all its earlier items, which would otherwise be kept once per
+        response (a conversation of T turns T^2 / 2 copies)."""
+        for i, item in enumerate(items):
+            kept = self._items.get(item["id"])
+            if kept is not None and kept is not item and kept == item:
+                items[i] = kept
 
     def _end(self, response_id: str) -> None:
         self._runs.pop(response_id, None)

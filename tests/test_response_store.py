@@ -203,6 +203,22 @@ def test_a_run_asks_the_store_again_until_its_response_ends():
         assert runs.response_store.wait_cancelled.calls == len(answers)
 
 
+def test_a_conversations_responses_share_the_items_they_repeat_and_keep_their_own_copies_of_changed_ones():
+    async def scenario():
+        store = ResponseStore.func_or_class(max_responses=4)
+        turn = request_items([{"id": "msg_a", "role": "user", "content": "Hi"}])
+        await store.put(StoredResponse(ResponseObject(id="resp_1", model="m"), turn))
+        first = (await store.get("resp_1")).input_items
+        sent_again = [dict(item) for item in first]  # as a follow-up's request brings them: copies
+        await store.put(StoredResponse(ResponseObject(id="resp_2", model="m"), sent_again))
+        assert (await store.get("resp_2")).input_items[0] is first[0]  # kept once, not once a response
+        changed = [{**first[0], "content": [{"type": "input_text", "text": "Bye"}]}]  # same id, other content
+        await store.put(StoredResponse(ResponseObject(id="resp_3", model="m"), changed))
+        assert (await store.get("resp_3")).input_items == changed
+        assert (await store.get("resp_1")).input_items[0]["content"] == first[0]["content"]
+    asyncio.run(scenario())
+
+
 def test_the_store_finds_the_items_of_the_responses_it_keeps_and_forgets_those_of_none():
     async def scenario():
         store = ResponseStore.func_or_class(max_responses=2)
