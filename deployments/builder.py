@@ -130,7 +130,8 @@ def build_app(args: dict) -> Application:
     return Ingress.bind(target, hub, model, name, target_config.max_model_len, model_config.vocab_size,
                         api_keys(a), a.max_request_body_bytes, request_defaults(a, model),
                         model_config.eos_token_ids, target_config.scheduling_policy == "priority",
-                        a.reasoning_parser, ResponseStore.bind(a.max_stored_responses, a.max_stored_event_bytes), a.max_stored_responses)
+                        a.reasoning_parser, ResponseStore.bind(a.max_stored_responses, a.max_stored_event_bytes),
+                        a.max_stored_responses)
 
 
 def request_defaults(args: AppArgs, model: str) -> GenerationDefaults:

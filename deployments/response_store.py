@@ -17,9 +17,9 @@ from any replica (`events_after`, OpenAI's `GET /v1/responses/{id}?stream=true&s
 until the response is dropped, or until the events kept pass `max_event_bytes` (~250 bytes a
 token): then the oldest streams' events that ended `ended_events_kept_s` ago go first (their
 responses can still be read whole; clients following a stream as it ends still read its last
-events), and streams still running are never cut. So the store holds requests open while background responses run
-(a wait per run, a read per client that follows one): hence its `max_ongoing_requests`, and
-every method is async, on one event loop.
+events), and streams still running are never cut. So the store holds requests open while
+background responses run (a wait per run, a read per client that follows one): hence its
+`max_ongoing_requests`, and every method is async, on one event loop.
 """
 
 from __future__ import annotations
@@ -219,7 +219,6 @@ class ResponseStore:
                     events.sequence_number = len(log.events)
                     self._add_events(log, [events.failed(stored.response, LOST_RUN)])
                     self._end_events(response_id)
-                    self._drop_events_over_budget()
 
     def _end_events(self, response_id: str) -> None:
         log = self._event_logs.get(response_id)
