@@ -190,7 +190,9 @@ def test_when_the_preferred_replica_is_full_the_request_goes_to_the_other_and_co
             t.start()
         for _ in threads:
             assert running.acquire(timeout=120)
-        time.sleep(1.5)  # a report (every 1 s) from the full replica reaches the router
+        # A report (every 1 s) from the full replica reaches the router: 1.5 s was once too short in
+        # a whole CI run (2026-12-02: the request went to the full replica), 3 s leaves two periods.
+        time.sleep(3.0)
         complete(app.url, prefix + [9, 9, 9], max_tokens=4)
     finally:
         for r in streams:
