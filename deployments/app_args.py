@@ -22,6 +22,7 @@ from deployments.reasoning import REASONING_PARSERS
 from deployments.constraint import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_MAX_CACHED_INDEXES
 from deployments.request_gate import DEFAULT_MAX_BODY_BYTES
 from deployments.response_store import DEFAULT_MAX_EVENT_BYTES
+from deployments.tool_calls import TOOL_CALL_PARSERS
 
 _NULLS = {"", "none", "null", "~"}
 
@@ -58,6 +59,9 @@ class _GraphArgs(BaseModel):
     # A thinking model's reasoning goes to chat replies' `reasoning` field, apart from the answer
     # (vLLM's --reasoning-parser; deployments/reasoning.py). None: the output is all content.
     reasoning_parser: Literal[REASONING_PARSERS] | None = None
+    # How the model writes tool calls (vLLM's --tool-call-parser names: deployments/tool_calls.py).
+    # None: as its chat template shows.
+    tool_call_parser: Literal[tuple(TOOL_CALL_PARSERS)] | None = None
     # Responses API answers kept in memory, newest first, for `previous_response_id` and GET
     # /v1/responses/{id} (deployments/response_store.py). 0: none kept.
     max_stored_responses: int = Field(1000, ge=0)

@@ -131,7 +131,7 @@ def build_app(args: dict) -> Application:
                         api_keys(a), a.max_request_body_bytes, request_defaults(a, model),
                         model_config.eos_token_ids, target_config.scheduling_policy == "priority",
                         a.reasoning_parser, ResponseStore.bind(a.max_stored_responses, a.max_stored_event_bytes),
-                        a.max_stored_responses)
+                        a.max_stored_responses, tool_call_parser=a.tool_call_parser)
 
 
 def request_defaults(args: AppArgs, model: str) -> GenerationDefaults:

@@ -50,7 +50,7 @@ from deployments.request_gate import DEFAULT_MAX_BODY_BYTES, GateSettings
 from deployments.metrics import IngressMetrics
 from deployments.prefix_router import RoutingCollector
 from deployments.reasoning import reasoning_tags
-from deployments.tool_calls import requested_tool_format, syntax_for_template, template_knows_tools
+from deployments.tool_calls import requested_tool_format, template_knows_tools, tool_call_syntax
 from deployments.tokenize_protocol import (DetokenizeRequest, DetokenizeResponse, TokenizeChatRequest,
                                            TokenizeCompletionRequest, TokenizeResponse)
 from deployments.openai_errors import OpenAIError, error_message
@@ -84,7 +84,7 @@ class Ingress(ChatRoutes, ResponsesRoutes):
                  max_request_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  defaults: GenerationDefaults = GenerationDefaults(), eos_token_ids: tuple[int, ...] = (),
                  priority_scheduling: bool = False, reasoning_parser: str | None = None,
-                 response_store=None, max_stored_responses: int = 0):
+                 response_store=None, max_stored_responses: int = 0, tool_call_parser: str | None = None):
         self.target = target
         # deployments/response_store.py; None when the app keeps no responses
         self.response_store = response_store if max_stored_responses else None
@@ -96,7 +96,7 @@ class Ingress(ChatRoutes, ResponsesRoutes):
         app.state.gate = GateSettings.of(api_keys, max_request_body_bytes)  # read by RequestGate
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         template = getattr(self.tokenizer, "chat_template", None)
-        self.tool_syntax = syntax_for_template(template if isinstance(template, str) else None)
+        self.tool_syntax = tool_call_syntax(tool_call_parser, template if isinstance(template, str) else None)
         self.native_tools = template_knows_tools(template if isinstance(template, str) else None)
         self.metrics = IngressMetrics(metrics_hub, served_model_name)
         self.metrics.registry.register(RoutingCollector(served_model_name, self.metrics.replica))

@@ -3,9 +3,11 @@ back, whole or streamed, by deployments/tool_call_stream.py).
 
 A model writes a call as JSON in the convention its chat template teaches (docs/tool_calling.md):
 Qwen2/Hermes `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, Mistral
-`[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`, Llama 3.1+ `{"name": ..., "parameters":
-{...}}` (several joined by `; `), and for templates with no tool convention (the default model)
-`{"name": ..., "arguments": {...}}`, one per line.
+`[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`, Granite 3 `<|tool_call|>[{...}, ...]`,
+Jamba and Hunyuan `<tool_calls>[{...}, ...]</tool_calls>`, Llama 3.1+ `{"name": ...,
+"parameters": {...}}` (several joined by `; `), and for templates with no tool convention (the
+default model) `{"name": ..., "arguments": {...}}`, one per line. The app's `tool_call_parser`
+(vLLM's names) chooses one instead of the template's.
 
 The calls are generated under a regex built from the tools' parameter schemas by the guided
 compiler (string formats included), so every call's arguments parse and validate:
@@ -59,8 +61,13 @@ class ToolCallSyntax:
 HERMES = ToolCallSyntax("hermes", "<tool_call>\n", "\n</tool_call>\n<tool_call>\n",
                         "\n</tool_call>", "arguments", tag="<tool_call>")
 MISTRAL = ToolCallSyntax("mistral", "[TOOL_CALLS][", ", ", "]", "arguments", tag="[TOOL_CALLS]")
+GRANITE = ToolCallSyntax("granite", "<|tool_call|>[", ", ", "]", "arguments", tag="<|tool_call|>")
+JAMBA = ToolCallSyntax("jamba", "<tool_calls>[", ", ", "]</tool_calls>", "arguments", tag="<tool_calls>")
 LLAMA3 = ToolCallSyntax("llama3_json", "", "; ", "", "parameters")
 PLAIN = ToolCallSyntax("json", "", "\n", "", "arguments")
+# The app's `tool_call_parser`, by vLLM's parser names (Hunyuan A13B writes Jamba's tags).
+TOOL_CALL_PARSERS = {"hermes": HERMES, "mistral": MISTRAL, "granite": GRANITE, "jamba": JAMBA,
+                     "hunyuan_a13b": JAMBA, "llama3_json": LLAMA3, "json": PLAIN}
 
 
 def syntax_for_template(template: str | None) -> ToolCallSyntax:
@@ -69,9 +76,18 @@ def syntax_for_template(template: str | None) -> ToolCallSyntax:
         return HERMES
     if "[TOOL_CALLS]" in text:
         return MISTRAL
+    if "<|tool_call|>" in text:
+        return GRANITE
+    if "<tool_calls>" in text:
+        return JAMBA
     if "<|python_tag|>" in text or "ipython" in text:
         return LLAMA3
     return PLAIN
+
+
+def tool_call_syntax(parser: str | None, template: str | None) -> ToolCallSyntax:
+    """The convention the app's `tool_call_parser` names, else the template's."""
+    return TOOL_CALL_PARSERS[parser] if parser else syntax_for_template(template)
 
 
 def template_knows_tools(template: str | None) -> bool:

@@ -13,12 +13,12 @@ import pytest
 from app.guided.compiler import compile_regex, regex_for_format
 from app.guided.vocabulary import load_guided_vocabulary
 from deployments.tool_call_stream import CallPiece, ToolStream, parse_calls
-from deployments.tool_calls import HERMES, LLAMA3, MISTRAL, PLAIN, requested_tool_format
+from deployments.tool_calls import GRANITE, HERMES, JAMBA, LLAMA3, MISTRAL, PLAIN, requested_tool_format
 from tests.checkpoints import DEFAULT_TARGET
 from tests.guided.test_string_formats import distances_to_final, walk
 from tests.test_tool_calls import TOOLS, request
 
-SYNTAXES = [PLAIN, HERMES, MISTRAL, LLAMA3]
+SYNTAXES = [PLAIN, HERMES, MISTRAL, GRANITE, JAMBA, LLAMA3]
 WEATHER = {"city": "Oslo, \"NO\" {x}", "unit": "celsius"}
 MEETING = {"when": "2026-11-28T10:00:00Z", "people": [{"email": "a@b.no", "optional": False}],
            "room": {"floor": 3}}
@@ -72,7 +72,7 @@ def test_every_division_into_two_or_three_pieces_streams_the_whole_parse(syntax)
                 [(c["name"], c["arguments"]) for c in calls]
 
 
-@pytest.mark.parametrize("syntax", [HERMES, MISTRAL], ids=lambda s: s.name)
+@pytest.mark.parametrize("syntax", [HERMES, MISTRAL, GRANITE, JAMBA], ids=lambda s: s.name)
 def test_text_before_a_tag_streams_at_once_and_only_what_may_open_a_call_is_held(syntax):
     stream, sent = ToolStream(syntax), []
     for piece in ["Let me ", "check", " " + syntax.tag[:3], syntax.tag[3:5] + "x", "\n"]:

@@ -16,11 +16,12 @@ import pytest
 from transformers import AutoTokenizer
 
 from app.guided.compiler import compile_regex, regex_for_format
+import deployments.builder as builder
 from app.guided.vocabulary import load_guided_vocabulary
 from deployments.protocol import ChatCompletionRequest
 from deployments.tool_call_stream import parse_calls
-from deployments.tool_calls import (HERMES, LLAMA3, MISTRAL, PLAIN, ToolCallSyntax, render_messages,
-                                    requested_tool_format, syntax_for_template)
+from deployments.tool_calls import (GRANITE, HERMES, JAMBA, LLAMA3, MISTRAL, PLAIN, TOOL_CALL_PARSERS, ToolCallSyntax,
+                                    render_messages, requested_tool_format, syntax_for_template, tool_call_syntax)
 from deployments.guided_formats import FormatRequestError
 from tests.checkpoints import DEFAULT_TARGET
 from tests.guided.test_string_formats import CHECKER, accepts, distances_to_final, walk
@@ -54,7 +55,7 @@ def request(**kwargs) -> ChatCompletionRequest:
     return ChatCompletionRequest(messages=[{"role": "user", "content": "hi"}], tools=TOOLS, **kwargs)
 
 
-@pytest.mark.parametrize("syntax", [PLAIN, HERMES, MISTRAL, LLAMA3], ids=lambda s: s.name)
+@pytest.mark.parametrize("syntax", [PLAIN, HERMES, MISTRAL, GRANITE, JAMBA, LLAMA3], ids=lambda s: s.name)
 @pytest.mark.parametrize("choice", ["required", "auto",
                                     {"type": "function", "function": {"name": "book_meeting"}}],
                          ids=["required", "auto", "named"])
@@ -98,7 +99,7 @@ def test_auto_without_a_tag_is_text_or_a_whole_call(vocab, syntax):
         assert not accepts(index, vocab, text), text
 
 
-@pytest.mark.parametrize("syntax", [HERMES, MISTRAL], ids=lambda s: s.name)
+@pytest.mark.parametrize("syntax", [HERMES, MISTRAL, GRANITE, JAMBA], ids=lambda s: s.name)
 def test_auto_with_a_tag_is_text_then_calls(vocab, syntax):
     """Qwen's and Hermes' way: a sentence, then the calls; the text cannot hold the tag."""
     index = auto_index(syntax, vocab)
@@ -147,7 +148,18 @@ def test_syntax_follows_the_template():
     assert syntax_for_template("{{ '<tool_call>' }}") is HERMES
     assert syntax_for_template("[TOOL_CALLS]") is MISTRAL
     assert syntax_for_template("<|python_tag|>") is LLAMA3
+    assert syntax_for_template("{{- '<|tool_call|>' + message.tool_calls | tojson }}") is GRANITE
+    assert syntax_for_template("<tool_calls>{{ calls }}</tool_calls>") is JAMBA
     assert syntax_for_template(None) is PLAIN
+    assert {name: s.name for name, s in TOOL_CALL_PARSERS.items() if name != s.name} == {"hunyuan_a13b": "jamba"}
+
+
+def test_the_apps_tool_call_parser_wins_over_the_template(monkeypatch):
+    monkeypatch.setattr(builder, "cluster_gpus", lambda: 0.0)
+    ingress = builder.build_app({"model": "checkpoints/tiny-target", "tool_call_parser": "granite"})._bound_deployment
+    parser = ingress.init_kwargs["tool_call_parser"]
+    assert tool_call_syntax(parser, "{{ '<tool_call>' }}") is GRANITE
+    assert tool_call_syntax(None, "{{ '<tool_call>' }}") is HERMES
 
 
 def conversation() -> ChatCompletionRequest:
