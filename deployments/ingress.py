@@ -96,8 +96,9 @@ class Ingress(ChatRoutes, ResponsesRoutes):
         app.state.gate = GateSettings.of(api_keys, max_request_body_bytes)  # read by RequestGate
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         template = getattr(self.tokenizer, "chat_template", None)
-        self.tool_syntax = tool_call_syntax(tool_call_parser, template if isinstance(template, str) else None)
-        self.native_tools = template_knows_tools(template if isinstance(template, str) else None)
+        template = template if isinstance(template, str) else None
+        self.tool_syntax = tool_call_syntax(tool_call_parser, template)
+        self.native_tools = template_knows_tools(template)
         self.metrics = IngressMetrics(metrics_hub, served_model_name)
         self.metrics.registry.register(RoutingCollector(served_model_name, self.metrics.replica))
         self.max_model_len = max_model_len  # resolved once, by the builder

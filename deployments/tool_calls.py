@@ -66,8 +66,7 @@ JAMBA = ToolCallSyntax("jamba", "<tool_calls>[", ", ", "]</tool_calls>", "argume
 LLAMA3 = ToolCallSyntax("llama3_json", "", "; ", "", "parameters")
 PLAIN = ToolCallSyntax("json", "", "\n", "", "arguments")
 # The app's `tool_call_parser`, by vLLM's parser names (Hunyuan A13B writes Jamba's tags).
-TOOL_CALL_PARSERS = {"hermes": HERMES, "mistral": MISTRAL, "granite": GRANITE, "jamba": JAMBA,
-                     "hunyuan_a13b": JAMBA, "llama3_json": LLAMA3, "json": PLAIN}
+TOOL_CALL_PARSERS = {s.name: s for s in (HERMES, MISTRAL, GRANITE, JAMBA, LLAMA3, PLAIN)} | {"hunyuan_a13b": JAMBA}
 
 
 def syntax_for_template(template: str | None) -> ToolCallSyntax:
