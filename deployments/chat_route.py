@@ -32,7 +32,7 @@ class ChatRoutes:
                       calls_possible: bool = False) -> AssistantMessage:
         """A whole reply from its reasoning and answer: its text (before its tool calls, if any)
         and its calls."""
-        text, calls = parse_calls(text, self.tool_syntax) if calls_possible else (text, None)
+        text, calls = parse_calls(text, self.tool_syntax, body.tools) if calls_possible else (text, None)
         written = body.echoed_text + text
         return AssistantMessage(content=(written or None) if calls or reasoning else written, tool_calls=calls,
                                 reasoning=reasoning if thinking and body.include_reasoning else None)
@@ -88,7 +88,7 @@ class ChatRoutes:
             return sse(ChatCompletionChunk(id=request_id, created=created, model=self.model_name,
                                             choices=choice_list, usage=usage))
 
-        streams = {c.index: ToolStream(self.tool_syntax) for c in choices} if calls_possible else {}
+        streams = {c.index: ToolStream(self.tool_syntax, body.tools) for c in choices} if calls_possible else {}
         splits = {c.index: self._reasoning_stream(thinking) for c in choices}
         yield chunk([ChatChunkChoice(index=c.index, delta=DeltaMessage(role="assistant", content=""))
                      for c in choices])

@@ -35,6 +35,7 @@ from deployments.responses_api_protocol import (InputTokensDetails, OutputTokens
 from deployments.responses_truncation import truncated_to_fit
 from deployments.tool_call_stream import CallPiece, ToolStream
 from deployments.tool_calls import requested_tool_format
+from deployments.tool_protocol import ToolDefinition
 
 logger = logging.getLogger("ray.serve")
 
@@ -79,7 +80,8 @@ class ResponsesRoutes(BackgroundRuns):
         names = self._token_names(chat)
         input_items = history + request_items(body.input) if response.store else None  # None: not kept
         events = ResponseEvents()
-        stream = self._response_events(events, response, output, choice, tools is not None, names, input_items)
+        call_tools = chat.tools if tools is not None else None
+        stream = self._response_events(events, response, output, choice, call_tools, names, input_items)
         if body.background:
             return await self._run_in_background(response, input_items, stream, choice,
                                                  events if body.stream else None)
@@ -142,14 +144,14 @@ class ResponsesRoutes(BackgroundRuns):
                              output_tokens_details=OutputTokensDetails(reasoning_tokens=output.reasoning_tokens))
 
     async def _response_events(self, events: ResponseEvents, response: ResponseObject, output: ResponseOutput,
-                               choice: Choice, calls_possible: bool, names: Callable[[int], str],
+                               choice: Choice, call_tools: list[ToolDefinition] | None, names: Callable[[int], str],
                                input_items: list[dict] | None) -> AsyncIterator[str]:
         """The response's events as its output grows: its reasoning, its text, then its calls; the
         message is closed when the first call opens. `input_items`: the request's, when the
         response is to be kept."""
         yield events.event("response.created", response=response)
         yield events.event("response.in_progress", response=response)
-        calls = ToolStream(self.tool_syntax) if calls_possible else None
+        calls = ToolStream(self.tool_syntax, call_tools) if call_tools is not None else None
         held_logprobs, reasoning_open, message = [], False, "unopened"
         async for event in merge_choices([choice]):
             first_reasoning = not output.reasoning

@@ -2,8 +2,9 @@
 closes and its arguments as they grow (as OpenAI's and vLLM's streams do), and a whole output
 parses to exactly what its stream sent, because it is read by the same stream.
 
-Calls are JSON objects written under the call grammar (deployments/tool_calls.py); text between
-them at the top level is the syntax's prefix, separators and suffix. Where the syntax opens calls
+Calls are JSON objects written under the call grammar (deployments/tool_calls.py), or XML
+parameters, read by deployments/xml_tool_call_reader.py; text between them at the top level is
+the syntax's prefix, separators and suffix. Where the syntax opens calls
 with a tag (`<tool_call>`), text may come first: the answer's content, up to the tag. A call's
 arguments are its arguments value as the model wrote it, spacing included. An output cut while
 writing a call (`max_tokens`) still reports the calls whose names were complete, with the
@@ -17,7 +18,8 @@ from dataclasses import dataclass, field
 
 from deployments.reasoning import partial_suffix
 from deployments.tool_calls import ToolCallSyntax
-from deployments.tool_protocol import FunctionCall, ToolCall
+from deployments.tool_protocol import FunctionCall, ToolCall, ToolDefinition
+from deployments.xml_tool_call_reader import XmlCallReader
 
 
 @dataclass(frozen=True)
@@ -115,9 +117,10 @@ class ToolStream:
     an answer text, calls, or, where calls open with a tag, text and then calls). Text passes
     through as soon as it is known not to open a call; what may still open one is held."""
 
-    def __init__(self, syntax: ToolCallSyntax):
+    def __init__(self, syntax: ToolCallSyntax, tools: list[ToolDefinition] | None = None):
+        """`tools`: the request's, which say how a call written as XML parameters types its values."""
         self.syntax, self.held, self.in_calls, self.text_only = syntax, "", False, False
-        self.scanner = _Scanner(syntax.arguments_key)
+        self.scanner = XmlCallReader(syntax.xml, tools) if syntax.xml else _Scanner(syntax.arguments_key)
 
     def feed(self, text: str) -> tuple[str, list[CallPiece]]:
         """(text to stream as content now, the calls' new pieces)."""
@@ -179,10 +182,11 @@ class ToolStream:
         return self.scanner.calls[index].call
 
 
-def parse_calls(text: str, syntax: ToolCallSyntax) -> tuple[str, list[ToolCall] | None]:
+def parse_calls(text: str, syntax: ToolCallSyntax,
+                tools: list[ToolDefinition] | None = None) -> tuple[str, list[ToolCall] | None]:
     """(the text before the calls, the calls) of a whole output written in `syntax`, or (the
     output, None) if it holds no call: what its stream would have sent."""
-    stream = ToolStream(syntax)
+    stream = ToolStream(syntax, tools)
     content, _ = stream.feed(text)
     held, calls = stream.finish()
     return content + held, calls

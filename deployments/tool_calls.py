@@ -2,7 +2,8 @@
 back, whole or streamed, by deployments/tool_call_stream.py).
 
 A model writes a call as JSON in the convention its chat template teaches (docs/tool_calling.md):
-Qwen2/Hermes `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, Mistral
+Qwen2/Hermes `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, Qwen3-Coder and
+Qwen3.5 the same tags around XML parameters (deployments/xml_tool_calls.py), Mistral
 `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`, Granite 3 `<|tool_call|>[{...}, ...]`,
 Jamba and Hunyuan `<tool_calls>[{...}, ...]</tool_calls>`, Llama 3.1+ `{"name": ...,
 "parameters": {...}}` (several joined by `; `), and for templates with no tool convention (the
@@ -26,7 +27,9 @@ import json
 from dataclasses import dataclass
 
 from app.guided.compiler import escape_literal, regex_for_format
+from deployments.text_regex import not_char, text_without
 from deployments.tool_protocol import NamedToolChoice, ToolDefinition
+from deployments.xml_tool_calls import QWEN3_PARAMETERS, XmlParameters, xml_call_regex
 
 MAX_PARALLEL_CALLS = 4
 
@@ -39,10 +42,11 @@ class ToolCallSyntax:
     suffix: str  # after the last call
     arguments_key: str  # "arguments", or Llama 3's "parameters"
     tag: str = ""  # what opens the calls after text ("": calls can only be the whole answer)
+    xml: XmlParameters | None = None  # a call's arguments as XML elements, not a JSON object
 
     def __post_init__(self):
         if self.tag[:1] and self.tag[0] in self.tag[1:]:
-            raise ValueError(f"{self.tag!r}: a tag's first character must not recur in it (_text_without)")
+            raise ValueError(f"{self.tag!r}: a tag's first character must not recur in it (text_without)")
         if self.prefix and not self.tag:  # so a syntax without a tag starts its calls with `{` (tool_format)
             raise ValueError(f"{self.name}: a syntax whose calls have a prefix opens them with a tag")
 
@@ -54,23 +58,30 @@ class ToolCallSyntax:
     def render(self, calls: list[tuple[str, dict | str]]) -> str:
         """Calls as this convention writes them (assistant turns fed back to the template)."""
         return self.prefix + self.separator.join(
-            json.dumps({"name": n, self.arguments_key: a}, ensure_ascii=False) for n, a in calls
+            self.xml.render(n, a) if self.xml else json.dumps({"name": n, self.arguments_key: a}, ensure_ascii=False)
+            for n, a in calls
         ) + self.suffix
 
 
 HERMES = ToolCallSyntax("hermes", "<tool_call>\n", "\n</tool_call>\n<tool_call>\n",
                         "\n</tool_call>", "arguments", tag="<tool_call>")
 MISTRAL = ToolCallSyntax("mistral", "[TOOL_CALLS][", ", ", "]", "arguments", tag="[TOOL_CALLS]")
+QWEN3_CODER = ToolCallSyntax("qwen3_coder", HERMES.prefix, HERMES.separator, HERMES.suffix, "arguments",
+                             tag="<tool_call>", xml=QWEN3_PARAMETERS)
 GRANITE = ToolCallSyntax("granite", "<|tool_call|>[", ", ", "]", "arguments", tag="<|tool_call|>")
 JAMBA = ToolCallSyntax("jamba", "<tool_calls>[", ", ", "]</tool_calls>", "arguments", tag="<tool_calls>")
 LLAMA3 = ToolCallSyntax("llama3_json", "", "; ", "", "parameters")
 PLAIN = ToolCallSyntax("json", "", "\n", "", "arguments")
 # The app's `tool_call_parser`, by vLLM's parser names (Hunyuan A13B writes Jamba's tags).
-TOOL_CALL_PARSERS = {s.name: s for s in (HERMES, MISTRAL, GRANITE, JAMBA, LLAMA3, PLAIN)} | {"hunyuan_a13b": JAMBA}
+# vLLM's qwen3_xml reads what its qwen3_coder reads.
+TOOL_CALL_PARSERS = {s.name: s for s in (HERMES, QWEN3_CODER, MISTRAL, GRANITE, JAMBA, LLAMA3, PLAIN)} | {
+    "hunyuan_a13b": JAMBA, "qwen3_xml": QWEN3_CODER}
 
 
 def syntax_for_template(template: str | None) -> ToolCallSyntax:
     text = template or ""
+    if "<function=" in text:  # Qwen3-Coder's and Qwen3.5's, whose calls also open with <tool_call>
+        return QWEN3_CODER
     if "<tool_call>" in text:
         return HERMES
     if "[TOOL_CALLS]" in text:
@@ -108,33 +119,6 @@ def call_regex(tools: list[ToolDefinition], syntax: ToolCallSyntax) -> str:
     return regex_for_format({"type": "json_schema", "json_schema": {"schema": schema}})
 
 
-def _not_char(c: str, *more: str) -> str:
-    """A character class of every character but `c` (and `more`)."""
-    return "[^" + "".join(f"\\x{ord(x):02x}" if ord(x) < 128 else x for x in (c, *more)) + "]"
-
-
-def _not_starting_with(start: str, alphabet: str, *excluded: str) -> str:
-    """Any text of `alphabet` (empty included) that does not begin with `start`; the characters
-    `excluded` must be those `alphabet` lacks. Each character of `start` either goes on towards
-    it, or differs and frees the rest."""
-    out = ""
-    for i in reversed(range(len(start))):
-        differs = _not_char(start[i], *excluded) + alphabet + "*"
-        towards = escape_literal(start[i]) + out if i < len(start) - 1 else ""
-        out = f"(?:{towards}|{differs})?" if towards else f"(?:{differs})?"
-    return out
-
-
-def _text_without(tag: str, empty: bool = True) -> str:
-    """Any text (`empty` included or not) that does not hold `tag`, whose first character must not
-    recur in it: such text is its start up to the first `tag[0]`, then pieces that each begin with
-    `tag[0]` and run to the next one, none of which begins with the whole tag."""
-    first, rest = tag[0], tag[1:]
-    other = _not_char(first)
-    piece = escape_literal(first) + _not_starting_with(rest, other, first)
-    return f"{other}*(?:{piece})*" if empty else f"(?:{other}+(?:{piece})*|(?:{piece})+)"
-
-
 def tool_format(tools: list[ToolDefinition], choice, parallel: bool,
                 syntax: ToolCallSyntax) -> dict | None:
     """The format (for the ConstraintService) a request's `tool_choice` asks for, or None."""
@@ -144,16 +128,16 @@ def tool_format(tools: list[ToolDefinition], choice, parallel: bool,
         tools, most = [t for t in tools if t.function.name == choice.function.name], 1
     else:
         most = MAX_PARALLEL_CALLS if parallel else 1
-    call = call_regex(tools, syntax)
+    call = xml_call_regex(tools, syntax.xml) if syntax.xml else call_regex(tools, syntax)
     calls = (escape_literal(syntax.prefix) + f"(?:{call})"
              + (f"(?:{escape_literal(syntax.separator)}(?:{call})){{0,{most - 1}}}" if most > 1 else "")
              + escape_literal(syntax.suffix))
     # `auto` leaves out the empty answer, which a compiled grammar cannot hold anyway
     # (app/guided/compiler.py: compile_regex).
     if choice == "auto" and syntax.tag:
-        calls = f"(?:{_text_without(syntax.tag)}{calls}|{_text_without(syntax.tag, empty=False)})"
+        calls = f"(?:{text_without(syntax.tag)}{calls}|{text_without(syntax.tag, empty=False)})"
     elif choice == "auto":  # no tag, so no prefix: `start` is the call's one `{`
-        calls = f"(?:{calls}|{_not_char(syntax.start)}[\\s\\S]*)"
+        calls = f"(?:{calls}|{not_char(syntax.start)}[\\s\\S]*)"
     return {"type": "regex", "pattern": calls}
 
 

@@ -13,12 +13,11 @@ import pytest
 from app.guided.compiler import compile_regex, regex_for_format
 from app.guided.vocabulary import load_guided_vocabulary
 from deployments.tool_call_stream import CallPiece, ToolStream, parse_calls
-from deployments.tool_calls import GRANITE, HERMES, JAMBA, LLAMA3, MISTRAL, PLAIN, requested_tool_format
+from deployments.tool_calls import HERMES, PLAIN, requested_tool_format
 from tests.checkpoints import DEFAULT_TARGET
 from tests.guided.test_string_formats import distances_to_final, walk
-from tests.test_tool_calls import TOOLS, request
+from tests.test_tool_calls import SYNTAXES, TAGGED, TOOL_DEFINITIONS, TOOLS, request
 
-SYNTAXES = [PLAIN, HERMES, MISTRAL, GRANITE, JAMBA, LLAMA3]
 WEATHER = {"city": "Oslo, \"NO\" {x}", "unit": "celsius"}
 MEETING = {"when": "2026-11-28T10:00:00Z", "people": [{"email": "a@b.no", "optional": False}],
            "room": {"floor": 3}}
@@ -28,6 +27,8 @@ def rendered(syntax) -> list[str]:
     """Outputs with one call, two calls, calls with spacing of their own, text, and (where a tag
     opens calls) text then calls."""
     spaced = syntax.prefix + '{ "name" :"now",  "%s":{ "a" : [1, "}"] } }' % syntax.arguments_key + syntax.suffix
+    if syntax.xml:  # no spacing of its own: a text value that holds the syntax's own strings instead
+        spaced = syntax.render([("now", {"a": "</parameter>\n<parameter=b>\n</function>"})])
     outputs = [syntax.render([("get_weather", WEATHER)]),
                syntax.render([("get_weather", WEATHER), ("book_meeting", MEETING), ("now", {})]),
                spaced, "Sunny, I think.", "{" if syntax.start != "{" else "<", ""]
@@ -40,7 +41,7 @@ def rendered(syntax) -> list[str]:
 
 def streamed(text: str, cuts: tuple[int, ...], syntax) -> tuple[str, list[dict], list]:
     """(content, calls as a client assembles them, the final calls) of `text` fed in pieces cut at `cuts`."""
-    stream, content, calls = ToolStream(syntax), "", []
+    stream, content, calls = ToolStream(syntax, TOOL_DEFINITIONS), "", []
     bounds = [0, *cuts, len(text)]
     for start, end in zip(bounds, bounds[1:]):
         more, pieces = stream.feed(text[start:end])
@@ -58,7 +59,7 @@ def streamed(text: str, cuts: tuple[int, ...], syntax) -> tuple[str, list[dict],
 @pytest.mark.parametrize("syntax", SYNTAXES, ids=lambda s: s.name)
 def test_every_division_into_two_or_three_pieces_streams_the_whole_parse(syntax):
     for text in rendered(syntax):
-        whole_content, whole = parse_calls(text, syntax)
+        whole_content, whole = parse_calls(text, syntax, TOOL_DEFINITIONS)
         for cuts in itertools.chain(itertools.combinations(range(1, len(text)), 1),
                                     itertools.combinations(range(1, len(text), 7), 2)):
             content, calls, final = streamed(text, cuts, syntax)
@@ -72,9 +73,9 @@ def test_every_division_into_two_or_three_pieces_streams_the_whole_parse(syntax)
                 [(c["name"], c["arguments"]) for c in calls]
 
 
-@pytest.mark.parametrize("syntax", [HERMES, MISTRAL, GRANITE, JAMBA], ids=lambda s: s.name)
+@pytest.mark.parametrize("syntax", TAGGED, ids=lambda s: s.name)
 def test_text_before_a_tag_streams_at_once_and_only_what_may_open_a_call_is_held(syntax):
-    stream, sent = ToolStream(syntax), []
+    stream, sent = ToolStream(syntax, TOOL_DEFINITIONS), []
     for piece in ["Let me ", "check", " " + syntax.tag[:3], syntax.tag[3:5] + "x", "\n"]:
         sent.append(stream.feed(piece)[0])
     assert sent == ["Let me ", "check", " ", syntax.tag[:5] + "x", "\n"]
@@ -85,14 +86,15 @@ def test_text_before_a_tag_streams_at_once_and_only_what_may_open_a_call_is_held
 
 @pytest.mark.parametrize("syntax", SYNTAXES, ids=lambda s: s.name)
 def test_arguments_are_the_value_as_written(syntax):
-    [call] = parse_calls(syntax.render([("get_weather", WEATHER)]), syntax)[1]
+    [call] = parse_calls(syntax.render([("get_weather", WEATHER)]), syntax, TOOL_DEFINITIONS)[1]
     assert (call.function.name, json.loads(call.function.arguments)) == ("get_weather", WEATHER)
-    calls = parse_calls(rendered(syntax)[1], syntax)[1]
+    calls = parse_calls(rendered(syntax)[1], syntax, TOOL_DEFINITIONS)[1]
     assert [c.function.name for c in calls] == ["get_weather", "book_meeting", "now"]
     assert [json.loads(c.function.arguments) for c in calls] == [WEATHER, MEETING, {}]
     assert len({c.id for c in calls}) == 3
-    [spaced] = parse_calls(rendered(syntax)[2], syntax)[1]
-    assert spaced.function.arguments == '{ "a" : [1, "}"] }'
+    [spaced] = parse_calls(rendered(syntax)[2], syntax, TOOL_DEFINITIONS)[1]
+    assert spaced.function.arguments == ('{"a": "</parameter>\\n<parameter=b>\\n</function>"}' if syntax.xml
+                                         else '{ "a" : [1, "}"] }')
 
 
 def test_the_name_goes_out_when_its_string_closes_and_the_arguments_as_they_grow():
@@ -132,7 +134,7 @@ def test_sampled_calls_stream_as_they_parse(vocab, syntax):
     for seed in range(10):
         rng = random.Random(seed)
         text = walk(index, vocab, dist, rng, stop_p=0.3).decode()
-        _, whole = parse_calls(text, syntax)
+        _, whole = parse_calls(text, syntax, TOOL_DEFINITIONS)
         assert whole and {c.function.name for c in whole} <= {t["function"]["name"] for t in TOOLS}
         cuts = tuple(sorted(rng.sample(range(1, len(text)), min(12, len(text) - 1))))
         content, calls, _ = streamed(text, cuts, syntax)

@@ -20,7 +20,7 @@ import deployments.builder as builder
 from app.guided.vocabulary import load_guided_vocabulary
 from deployments.protocol import ChatCompletionRequest
 from deployments.tool_call_stream import parse_calls
-from deployments.tool_calls import (GRANITE, HERMES, JAMBA, LLAMA3, MISTRAL, PLAIN, TOOL_CALL_PARSERS, ToolCallSyntax,
+from deployments.tool_calls import (GRANITE, HERMES, JAMBA, LLAMA3, MISTRAL, PLAIN, QWEN3_CODER, TOOL_CALL_PARSERS, ToolCallSyntax,
                                     render_messages, requested_tool_format, syntax_for_template, tool_call_syntax)
 from deployments.guided_formats import FormatRequestError
 from tests.checkpoints import DEFAULT_TARGET
@@ -55,7 +55,12 @@ def request(**kwargs) -> ChatCompletionRequest:
     return ChatCompletionRequest(messages=[{"role": "user", "content": "hi"}], tools=TOOLS, **kwargs)
 
 
-@pytest.mark.parametrize("syntax", [PLAIN, HERMES, MISTRAL, GRANITE, JAMBA, LLAMA3], ids=lambda s: s.name)
+TOOL_DEFINITIONS = request().tools  # what a call written as XML parameters is read against
+SYNTAXES = [PLAIN, HERMES, QWEN3_CODER, MISTRAL, GRANITE, JAMBA, LLAMA3]
+TAGGED = [s for s in SYNTAXES if s.tag]
+
+
+@pytest.mark.parametrize("syntax", SYNTAXES, ids=lambda s: s.name)
 @pytest.mark.parametrize("choice", ["required", "auto",
                                     {"type": "function", "function": {"name": "book_meeting"}}],
                          ids=["required", "auto", "named"])
@@ -66,7 +71,7 @@ def test_sampled_calls_parse_and_validate(vocab, syntax, choice):
     calls_seen = 0
     for seed in range(25):
         text = walk(index, vocab, dist, random.Random(seed), stop_p=0.3).decode()
-        content, calls = parse_calls(text, syntax)
+        content, calls = parse_calls(text, syntax, TOOL_DEFINITIONS)
         if choice == "auto" and calls is None:
             assert content == text and (syntax.tag not in text if syntax.tag else not text.startswith(syntax.start))
             continue
@@ -99,7 +104,7 @@ def test_auto_without_a_tag_is_text_or_a_whole_call(vocab, syntax):
         assert not accepts(index, vocab, text), text
 
 
-@pytest.mark.parametrize("syntax", [HERMES, MISTRAL, GRANITE, JAMBA], ids=lambda s: s.name)
+@pytest.mark.parametrize("syntax", TAGGED, ids=lambda s: s.name)
 def test_auto_with_a_tag_is_text_then_calls(vocab, syntax):
     """Qwen's and Hermes' way: a sentence, then the calls; the text cannot hold the tag."""
     index = auto_index(syntax, vocab)
@@ -144,14 +149,26 @@ def test_bad_tool_requests_name_the_field(kwargs, param, message):
     assert info.value.param == param
 
 
+# Qwen3.5's way of writing an assistant turn's calls (its tool parts, written here).
+QWEN35_TEMPLATE = (
+    "{% if tools %}<tools>{% for t in tools %}{{ t | tojson }}{% endfor %}</tools>{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+    "{% for c in m.tool_calls or [] %}<tool_call>\n<function={{ c.function.name }}>\n"
+    "{% for k, v in c.function.arguments | items %}<parameter={{ k }}>\n"
+    "{{ v if v is string else v | tojson }}\n</parameter>\n{% endfor %}</function>\n</tool_call>"
+    "{% endfor %}<|im_end|>\n{% endfor %}<|im_start|>assistant\n")
+
+
 def test_syntax_follows_the_template():
     assert syntax_for_template("{{ '<tool_call>' }}") is HERMES
+    assert syntax_for_template(QWEN35_TEMPLATE) is QWEN3_CODER  # its calls open with <tool_call> too
     assert syntax_for_template("[TOOL_CALLS]") is MISTRAL
     assert syntax_for_template("<|python_tag|>") is LLAMA3
     assert syntax_for_template("{{- '<|tool_call|>' + message.tool_calls | tojson }}") is GRANITE
     assert syntax_for_template("<tool_calls>{{ calls }}</tool_calls>") is JAMBA
     assert syntax_for_template(None) is PLAIN
-    assert {name: s.name for name, s in TOOL_CALL_PARSERS.items() if name != s.name} == {"hunyuan_a13b": "jamba"}
+    assert {name: s.name for name, s in TOOL_CALL_PARSERS.items() if name != s.name} == {"hunyuan_a13b": "jamba",
+                                                                                          "qwen3_xml": "qwen3_coder"}
 
 
 def test_the_apps_tool_call_parser_wins_over_the_template(monkeypatch):

@@ -1,15 +1,17 @@
 """Text, then a tool call, served: under `tool_choice: "auto"`, a model whose calls open with a
 tag (Qwen's and Hermes' `<tool_call>`) may write a sentence first, and the reply has both, as vLLM's
-hermes parser gives them: `content` with the sentence, `tool_calls` with the call.
+hermes and qwen3_coder parsers give them: `content` with the sentence, `tool_calls` with the call.
 
 The app serves a model that writes a known text (tests/checkpoints.py: write_successor_model):
 greedy, it writes "Checking." and then `<tool_call>`; the call grammar writes the rest, a call of
-the one tool. Its chat template mentions `<tool_call>`, so the app reads calls in Hermes' way."""
+the one tool. Its chat template teaches Hermes' JSON calls, or Qwen3-Coder's XML parameters
+(`<function=`), and the app reads calls as the template writes them."""
 
 from __future__ import annotations
 
 import json
 
+import jsonschema
 import pytest
 
 from tests.checkpoints import DEFAULT_TARGET, write_successor_model
@@ -19,23 +21,42 @@ pytestmark = pytest.mark.slow
 
 SERVE_APP_ARGS = {"draft_model": None, "speculative_method": None}
 SENTENCE = "Checking."
-CHAT_TEMPLATE = ("{% if tools %}<|system|>\nTo call a function, write <tool_call>\n{\"name\": ..., \"arguments\": "
-                 "...}\n</tool_call>. The functions: {{ tools | tojson }}<|end|>\n{% endif %}"
+CALL_FORMS = {  # how each convention's template teaches a call
+    "hermes": '<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>',
+    "qwen3_coder": "<tool_call>\n<function=NAME>\n<parameter=NAME>\nVALUE\n</parameter>\n</function>\n</tool_call>",
+}
+CHAT_TEMPLATE = ("{% if tools %}<|system|>\nTo call a function, write CALL_FORM. The functions: {{ tools | tojson }}"
+                 "<|end|>\n{% endif %}"
                  "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}<|end|>\n"
                  "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
-NOW = {"type": "function", "function": {"name": "now", "description": "The time now.", "parameters": {
-    "type": "object", "properties": {}, "additionalProperties": False}}}
+# Values the grammar bounds: the model's greedy choice past `<tool_call>` is arbitrary.
+PARAMETERS = {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}, "local": {"type": "boolean"}},
+              "required": ["zone", "local"], "additionalProperties": False}
+NOW = {"type": "function", "function": {"name": "now", "description": "The time now.", "parameters": PARAMETERS}}
 
+
+@pytest.fixture(scope="module", params=list(CALL_FORMS))
+def convention(request) -> str:
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory):
-    """This module's app serves the model that writes SENTENCE, then `<tool_call>`."""
+def checkpoints(convention, tmp_path_factory):
+    """This module's app serves the model that writes SENTENCE, then `<tool_call>`, with a template
+    that teaches calls in each convention (an app for each)."""
     written = token_ids("<|assistant|>\n")[-1:] + token_ids(SENTENCE + "<tool_call>")
     successors = dict(zip(written, written[1:]))
     assert len(successors) == len(written) - 1  # no token is written twice
-    path = write_successor_model(tmp_path_factory.mktemp("caller"), DEFAULT_TARGET, successors, CHAT_TEMPLATE)
+    template = CHAT_TEMPLATE.replace("CALL_FORM", CALL_FORMS[convention])
+    path = write_successor_model(tmp_path_factory.mktemp(convention), DEFAULT_TARGET, successors, template)
     return path, path
+
+
+def valid_arguments(arguments: str) -> dict:
+    """The arguments, parsed and checked against the tool's schema: a string and a boolean, typed."""
+    parsed = json.loads(arguments)
+    jsonschema.validate(parsed, PARAMETERS)
+    return parsed
 
 
 def request(model: str) -> dict:
@@ -43,12 +64,15 @@ def request(model: str) -> dict:
                 tool_choice="auto", parallel_tool_calls=False, temperature=0, max_tokens=64)
 
 
-def test_the_reply_has_the_text_and_then_the_call(serve_app, client):
-    reply = client.chat.completions.create(**request(serve_app.model))
+def test_the_reply_has_the_text_and_then_the_call(serve_app, client, convention):
+    reply = client.chat.completions.create(**request(serve_app.model), logprobs=True)
     [choice] = reply.choices
+    written = "".join(t.token for t in choice.logprobs.content)  # the call as the model wrote it
+    assert written.startswith(SENTENCE + "<tool_call>\n")
+    assert ("<function=now>\n<parameter=zone>\n" in written) == (convention == "qwen3_coder"), written
     assert (choice.message.content, choice.finish_reason) == (SENTENCE, "tool_calls")
     [call] = choice.message.tool_calls
-    assert (call.type, call.function.name, json.loads(call.function.arguments)) == ("function", "now", {})
+    assert (call.type, call.function.name) == ("function", "now") and valid_arguments(call.function.arguments)
     assert call.id.startswith("call_")
 
 
@@ -65,8 +89,8 @@ def test_a_response_gives_the_message_item_then_the_call_item(serve_app, client)
                   parallel_tool_calls=False, temperature=0, max_output_tokens=64)
     whole = client.responses.create(**kwargs)
     message, call = whole.output
-    assert (message.type, message.content[0].text, call.type, call.name, json.loads(call.arguments)) == \
-        ("message", SENTENCE, "function_call", "now", {})
+    assert (message.type, message.content[0].text, call.type, call.name) == \
+        ("message", SENTENCE, "function_call", "now") and valid_arguments(call.arguments)
     kinds, deltas, final = streamed_response(client, "response.output_text.delta", **kwargs)
     assert "".join(deltas) == SENTENCE and kinds[-1] == "response.completed"
     message_done = kinds.index("response.output_item.done")

@@ -1,0 +1,88 @@
+"""Calls written as XML parameters (deployments/xml_tool_calls.py) read as they stream, into
+OpenAI's JSON arguments: `{"key": ` once a parameter's name ends, its value as it grows (a text
+value JSON-escaped inside quotes, any other as written), `}` when the function ends. What may
+still be the start of a value's end is held. The reader has the same shape as the JSON calls'
+scanner (deployments/tool_call_stream.py), which streams both.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from deployments.reasoning import partial_suffix
+from deployments.tool_protocol import ToolCall, ToolDefinition
+from deployments.xml_tool_calls import XmlParameters, is_text_parameter
+
+
+@dataclass
+class XmlCall:
+    name: str | None = None
+    json_arguments: str = ""  # OpenAI's arguments, as far as read
+    sent: int = 0  # characters of them already given out
+    call: ToolCall | None = None  # made when the name is known
+
+
+class XmlCallReader:
+    def __init__(self, xml: XmlParameters, tools: list[ToolDefinition] | None):
+        self.xml, self.text, self.at, self.state = xml, "", 0, "between"
+        self.calls: list[XmlCall] = []
+        self.properties = {t.function.name: t.function.schema_.get("properties") or {} for t in tools or []}
+        self.value_is_text = False
+
+    def read(self, more: str) -> None:
+        self.text += more
+        while self._step():
+            pass
+
+    def arguments(self, call: XmlCall, after: int = 0) -> str:
+        return call.json_arguments[after:]
+
+    def _step(self) -> bool:
+        """Read the next element if the text holds it (False: wait for more)."""
+        xml, call = self.xml, self.calls[-1] if self.calls else None
+        if self.state == "between":
+            at = self.text.find(xml.function_open, self.at)
+            if at < 0:
+                return False
+            self.calls.append(XmlCall())
+            return self._to("name", at + len(xml.function_open))
+        if self.state == "name":
+            end = self.text.find(xml.name_end, self.at)
+            if end < 0:
+                return False
+            call.name = self.text[self.at:end]
+            return self._to("parameters", end + len(xml.name_end))
+        if self.state == "parameters":
+            found = [(at, tag) for tag in (xml.parameter_open, xml.function_end)
+                     if (at := self.text.find(tag, self.at)) >= 0]
+            if not found:
+                return False
+            at, tag = min(found)
+            if tag == xml.function_end:
+                call.json_arguments += "}" if call.json_arguments else "{}"
+                return self._to("between", at + len(tag))
+            return self._to("parameter name", at + len(tag))
+        if self.state == "parameter name":
+            end = self.text.find(xml.parameter_name_end, self.at)
+            if end < 0:
+                return False
+            key = self.text[self.at:end]
+            properties = self.properties.get(call.name, {})
+            self.value_is_text = key not in properties or is_text_parameter(properties[key])
+            call.json_arguments += (", " if call.json_arguments else "{") + json.dumps(key, ensure_ascii=False) \
+                + ": " + ('"' if self.value_is_text else "")
+            return self._to("value", end + len(xml.parameter_name_end))
+        end = self.text.find(xml.value_end, self.at)  # in a value
+        known = end if end >= 0 else len(self.text) - partial_suffix(self.text[self.at:], xml.value_end)
+        value = self.text[self.at:known]
+        call.json_arguments += json.dumps(value, ensure_ascii=False)[1:-1] if self.value_is_text else value
+        if end < 0:
+            self.at = known
+            return False
+        call.json_arguments += '"' if self.value_is_text else ""
+        return self._to("parameters", end + len(xml.value_end))
+
+    def _to(self, state: str, at: int) -> bool:
+        self.state, self.at = state, at
+        return True

@@ -1,0 +1,142 @@
+"""Tool calls whose arguments are XML elements, one a parameter, as Qwen3-Coder and Qwen3.5 write
+them (vLLM's `qwen3_coder` / `qwen3_xml` parsers read the same):
+
+    <tool_call>
+    <function=get_weather>
+    <parameter=city>
+    Oslo
+    </parameter>
+    <parameter=days>
+    3
+    </parameter>
+    </function>
+    </tool_call>
+
+As their chat templates write values, a parameter whose schema is a string (`is_text_parameter`)
+is its text, neither quoted nor escaped; any other is JSON. The first `value_end` ends a value, so
+a text value cannot hold it; a string with `minLength`/`maxLength` cannot hold its first
+character (a newline here), which keeps a value that the grammar forces on from writing it. The
+calls are generated under `xml_call_regex`, parameters in their schema's order, the required
+ones always; they are read back by deployments/xml_tool_call_reader.py.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from app.guided.compiler import escape_literal, regex_for_format
+from app.guided.errors import GuidedFormatError
+from app.guided.regex_check import check_regex
+from app.guided.string_formats import FORMATS
+from deployments.text_regex import not_char, text_without
+from deployments.tool_protocol import FunctionDefinition, ToolDefinition
+
+FREE_PARAMETER_NAME = r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}"  # for a function whose schema lists none
+
+
+@dataclass(frozen=True)
+class XmlParameters:
+    """The strings around a call's name and each of its parameters."""
+    function_open: str
+    name_end: str
+    parameter_open: str
+    parameter_name_end: str
+    value_end: str  # its first character must not recur in it (text_without)
+    after_value: str
+    function_end: str
+
+    def render(self, name: str, arguments: dict | str) -> str:
+        """A call as the chat templates write it (`| string` for strings, `| tojson` else);
+        arguments that were not a JSON object go in as the client sent them."""
+        if isinstance(arguments, dict):
+            body = "".join(self.parameter_open + key + self.parameter_name_end + _value_text(value)
+                           + self.value_end + self.after_value for key, value in arguments.items())
+        else:
+            body = arguments
+        return self.function_open + name + self.name_end + body + self.function_end
+
+
+QWEN3_PARAMETERS = XmlParameters("<function=", ">\n", "<parameter=", ">\n", "\n</parameter>", "\n",
+                                 "</function>")
+
+
+def _value_text(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def is_text_parameter(schema) -> bool:
+    """A parameter written as its bare text: a string, or an untyped enum or const of strings."""
+    if not isinstance(schema, dict):
+        return False
+    if "type" in schema:
+        return schema["type"] == "string"
+    if "const" in schema:
+        return isinstance(schema["const"], str)
+    return "enum" in schema and all(isinstance(v, str) for v in schema["enum"])
+
+
+def _text_regex(schema: dict, xml: XmlParameters, where: str) -> str:
+    """A string parameter's text, as its schema's `const`, `enum`, `format`, `pattern` or
+    lengths allow, never holding `value_end`."""
+    if "const" in schema:
+        return escape_literal(str(schema["const"]))
+    if "enum" in schema:
+        return "(?:" + "|".join(escape_literal(str(v)) for v in schema["enum"]) + ")"
+    fmt, pattern = schema.get("format"), schema.get("pattern")
+    lengths = "minLength" in schema or "maxLength" in schema
+    if (fmt is not None or pattern is not None) and lengths:
+        raise GuidedFormatError(f"{'pattern' if pattern is not None else 'format'} at {where} cannot "
+                                "be enforced together with minLength/maxLength; drop one of them")
+    if fmt is not None and pattern is not None:
+        raise GuidedFormatError(f"format and pattern at {where} cannot be enforced together; drop one of them")
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise GuidedFormatError(f"string format {fmt!r} at {where} is not supported; "
+                                    f"supported: {', '.join(FORMATS)}")
+        return f"(?:{FORMATS[fmt]})"
+    if pattern is not None:
+        return f"(?:{check_regex(str(pattern))})"
+    if lengths:
+        low, high = int(schema.get("minLength", 0)), schema.get("maxLength")
+        return not_char(xml.value_end[0]) + f"{{{low},{'' if high is None else int(high)}}}"
+    return text_without(xml.value_end)
+
+
+def _value_regex(schema, root: dict, xml: XmlParameters, where: str) -> str:
+    if is_text_parameter(schema):
+        return _text_regex(schema, xml, where)
+    if isinstance(schema, dict):  # its `$ref`s point into the parameters schema's definitions
+        schema = {**{k: root[k] for k in ("$defs", "definitions") if k in root}, **schema}
+    return regex_for_format({"type": "json_schema", "json_schema": {"schema": schema}})
+
+
+def _parameters_regex(function: FunctionDefinition, xml: XmlParameters) -> str:
+    schema, name = function.schema_, function.name
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object" or any(
+            k in schema for k in ("anyOf", "oneOf", "allOf", "$ref")):
+        raise GuidedFormatError(f"{name}: its parameters must be one object schema to be written as "
+                                "XML parameters")
+    properties = schema.get("properties")
+    if properties is None and schema.get("additionalProperties") is not False:
+        free = (escape_literal(xml.parameter_open) + FREE_PARAMETER_NAME + escape_literal(xml.parameter_name_end)
+                + text_without(xml.value_end) + escape_literal(xml.value_end + xml.after_value))
+        return f"(?:{free})*"
+    required = set(schema.get("required", []))
+    out = ""
+    for key, sub in (properties or {}).items():
+        if any(c in key for c in xml.parameter_name_end):
+            raise GuidedFormatError(f"{name}: the parameter name {key!r} holds {xml.parameter_name_end!r}, "
+                                    "which ends a name in this model's tool calls; rename it")
+        where = f"#/properties/{key}"
+        one = (escape_literal(xml.parameter_open + key + xml.parameter_name_end)
+               + _value_regex(sub, schema, xml, where) + escape_literal(xml.value_end + xml.after_value))
+        out += one if key in required else f"(?:{one})?"
+    return out
+
+
+def xml_call_regex(tools: list[ToolDefinition], xml: XmlParameters) -> str:
+    """One call of any of `tools`; GuidedFormatError for a schema that cannot be written so."""
+    calls = [escape_literal(xml.function_open + t.function.name + xml.name_end)
+             + _parameters_regex(t.function, xml) + escape_literal(xml.function_end) for t in tools]
+    return calls[0] if len(calls) == 1 else "(?:" + "|".join(calls) + ")"

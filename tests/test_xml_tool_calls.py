@@ -1,0 +1,120 @@
+"""Tool calls written as XML parameters (Qwen3-Coder's and Qwen3.5's convention): values typed by
+their schema, text values bare, the grammar's limits, and templates that write them
+(deployments/xml_tool_calls.py, deployments/xml_tool_call_reader.py). The walks and the stream
+tests in tests/test_tool_calls.py and tests/test_tool_call_stream.py run this syntax too."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from transformers import AutoTokenizer
+
+from deployments.guided_formats import FormatRequestError
+from deployments.protocol import ChatCompletionRequest
+from deployments.tool_call_stream import ToolStream, parse_calls
+from deployments.tool_calls import QWEN3_CODER, render_messages, requested_tool_format
+from tests.checkpoints import DEFAULT_TARGET
+from tests.test_tool_calls import QWEN35_TEMPLATE, TOOL_DEFINITIONS, WEATHER, accepts, auto_index, conversation, vocab  # noqa: F401
+
+OSLO = {"city": "Oslo", "unit": "celsius"}
+
+
+def tools_request(parameters: dict, **kwargs) -> ChatCompletionRequest:
+    return ChatCompletionRequest(messages=[{"role": "user", "content": "hi"}], tool_choice="required", tools=[
+        {"type": "function", "function": {"name": "f", "parameters": parameters}}], **kwargs)
+
+
+def test_a_string_is_its_bare_text_and_anything_else_json():
+    text = QWEN3_CODER.render([("book_meeting", {"when": "2026-11-28T10:00:00Z", "room": {"floor": 3},
+                                                 "people": [{"email": "a@b.no", "optional": False}]})])
+    assert "<parameter=when>\n2026-11-28T10:00:00Z\n</parameter>" in text
+    assert '<parameter=room>\n{"floor": 3}\n</parameter>' in text
+    [call] = parse_calls(text, QWEN3_CODER, TOOL_DEFINITIONS)[1]
+    assert json.loads(call.function.arguments) == {"when": "2026-11-28T10:00:00Z", "room": {"floor": 3},
+                                                   "people": [{"email": "a@b.no", "optional": False}]}
+
+
+@pytest.mark.parametrize("value", ['say "hi"\\n', "a </parameter> b", "ends in a newline\n", "\n", "",
+                                   "<parameter=x>\n", "</function>\n</tool_call>"])
+def test_a_text_value_is_read_to_the_first_value_end_and_escaped_as_json(value):
+    text = QWEN3_CODER.render([("f", {"note": value, "n": 2})])
+    [call] = parse_calls(text, QWEN3_CODER, tools_request({"type": "object", "properties": {
+        "note": {"type": "string"}, "n": {"type": "integer"}}}).tools)[1]
+    assert json.loads(call.function.arguments) == {"note": value, "n": 2}
+
+
+def test_a_value_is_text_where_its_tool_does_not_type_it():
+    """A parameter the schema does not list, and a tool the request does not define (vLLM's way)."""
+    text = QWEN3_CODER.render([("f", {"n": "2", "extra": "3"}), ("unknown", {"x": "[1]"})])
+    calls = parse_calls(text, QWEN3_CODER, tools_request({"type": "object", "properties": {
+        "n": {"type": "integer"}}}).tools)[1]
+    assert [json.loads(c.function.arguments) for c in calls] == [{"n": 2, "extra": "3"}, {"x": "[1]"}]
+
+
+def test_the_arguments_stream_as_json_and_hold_back_what_may_end_a_value():
+    text = QWEN3_CODER.render([("get_weather", OSLO)])
+    stream, sent = ToolStream(QWEN3_CODER, TOOL_DEFINITIONS), []
+    for c in text:
+        sent += [p.arguments for p in stream.feed(c)[1]]
+    assert "".join(sent) == json.dumps(OSLO) and sent.count("") == 1  # the opening piece
+    stream = ToolStream(QWEN3_CODER, TOOL_DEFINITIONS)
+    at = text.index("Oslo") + 4
+    _, pieces = stream.feed(text[:at + 3])  # "Oslo\n</" may still be the value's end
+    assert "".join(p.arguments for p in pieces) == '{"city": "Oslo'
+    _, pieces = stream.feed("x")
+    assert "".join(p.arguments for p in pieces) == '\\n</x'
+
+
+def test_an_output_cut_inside_a_value_keeps_what_was_written():
+    text = QWEN3_CODER.render([("get_weather", OSLO), ("now", {})])
+    [call] = parse_calls(text[:text.index("Oslo") + 2], QWEN3_CODER, TOOL_DEFINITIONS)[1]
+    assert (call.function.name, call.function.arguments) == ("get_weather", '{"city": "Os')
+    before_name = text[:text.index("get_weather") + 5]
+    assert parse_calls(before_name, QWEN3_CODER, TOOL_DEFINITIONS) == (before_name, None)
+
+
+def test_the_grammar_keeps_schema_order_requires_the_required_and_bounds_lengths(vocab):
+    index = auto_index(QWEN3_CODER, vocab)
+    call = QWEN3_CODER.render([("get_weather", OSLO)])
+    assert accepts(index, vocab, call) and accepts(index, vocab, "Sunny.\n\n" + call)
+    for wrong in [{"unit": "celsius", "city": "Oslo"}, {"city": "Oslo"}, {"city": "Oslo", "unit": "kelvin"},
+                  {"city": "Oslo\nNorway", "unit": "celsius"}, {"city": "x" * 13, "unit": "celsius"}]:
+        assert not accepts(index, vocab, QWEN3_CODER.render([("get_weather", wrong)])), wrong
+
+
+@pytest.mark.parametrize("parameters, message", [
+    ({"type": "object", "properties": {"a>b": {"type": "string"}}}, "rename it"),
+    ({"anyOf": [{"type": "object"}, {"type": "object"}]}, "one object schema"),
+    ({"type": "object", "properties": {"when": {"type": "string", "format": "date", "maxLength": 4}}}, "minLength"),
+    ({"type": "object", "properties": {"when": {"type": "string", "format": "moon-phase"}}}, "moon-phase"),
+])
+def test_schemas_that_cannot_be_written_as_xml_parameters_are_a_400_on_tools(parameters, message):
+    with pytest.raises(FormatRequestError, match=message) as info:
+        requested_tool_format(tools_request(parameters), QWEN3_CODER)
+    assert info.value.param == "tools"
+
+
+def test_a_function_without_listed_parameters_takes_any_as_text(vocab):
+    from app.guided.compiler import compile_regex, regex_for_format
+    fmt = requested_tool_format(tools_request({"type": "object"}), QWEN3_CODER).format
+    index = compile_regex(regex_for_format(fmt), vocab)
+    assert accepts(index, vocab, QWEN3_CODER.render([("f", {"path": "a.txt", "body": "x\ny"})]))
+    assert accepts(index, vocab, QWEN3_CODER.render([("f", {})]))
+
+
+def test_a_qwen35_template_writes_fed_back_calls_as_the_grammar_does():
+    tok = AutoTokenizer.from_pretrained(DEFAULT_TARGET)
+    req = conversation()
+    messages = render_messages(req.messages, req.tools, QWEN3_CODER, native=True)
+    text = tok.apply_chat_template(messages, tools=[WEATHER], chat_template=QWEN35_TEMPLATE, tokenize=False)
+    call = QWEN3_CODER.render([("get_weather", OSLO)])
+    assert call in text
+    assert parse_calls(call, QWEN3_CODER, req.tools)[1][0].function.arguments == json.dumps(OSLO)
+
+
+def test_a_template_without_tools_is_shown_the_xml_convention():
+    req = conversation()
+    messages = render_messages(req.messages, req.tools, QWEN3_CODER, native=False)
+    assert "<function=function_name>\n<parameter=argument>\nvalue\n</parameter>\n</function>" in messages[0]["content"]
+    assert QWEN3_CODER.render([("get_weather", OSLO)]) in messages[2]["content"]
