@@ -3,7 +3,8 @@ back, whole or streamed, by deployments/tool_call_stream.py).
 
 A model writes a call as JSON in the convention its chat template teaches (docs/tool_calling.md):
 Qwen2/Hermes `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, Qwen3-Coder and
-Qwen3.5 the same tags around XML parameters (deployments/xml_tool_calls.py), Mistral
+Qwen3.5 the same tags around XML parameters (deployments/xml_tool_calls.py), GLM-4.5+ XML
+parameters in `<tool_call>` elements, Mistral
 `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`, Granite 3 `<|tool_call|>[{...}, ...]`,
 Jamba and Hunyuan `<tool_calls>[{...}, ...]</tool_calls>`, Llama 3.1+ `{"name": ...,
 "parameters": {...}}` (several joined by `; `), and for templates with no tool convention (the
@@ -29,7 +30,8 @@ from dataclasses import dataclass
 from app.guided.compiler import escape_literal, regex_for_format
 from deployments.text_regex import not_char, text_without
 from deployments.tool_protocol import NamedToolChoice, ToolDefinition
-from deployments.xml_tool_calls import QWEN3_PARAMETERS, XmlParameters, xml_call_regex
+from deployments.xml_tool_calls import (GLM45_PARAMETERS, GLM47_PARAMETERS, QWEN3_PARAMETERS, XmlParameters,
+                                        xml_call_regex)
 
 MAX_PARALLEL_CALLS = 4
 
@@ -52,8 +54,8 @@ class ToolCallSyntax:
 
     @property
     def start(self) -> str:
-        """What every output that holds calls begins with (the call's `{` when no prefix)."""
-        return self.prefix or "{"
+        """What every output that holds calls begins with (the call's own start when no prefix)."""
+        return self.prefix or (self.xml.function_open if self.xml else "{")
 
     def render(self, calls: list[tuple[str, dict | str]]) -> str:
         """Calls as this convention writes them (assistant turns fed back to the template)."""
@@ -68,13 +70,17 @@ HERMES = ToolCallSyntax("hermes", "<tool_call>\n", "\n</tool_call>\n<tool_call>\
 MISTRAL = ToolCallSyntax("mistral", "[TOOL_CALLS][", ", ", "]", "arguments", tag="[TOOL_CALLS]")
 QWEN3_CODER = ToolCallSyntax("qwen3_coder", HERMES.prefix, HERMES.separator, HERMES.suffix, "arguments",
                              tag="<tool_call>", xml=QWEN3_PARAMETERS)
+# GLM's calls are each a <tool_call> element, its name first: the XML's own start.
+GLM45 = ToolCallSyntax("glm45", "", "\n", "", "arguments", tag="<tool_call>", xml=GLM45_PARAMETERS)
+GLM47 = ToolCallSyntax("glm47", "", "", "", "arguments", tag="<tool_call>", xml=GLM47_PARAMETERS)
 GRANITE = ToolCallSyntax("granite", "<|tool_call|>[", ", ", "]", "arguments", tag="<|tool_call|>")
 JAMBA = ToolCallSyntax("jamba", "<tool_calls>[", ", ", "]</tool_calls>", "arguments", tag="<tool_calls>")
 LLAMA3 = ToolCallSyntax("llama3_json", "", "; ", "", "parameters")
 PLAIN = ToolCallSyntax("json", "", "\n", "", "arguments")
 # The app's `tool_call_parser`, by vLLM's parser names (Hunyuan A13B writes Jamba's tags).
 # vLLM's qwen3_xml reads what its qwen3_coder reads.
-TOOL_CALL_PARSERS = {s.name: s for s in (HERMES, QWEN3_CODER, MISTRAL, GRANITE, JAMBA, LLAMA3, PLAIN)} | {
+TOOL_CALL_PARSERS = {s.name: s for s in (HERMES, QWEN3_CODER, GLM45, GLM47, MISTRAL, GRANITE, JAMBA, LLAMA3,
+                                          PLAIN)} | {
     "hunyuan_a13b": JAMBA, "qwen3_xml": QWEN3_CODER}
 
 
@@ -82,6 +88,8 @@ def syntax_for_template(template: str | None) -> ToolCallSyntax:
     text = template or ""
     if "<function=" in text:  # Qwen3-Coder's and Qwen3.5's, whose calls also open with <tool_call>
         return QWEN3_CODER
+    if "<arg_key>" in text:  # GLM's, whose calls are <tool_call> elements too
+        return GLM47 if "</arg_key><arg_value>" in text else GLM45
     if "<tool_call>" in text:
         return HERMES
     if "[TOOL_CALLS]" in text:

@@ -47,8 +47,8 @@ class XmlCallReader:
                 return False
             self.calls.append(XmlCall())
             return self._to("name", at + len(xml.function_open))
-        if self.state == "name":
-            end = self.text.find(xml.name_end, self.at)
+        if self.state == "name":  # a function's name cannot hold "<" (tool_protocol.FunctionDefinition)
+            end = self.text.find(xml.name_end or "<", self.at)
             if end < 0:
                 return False
             call.name = self.text[self.at:end]

@@ -12,10 +12,17 @@ them (vLLM's `qwen3_coder` / `qwen3_xml` parsers read the same):
     </function>
     </tool_call>
 
+and GLM-4.5 / 4.6 (`glm45`), and GLM-4.7 without the newlines (`glm47`):
+
+    <tool_call>get_weather
+    <arg_key>city</arg_key>
+    <arg_value>Oslo</arg_value>
+    </tool_call>
+
 As their chat templates write values, a parameter whose schema is a string (`is_text_parameter`)
 is its text, neither quoted nor escaped; any other is JSON. The first `value_end` ends a value, so
 a text value cannot hold it; a string with `minLength`/`maxLength` cannot hold its first
-character (a newline here), which keeps a value that the grammar forces on from writing it. The
+character (a newline in Qwen's, `<` in GLM's), which keeps a value that the grammar forces on from writing it. The
 calls are generated under `xml_call_regex`, parameters in their schema's order, the required
 ones always; they are read back by deployments/xml_tool_call_reader.py.
 """
@@ -39,7 +46,7 @@ FREE_PARAMETER_NAME = r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}"  # for a function whose 
 class XmlParameters:
     """The strings around a call's name and each of its parameters."""
     function_open: str
-    name_end: str
+    name_end: str  # "": the name ends where the first parameter or the function's end begins
     parameter_open: str
     parameter_name_end: str
     value_end: str  # its first character must not recur in it (text_without)
@@ -59,6 +66,10 @@ class XmlParameters:
 
 QWEN3_PARAMETERS = XmlParameters("<function=", ">\n", "<parameter=", ">\n", "\n</parameter>", "\n",
                                  "</function>")
+GLM45_PARAMETERS = XmlParameters("<tool_call>", "\n", "<arg_key>", "</arg_key>\n<arg_value>", "</arg_value>", "\n",
+                                 "</tool_call>")
+GLM47_PARAMETERS = XmlParameters("<tool_call>", "", "<arg_key>", "</arg_key><arg_value>", "</arg_value>", "",
+                                 "</tool_call>")
 
 
 def _value_text(value) -> str:
@@ -125,8 +136,8 @@ def _parameters_regex(function: FunctionDefinition, xml: XmlParameters) -> str:
     required = set(schema.get("required", []))
     out = ""
     for key, sub in (properties or {}).items():
-        if any(c in key for c in xml.parameter_name_end):
-            raise GuidedFormatError(f"{name}: the parameter name {key!r} holds {xml.parameter_name_end!r}, "
+        if xml.parameter_name_end[0] in key:
+            raise GuidedFormatError(f"{name}: the parameter name {key!r} holds {xml.parameter_name_end[0]!r}, "
                                     "which ends a name in this model's tool calls; rename it")
         where = f"#/properties/{key}"
         one = (escape_literal(xml.parameter_open + key + xml.parameter_name_end)

@@ -23,12 +23,18 @@ MEETING = {"when": "2026-11-28T10:00:00Z", "people": [{"email": "a@b.no", "optio
            "room": {"floor": 3}}
 
 
+def xml_strings(syntax) -> str:
+    """A text value holding an XML syntax's own strings, all but its value's end."""
+    xml = syntax.xml
+    return xml.value_end[1:] + xml.parameter_open + "b" + xml.parameter_name_end + xml.function_end + syntax.tag
+
+
 def rendered(syntax) -> list[str]:
     """Outputs with one call, two calls, calls with spacing of their own, text, and (where a tag
     opens calls) text then calls."""
     spaced = syntax.prefix + '{ "name" :"now",  "%s":{ "a" : [1, "}"] } }' % syntax.arguments_key + syntax.suffix
     if syntax.xml:  # no spacing of its own: a text value that holds the syntax's own strings instead
-        spaced = syntax.render([("now", {"a": "</parameter>\n<parameter=b>\n</function>"})])
+        spaced = syntax.render([("now", {"a": xml_strings(syntax)})])
     outputs = [syntax.render([("get_weather", WEATHER)]),
                syntax.render([("get_weather", WEATHER), ("book_meeting", MEETING), ("now", {})]),
                spaced, "Sunny, I think.", "{" if syntax.start != "{" else "<", ""]
@@ -93,7 +99,7 @@ def test_arguments_are_the_value_as_written(syntax):
     assert [json.loads(c.function.arguments) for c in calls] == [WEATHER, MEETING, {}]
     assert len({c.id for c in calls}) == 3
     [spaced] = parse_calls(rendered(syntax)[2], syntax, TOOL_DEFINITIONS)[1]
-    assert spaced.function.arguments == ('{"a": "</parameter>\\n<parameter=b>\\n</function>"}' if syntax.xml
+    assert spaced.function.arguments == (json.dumps({"a": xml_strings(syntax)}) if syntax.xml
                                          else '{ "a" : [1, "}"] }')
 
 

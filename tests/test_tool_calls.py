@@ -20,7 +20,8 @@ import deployments.builder as builder
 from app.guided.vocabulary import load_guided_vocabulary
 from deployments.protocol import ChatCompletionRequest
 from deployments.tool_call_stream import parse_calls
-from deployments.tool_calls import (GRANITE, HERMES, JAMBA, LLAMA3, MISTRAL, PLAIN, QWEN3_CODER, TOOL_CALL_PARSERS, ToolCallSyntax,
+from deployments.tool_calls import (GLM45, GLM47, GRANITE, HERMES, JAMBA, LLAMA3, MISTRAL, PLAIN, QWEN3_CODER,
+                                    TOOL_CALL_PARSERS, ToolCallSyntax,
                                     render_messages, requested_tool_format, syntax_for_template, tool_call_syntax)
 from deployments.guided_formats import FormatRequestError
 from tests.checkpoints import DEFAULT_TARGET
@@ -56,7 +57,7 @@ def request(**kwargs) -> ChatCompletionRequest:
 
 
 TOOL_DEFINITIONS = request().tools  # what a call written as XML parameters is read against
-SYNTAXES = [PLAIN, HERMES, QWEN3_CODER, MISTRAL, GRANITE, JAMBA, LLAMA3]
+SYNTAXES = [PLAIN, HERMES, QWEN3_CODER, GLM45, GLM47, MISTRAL, GRANITE, JAMBA, LLAMA3]
 TAGGED = [s for s in SYNTAXES if s.tag]
 
 
@@ -158,10 +159,23 @@ QWEN35_TEMPLATE = (
     "{{ v if v is string else v | tojson }}\n</parameter>\n{% endfor %}</function>\n</tool_call>"
     "{% endfor %}<|im_end|>\n{% endfor %}<|im_start|>assistant\n")
 
+# GLM-4.5's and GLM-4.7's (their tool parts, written here; transformers trims the newline after a tag).
+GLM45_TEMPLATE = (
+    "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% for c in m.tool_calls or [] %}\n"
+    "{{ '\\n<tool_call>' + c.function.name }}\n{% for k, v in c.function.arguments.items() %}\n"
+    "<arg_key>{{ k }}</arg_key>\n<arg_value>{{ v | tojson if v is not string else v }}</arg_value>\n"
+    "{% endfor %}\n</tool_call>{% endfor %}{% endfor %}<|assistant|>")
+GLM47_TEMPLATE = (
+    "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% for c in m.tool_calls or [] %}"
+    "{{- '<tool_call>' ~ c.function.name -}}{% for k, v in c.function.arguments.items() %}<arg_key>{{ k }}</arg_key>"
+    "<arg_value>{{ v | tojson(ensure_ascii=False) if v is not string else v }}</arg_value>{% endfor %}</tool_call>"
+    "{% endfor %}{% endfor %}<|assistant|>")
+
 
 def test_syntax_follows_the_template():
     assert syntax_for_template("{{ '<tool_call>' }}") is HERMES
     assert syntax_for_template(QWEN35_TEMPLATE) is QWEN3_CODER  # its calls open with <tool_call> too
+    assert syntax_for_template(GLM45_TEMPLATE) is GLM45 and syntax_for_template(GLM47_TEMPLATE) is GLM47
     assert syntax_for_template("[TOOL_CALLS]") is MISTRAL
     assert syntax_for_template("<|python_tag|>") is LLAMA3
     assert syntax_for_template("{{- '<|tool_call|>' + message.tool_calls | tojson }}") is GRANITE
@@ -169,6 +183,7 @@ def test_syntax_follows_the_template():
     assert syntax_for_template(None) is PLAIN
     assert {name: s.name for name, s in TOOL_CALL_PARSERS.items() if name != s.name} == {"hunyuan_a13b": "jamba",
                                                                                           "qwen3_xml": "qwen3_coder"}
+    assert {"glm45", "glm47", "qwen3_coder"} <= set(TOOL_CALL_PARSERS)
 
 
 def test_the_apps_tool_call_parser_wins_over_the_template(monkeypatch):

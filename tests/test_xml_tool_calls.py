@@ -13,9 +13,9 @@ from transformers import AutoTokenizer
 from deployments.guided_formats import FormatRequestError
 from deployments.protocol import ChatCompletionRequest
 from deployments.tool_call_stream import ToolStream, parse_calls
-from deployments.tool_calls import QWEN3_CODER, render_messages, requested_tool_format
+from deployments.tool_calls import GLM45, GLM47, QWEN3_CODER, render_messages, requested_tool_format
 from tests.checkpoints import DEFAULT_TARGET
-from tests.test_tool_calls import QWEN35_TEMPLATE, TOOL_DEFINITIONS, WEATHER, accepts, auto_index, conversation, vocab  # noqa: F401
+from tests.test_tool_calls import GLM45_TEMPLATE, GLM47_TEMPLATE, QWEN35_TEMPLATE, TOOL_DEFINITIONS, WEATHER, accepts, auto_index, conversation, vocab  # noqa: F401
 
 OSLO = {"city": "Oslo", "unit": "celsius"}
 
@@ -103,14 +103,27 @@ def test_a_function_without_listed_parameters_takes_any_as_text(vocab):
     assert accepts(index, vocab, QWEN3_CODER.render([("f", {})]))
 
 
-def test_a_qwen35_template_writes_fed_back_calls_as_the_grammar_does():
+@pytest.mark.parametrize("syntax, template", [(QWEN3_CODER, QWEN35_TEMPLATE), (GLM45, GLM45_TEMPLATE),
+                                              (GLM47, GLM47_TEMPLATE)], ids=["qwen3.5", "glm4.5", "glm4.7"])
+def test_a_template_writes_fed_back_calls_as_the_grammar_does(syntax, template):
     tok = AutoTokenizer.from_pretrained(DEFAULT_TARGET)
     req = conversation()
-    messages = render_messages(req.messages, req.tools, QWEN3_CODER, native=True)
-    text = tok.apply_chat_template(messages, tools=[WEATHER], chat_template=QWEN35_TEMPLATE, tokenize=False)
-    call = QWEN3_CODER.render([("get_weather", OSLO)])
-    assert call in text
-    assert parse_calls(call, QWEN3_CODER, req.tools)[1][0].function.arguments == json.dumps(OSLO)
+    messages = render_messages(req.messages, req.tools, syntax, native=True)
+    text = tok.apply_chat_template(messages, tools=[WEATHER], chat_template=template, tokenize=False)
+    call = syntax.render([("get_weather", OSLO)])
+    assert call in text, text
+    assert parse_calls(call, syntax, req.tools)[1][0].function.arguments == json.dumps(OSLO)
+
+
+@pytest.mark.parametrize("syntax", [GLM45, GLM47], ids=lambda s: s.name)
+def test_glm_writes_each_call_as_a_tool_call_element(syntax):
+    text = syntax.render([("get_weather", OSLO), ("now", {})])
+    newline = "\n" if syntax is GLM45 else ""
+    assert text == (f"<tool_call>get_weather{newline}<arg_key>city</arg_key>{newline}<arg_value>Oslo</arg_value>"
+                    f"{newline}<arg_key>unit</arg_key>{newline}<arg_value>celsius</arg_value>{newline}</tool_call>"
+                    f"{newline}<tool_call>now{newline}</tool_call>")
+    calls = parse_calls("Let me see." + text, syntax, TOOL_DEFINITIONS)
+    assert calls[0] == "Let me see." and [c.function.name for c in calls[1]] == ["get_weather", "now"]
 
 
 def test_a_template_without_tools_is_shown_the_xml_convention():

@@ -1,11 +1,11 @@
 """Text, then a tool call, served: under `tool_choice: "auto"`, a model whose calls open with a
 tag (Qwen's and Hermes' `<tool_call>`) may write a sentence first, and the reply has both, as vLLM's
-hermes and qwen3_coder parsers give them: `content` with the sentence, `tool_calls` with the call.
+hermes, qwen3_coder and glm47 parsers give them: `content` with the sentence, `tool_calls` with the call.
 
 The app serves a model that writes a known text (tests/checkpoints.py: write_successor_model):
 greedy, it writes "Checking." and then `<tool_call>`; the call grammar writes the rest, a call of
-the one tool. Its chat template teaches Hermes' JSON calls, or Qwen3-Coder's XML parameters
-(`<function=`), and the app reads calls as the template writes them."""
+the one tool. Its chat template teaches Hermes' JSON calls, Qwen3-Coder's XML parameters
+(`<function=`) or GLM-4.7's (`<arg_key>`), and the app reads calls as the template writes them."""
 
 from __future__ import annotations
 
@@ -24,6 +24,11 @@ SENTENCE = "Checking."
 CALL_FORMS = {  # how each convention's template teaches a call
     "hermes": '<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>',
     "qwen3_coder": "<tool_call>\n<function=NAME>\n<parameter=NAME>\nVALUE\n</parameter>\n</function>\n</tool_call>",
+    "glm47": "<tool_call>NAME<arg_key>NAME</arg_key><arg_value>VALUE</arg_value></tool_call>",
+}
+WRITTEN = {  # how each begins the call of `now`
+    "hermes": "<tool_call>\n{", "qwen3_coder": "<tool_call>\n<function=now>\n<parameter=zone>\n",
+    "glm47": "<tool_call>now<arg_key>zone</arg_key><arg_value>",
 }
 CHAT_TEMPLATE = ("{% if tools %}<|system|>\nTo call a function, write CALL_FORM. The functions: {{ tools | tojson }}"
                  "<|end|>\n{% endif %}"
@@ -68,8 +73,7 @@ def test_the_reply_has_the_text_and_then_the_call(serve_app, client, convention)
     reply = client.chat.completions.create(**request(serve_app.model), logprobs=True)
     [choice] = reply.choices
     written = "".join(t.token for t in choice.logprobs.content)  # the call as the model wrote it
-    assert written.startswith(SENTENCE + "<tool_call>\n")
-    assert ("<function=now>\n<parameter=zone>\n" in written) == (convention == "qwen3_coder"), written
+    assert written.startswith(SENTENCE + WRITTEN[convention]), written
     assert (choice.message.content, choice.finish_reason) == (SENTENCE, "tool_calls")
     [call] = choice.message.tool_calls
     assert (call.type, call.function.name) == ("function", "now") and valid_arguments(call.function.arguments)
