@@ -24,6 +24,9 @@ class XmlCall:
 
 
 class XmlCallReader:
+    """One choice's calls, from the first call's open on; a value's type is its parameter's in the
+    request's tools (text where they do not say, as vLLM reads it)."""
+
     def __init__(self, xml: XmlParameters, tools: list[ToolDefinition] | None):
         self.xml, self.text, self.at, self.state = xml, "", 0, "between"
         self.calls: list[XmlCall] = []
