@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from app.guided.compiler import escape_literal, regex_for_format
 from app.guided.errors import GuidedFormatError
 from app.guided.regex_check import check_regex
-from app.guided.string_formats import FORMATS
+from app.guided.string_formats import content_regex
 from deployments.text_regex import not_char, text_without
 from deployments.tool_protocol import FunctionDefinition, ToolDefinition
 
@@ -94,20 +94,10 @@ def _text_regex(schema: dict, xml: XmlParameters, where: str) -> str:
         return escape_literal(str(schema["const"]))
     if "enum" in schema:
         return "(?:" + "|".join(escape_literal(str(v)) for v in schema["enum"]) + ")"
-    fmt, pattern = schema.get("format"), schema.get("pattern")
+    content = content_regex(schema, where)
+    if content is not None:
+        return f"(?:{check_regex(content)})"
     lengths = "minLength" in schema or "maxLength" in schema
-    if (fmt is not None or pattern is not None) and lengths:
-        raise GuidedFormatError(f"{'pattern' if pattern is not None else 'format'} at {where} cannot "
-                                "be enforced together with minLength/maxLength; drop one of them")
-    if fmt is not None and pattern is not None:
-        raise GuidedFormatError(f"format and pattern at {where} cannot be enforced together; drop one of them")
-    if fmt is not None:
-        if fmt not in FORMATS:
-            raise GuidedFormatError(f"string format {fmt!r} at {where} is not supported; "
-                                    f"supported: {', '.join(FORMATS)}")
-        return f"(?:{FORMATS[fmt]})"
-    if pattern is not None:
-        return f"(?:{check_regex(str(pattern))})"
     if lengths:
         low, high = int(schema.get("minLength", 0)), schema.get("maxLength")
         return not_char(xml.value_end[0]) + f"{{{low},{'' if high is None else int(high)}}}"

@@ -96,10 +96,12 @@ def _is_string_schema(node: dict) -> bool:
     return kind == "string" or isinstance(kind, list) and "string" in kind
 
 
-def _rewrite(node: dict, path: str) -> None:
+def content_regex(node: dict, path: str) -> str | None:
+    """The regex over a string's content that its `format` or `pattern` asks for (None: neither);
+    GuidedFormatError for what cannot be enforced with it."""
     fmt, pattern = node.get("format"), node.get("pattern")
-    if fmt is None and pattern is None or not _is_string_schema(node):
-        return  # `format: int32` on an integer and the like: only strings take them
+    if fmt is None and pattern is None:
+        return None
     what = "pattern" if pattern is not None else f"format {fmt!r}"
     if "minLength" in node or "maxLength" in node:
         raise GuidedFormatError(f"{what} at {path} cannot be enforced together with minLength/"
@@ -111,11 +113,19 @@ def _rewrite(node: dict, path: str) -> None:
         if fmt not in FORMATS:
             raise GuidedFormatError(f"string format {fmt!r} at {path} is not supported; "
                                     f"supported: {', '.join(FORMATS)}")
-        pattern = FORMATS[fmt]
-        del node["format"]
-    elif not isinstance(pattern, str):
+        return FORMATS[fmt]
+    if not isinstance(pattern, str):
         raise GuidedFormatError(f"pattern at {path} must be a string")
-    node["pattern"] = json_text_regex(pattern)
+    return pattern
+
+
+def _rewrite(node: dict, path: str) -> None:
+    if not _is_string_schema(node):
+        return  # `format: int32` on an integer and the like: only strings take them
+    content = content_regex(node, path)
+    if content is not None:
+        node.pop("format", None)
+        node["pattern"] = json_text_regex(content)
 
 
 def json_safe_schema(schema: dict) -> dict:
