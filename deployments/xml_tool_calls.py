@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from app.guided.compiler import escape_literal, regex_for_format
+from app.guided.compiler import check_schema, escape_literal, regex_for_format
 from app.guided.errors import GuidedFormatError
 from app.guided.regex_check import check_regex
 from app.guided.string_formats import content_regex
@@ -114,6 +114,7 @@ def _value_regex(schema, root: dict, xml: XmlParameters, where: str) -> str:
 
 def _parameters_regex(function: FunctionDefinition, xml: XmlParameters) -> str:
     schema, name = function.schema_, function.name
+    check_schema(schema)  # what the JSON calls' compile refuses, refused here too
     if not isinstance(schema, dict) or schema.get("type", "object") != "object" or any(
             k in schema for k in ("anyOf", "oneOf", "allOf", "$ref")):
         raise GuidedFormatError(f"{name}: its parameters must be one object schema to be written as "

@@ -142,11 +142,12 @@ def test_parallel_calls_are_bounded_and_single_when_off():
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "patternProperties": {"^a": {}}}}}]}, "tools", "patternProperties"),
 ])
-def test_bad_tool_requests_name_the_field(kwargs, param, message):
+@pytest.mark.parametrize("syntax", [PLAIN, QWEN3_CODER], ids=lambda s: s.name)
+def test_bad_tool_requests_name_the_field(kwargs, param, message, syntax):
     req = ChatCompletionRequest(messages=[{"role": "user", "content": "hi"}],
                                 **{"tools": TOOLS, **kwargs})
     with pytest.raises(FormatRequestError, match=message) as info:
-        requested_tool_format(req, PLAIN)
+        requested_tool_format(req, syntax)
     assert info.value.param == param
 
 
