@@ -97,8 +97,7 @@ def _text_regex(schema: dict, xml: XmlParameters, where: str) -> str:
     content = content_regex(schema, where)
     if content is not None:
         return f"(?:{check_regex(content)})"
-    lengths = "minLength" in schema or "maxLength" in schema
-    if lengths:
+    if "minLength" in schema or "maxLength" in schema:
         low, high = int(schema.get("minLength", 0)), schema.get("maxLength")
         return not_char(xml.value_end[0]) + f"{{{low},{'' if high is None else int(high)}}}"
     return text_without(xml.value_end)
@@ -112,6 +111,12 @@ def _value_regex(schema, root: dict, xml: XmlParameters, where: str) -> str:
     return regex_for_format({"type": "json_schema", "json_schema": {"schema": schema}})
 
 
+def _parameter(name: str, value: str, xml: XmlParameters) -> str:
+    """One parameter element, from the regexes of its name and its value."""
+    return (escape_literal(xml.parameter_open) + name + escape_literal(xml.parameter_name_end) + value
+            + escape_literal(xml.value_end + xml.after_value))
+
+
 def _parameters_regex(function: FunctionDefinition, xml: XmlParameters) -> str:
     schema, name = function.schema_, function.name
     check_schema(schema)  # what the JSON calls' compile refuses, refused here too
@@ -121,9 +126,7 @@ def _parameters_regex(function: FunctionDefinition, xml: XmlParameters) -> str:
                                 "XML parameters")
     properties = schema.get("properties")
     if properties is None and schema.get("additionalProperties") is not False:
-        free = (escape_literal(xml.parameter_open) + FREE_PARAMETER_NAME + escape_literal(xml.parameter_name_end)
-                + text_without(xml.value_end) + escape_literal(xml.value_end + xml.after_value))
-        return f"(?:{free})*"
+        return f"(?:{_parameter(FREE_PARAMETER_NAME, text_without(xml.value_end), xml)})*"
     required = set(schema.get("required", []))
     out = ""
     for key, sub in (properties or {}).items():
@@ -131,8 +134,7 @@ def _parameters_regex(function: FunctionDefinition, xml: XmlParameters) -> str:
             raise GuidedFormatError(f"{name}: the parameter name {key!r} holds {xml.parameter_name_end[0]!r}, "
                                     "which ends a name in this model's tool calls; rename it")
         where = f"#/properties/{key}"
-        one = (escape_literal(xml.parameter_open + key + xml.parameter_name_end)
-               + _value_regex(sub, schema, xml, where) + escape_literal(xml.value_end + xml.after_value))
+        one = _parameter(escape_literal(key), _value_regex(sub, schema, xml, where), xml)
         out += one if key in required else f"(?:{one})?"
     return out
 
