@@ -76,6 +76,10 @@ class EngineConfig:
     # Guided decoding: insert the text a format forces (keys, punctuation) as drafts that are
     # always accepted, instead of decoding it token by token.
     enable_jump_forward: bool = True
+    # The tokenizer's special tokens, by their text, that formats may write (as their text): the
+    # tool-call markers a tokenizer holds as special tokens. The app derives them from the model's
+    # tool-call syntax (deployments/markup_tokens.py); they are not one of its arguments.
+    markup_tokens: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):

@@ -25,12 +25,13 @@ from deployments.response_store import DEFAULT_MAX_EVENT_BYTES
 from deployments.tool_calls import TOOL_CALL_PARSERS
 
 _NULLS = {"", "none", "null", "~"}
+DERIVED_FIELDS = ("markup_tokens",)  # set by the builder from the checkpoint, never by the config
 
 
 def _fields_of(config_class: type) -> dict[str, tuple[Any, Any]]:
     hints = get_type_hints(config_class)
     return {f.name: (hints[f.name], ... if f.default is dataclasses.MISSING else f.default)
-            for f in dataclasses.fields(config_class)}
+            for f in dataclasses.fields(config_class) if f.name not in DERIVED_FIELDS}
 
 
 class _GraphArgs(BaseModel):

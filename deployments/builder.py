@@ -21,6 +21,7 @@ from pathlib import Path
 import ray
 from ray.serve import Application
 from ray.serve.config import RequestRouterConfig
+from transformers import PreTrainedTokenizerFast
 
 from deployments.app_args import AppArgs
 from app.config import EngineConfig
@@ -30,11 +31,13 @@ from app.sampling_params import SamplingParams
 from deployments.constraint import ConstraintService
 from deployments.draft import DraftModel
 from deployments.ingress import Ingress
+from deployments.markup_tokens import markup_tokens
 from deployments.request_gate import api_keys_from_env
 from deployments.response_store import ResponseStore
 from deployments.metrics import MetricsHub
 from deployments.prefix_router import PrefixAwareRouter
 from deployments.target import TargetModel
+from deployments.tool_calls import ToolCallSyntax, tool_call_syntax
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -112,15 +115,16 @@ def build_app(args: dict) -> Application:
     place = placement(a.device, a.speculative_method == "draft")  # an unused draft takes no GPU
 
     hub = MetricsHub.bind()
-    target_config = engine_config(a, model, place.device, draft_model=None)
+    tool_syntax, markup = tool_call_conventions(model, a.tool_call_parser)
+    target_config = engine_config(a, model, place.device, draft_model=None, markup_tokens=markup)
     draft = None
     if with_draft:
         draft_resources = {**DraftModel.ray_actor_options, "num_gpus": place.draft_gpus}  # CPUs, priority
         draft_device = place.device if place.draft_gpus else "cpu"
         draft = DraftModel.options(ray_actor_options=draft_resources).bind(engine_config(
             a, resolve_checkpoint(a.draft_model), draft_device, speculative_method=None, draft_model=None))
-    constraint = ConstraintService.bind(model, hub, name, a.guided_compile_timeout_s,
-                                        a.guided_max_cached_indexes)  # compiles for the target's vocabulary
+    constraint = ConstraintService.bind(model, hub, name, a.guided_compile_timeout_s,  # for the target's vocabulary
+                                        a.guided_max_cached_indexes, markup_tokens=markup)
     target_resources = {**TargetModel.ray_actor_options, "num_gpus": place.target_gpus}  # CPUs, priority
     router = request_router_config(a)
     target = TargetModel.options(ray_actor_options=target_resources,
@@ -131,7 +135,16 @@ def build_app(args: dict) -> Application:
                         api_keys(a), a.max_request_body_bytes, request_defaults(a, model),
                         model_config.eos_token_ids, target_config.scheduling_policy == "priority",
                         a.reasoning_parser, ResponseStore.bind(a.max_stored_responses, a.max_stored_event_bytes),
-                        a.max_stored_responses, tool_call_parser=a.tool_call_parser)
+                        a.max_stored_responses, tool_syntax=tool_syntax, markup_tokens=markup)
+
+
+def tool_call_conventions(model: str, parser: str | None) -> tuple[ToolCallSyntax, tuple[str, ...]]:
+    """How the model writes tool calls (the app's `tool_call_parser`, else its chat template's),
+    and the special tokens of its tokenizer that spell their markers (deployments/markup_tokens.py)."""
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(model, local_files_only=True)
+    template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
+    syntax = tool_call_syntax(parser, template)
+    return syntax, markup_tokens(tokenizer, syntax)
 
 
 def request_defaults(args: AppArgs, model: str) -> GenerationDefaults:

@@ -13,7 +13,8 @@ index of the default model; benchmarks/guided.py), once per target replica and f
 A regex that cannot be compiled raises `GuidedFormatError` (a ValueError): the target raises
 it from `generate` before its first output and the ingress answers 400 with the message
 (`CompilerBusy`: 503); this replica keeps serving. The vocabulary is the checkpoint's that
-`build_app` gives both this service and the target, and so are the limits (the app arguments
+`build_app` gives both this service and the target, with the same markup tokens
+(deployments/markup_tokens.py), and so are the limits (the app arguments
 `guided_compile_timeout_s` and `guided_max_cached_indexes`).
 """
 
@@ -37,9 +38,9 @@ DEFAULT_MAX_CACHED_INDEXES = 64
 class ConstraintService:
     async def __init__(self, model_path: str, metrics_hub=None, model_name: str = "",
                        compile_timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S,
-                       max_cached_indexes: int = DEFAULT_MAX_CACHED_INDEXES):
+                       max_cached_indexes: int = DEFAULT_MAX_CACHED_INDEXES, markup_tokens: tuple[str, ...] = ()):
         # Async so that the metrics reporter starts on this replica's event loop.
-        self.vocab = load_guided_vocabulary(model_path)
+        self.vocab = load_guided_vocabulary(model_path, markup_tokens=markup_tokens)
         self.compile_timeout_s = compile_timeout_s
         self.cache = IndexCache(max_entries=max_cached_indexes)
         self.metrics = ConstraintMetrics(metrics_hub, model_name, self.cache)

@@ -33,14 +33,18 @@ class Tokenizer(Protocol):
 class IncrementalDetokenizer:
     def __init__(self, tokenizer: Tokenizer, prompt_token_ids: Sequence[int] = (),
                  stop: Sequence[str] = (), skip_special_tokens: bool = True, min_tokens: int = 0,
-                 include_stop: bool = False, stop_token_ids: Collection[int] = frozenset()):
+                 include_stop: bool = False, stop_token_ids: Collection[int] = frozenset(),
+                 skipped_special_ids: frozenset[int] | None = None):
         """`stop_token_ids`: the tokens that end the request (its own, and the model's EOS unless
         it ignores EOS). As in vLLM, the one that ends it is not written out, nor is a stop
-        string, unless `include_stop` (vLLM's `include_stop_str_in_output`)."""
+        string, unless `include_stop` (vLLM's `include_stop_str_in_output`). With
+        `skip_special_tokens`, `skipped_special_ids` are the special tokens left out (all but the
+        app's markup tokens, deployments/markup_tokens.py; None: all of them)."""
         self.tokenizer = tokenizer
         self.include_stop = include_stop
         self.unwritten_token_ids = frozenset() if include_stop else frozenset(stop_token_ids)
         self.skip_special_tokens = skip_special_tokens
+        self.skipped_special_ids = skipped_special_ids
         self.stop = [s for s in stop if s]
         self._max_stop = max((len(s) for s in self.stop), default=0)
         self.min_tokens = min_tokens
@@ -59,9 +63,13 @@ class IncrementalDetokenizer:
         """A new detokenizer like this one was at the start: for another text of the same
         request (one beam of a beam search)."""
         return IncrementalDetokenizer(self.tokenizer, self._context, self.stop, self.skip_special_tokens,
-                                      self.min_tokens, self.include_stop, self.unwritten_token_ids)
+                                      self.min_tokens, self.include_stop, self.unwritten_token_ids,
+                                      self.skipped_special_ids)
 
     def _decode(self, ids: Sequence[int]) -> str:
+        if self.skip_special_tokens and self.skipped_special_ids is not None:
+            skipped = self.skipped_special_ids
+            return self.tokenizer.decode([i for i in ids if i not in skipped], skip_special_tokens=False)
         return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
 
     def _decode_new(self) -> str:

@@ -50,7 +50,8 @@ from deployments.request_gate import DEFAULT_MAX_BODY_BYTES, GateSettings
 from deployments.metrics import IngressMetrics
 from deployments.prefix_router import RoutingCollector
 from deployments.reasoning import reasoning_tags
-from deployments.tool_calls import requested_tool_format, template_knows_tools, tool_call_syntax
+from deployments.markup_tokens import skipped_special_ids
+from deployments.tool_calls import PLAIN, ToolCallSyntax, requested_tool_format, template_knows_tools
 from deployments.tokenize_protocol import (DetokenizeRequest, DetokenizeResponse, TokenizeChatRequest,
                                            TokenizeCompletionRequest, TokenizeResponse)
 from deployments.openai_errors import OpenAIError, error_message
@@ -84,7 +85,8 @@ class Ingress(ChatRoutes, ResponsesRoutes):
                  max_request_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  defaults: GenerationDefaults = GenerationDefaults(), eos_token_ids: tuple[int, ...] = (),
                  priority_scheduling: bool = False, reasoning_parser: str | None = None,
-                 response_store=None, max_stored_responses: int = 0, tool_call_parser: str | None = None):
+                 response_store=None, max_stored_responses: int = 0, tool_syntax: ToolCallSyntax = PLAIN,
+                 markup_tokens: tuple[str, ...] = ()):
         self.target = target
         # deployments/response_store.py; None when the app keeps no responses
         self.response_store = response_store if max_stored_responses else None
@@ -97,7 +99,8 @@ class Ingress(ChatRoutes, ResponsesRoutes):
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         template = getattr(self.tokenizer, "chat_template", None)
         template = template if isinstance(template, str) else None
-        self.tool_syntax = tool_call_syntax(tool_call_parser, template)
+        self.tool_syntax = tool_syntax  # the builder's: the app's tool_call_parser, else the template's
+        self.skipped_special_ids = skipped_special_ids(self.tokenizer, markup_tokens)  # all but the markup's
         self.native_tools = template_knows_tools(template)
         self.metrics = IngressMetrics(metrics_hub, served_model_name)
         self.metrics.registry.register(RoutingCollector(served_model_name, self.metrics.replica))
@@ -176,7 +179,7 @@ class Ingress(ChatRoutes, ResponsesRoutes):
                                             {**dataclasses.asdict(r.params), **guided})
             detok = IncrementalDetokenizer(self.tokenizer, r.prompt_ids, req.stop_strings, req.skip_special_tokens,
                                            req.min_tokens, req.include_stop_str_in_output,
-                                           stop_token_ids(r.params, self.eos_token_ids))
+                                           stop_token_ids(r.params, self.eos_token_ids), self.skipped_special_ids)
             choices.append(Choice(r.index, r.prompt_index, r.prompt_ids, stream, detok,
                                   self.metrics.start_request(len(r.prompt_ids))))
         try:

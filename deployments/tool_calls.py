@@ -24,6 +24,7 @@ compiler (string formats included), so every call's arguments parse and validate
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 
@@ -56,6 +57,12 @@ class ToolCallSyntax:
     def start(self) -> str:
         """What every output that holds calls begins with (the call's own start when no prefix)."""
         return self.prefix or (self.xml.function_open if self.xml else "{")
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        """The text this convention writes around calls and their parts (deployments/markup_tokens.py)."""
+        xml = dataclasses.astuple(self.xml) if self.xml else ()
+        return tuple(m for m in (self.prefix, self.separator, self.suffix, self.tag, *xml) if m)
 
     def render(self, calls: list[tuple[str, dict | str]]) -> str:
         """Calls as this convention writes them (assistant turns fed back to the template)."""

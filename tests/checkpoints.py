@@ -47,6 +47,17 @@ def write_random_llama3(path: Path, vocab_size: int = 512, seed: int = 0) -> Pat
     return path
 
 
+def write_tokenizer_with_special_tokens(path: Path, tokenizer_dir: Path, special_tokens: list[str]) -> Path:
+    """The tokenizer of `tokenizer_dir` with `special_tokens` added (ids after its own), as
+    tokenizers that hold a model's tool-call markers as special tokens do (Mistral's, Kimi's)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    tokenizer.add_special_tokens({"additional_special_tokens": special_tokens}, replace_extra_special_tokens=False)
+    tokenizer.save_pretrained(path)
+    return path
+
+
 def write_successor_model(path: Path, tokenizer_dir: Path, successors: dict[int, int],
                           chat_template: str | None = None) -> Path:
     """A Llama model whose greedy next token depends on the current token alone: after `a` it

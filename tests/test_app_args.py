@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from app.config import EngineConfig
 from app.engine.front_config import FrontConfig
-from deployments.app_args import AppArgs
+from deployments.app_args import DERIVED_FIELDS, AppArgs
 from deployments.builder import engine_config, resolve_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,13 +34,19 @@ def yaml_args() -> dict:
     return yaml.safe_load((ROOT / "serve_config.yaml").read_text())["applications"][0]["args"]
 
 
+def settings(config_class: type) -> list[dataclasses.Field]:
+    """A config's fields that an app's arguments set (not those the builder derives from the checkpoint)."""
+    return [f for f in dataclasses.fields(config_class) if f.name not in DERIVED_FIELDS]
+
+
 def test_every_engine_and_front_setting_is_an_argument_with_its_default():
     for config in (EngineConfig, FrontConfig):
-        for f in dataclasses.fields(config):
+        for f in settings(config):
             assert f.name in AppArgs.model_fields, f.name
             if f.default is not dataclasses.MISSING:
                 assert AppArgs.model_fields[f.name].default == f.default, f.name
-    assert set(NON_DEFAULT) | {"model"} == {f.name for c in (EngineConfig, FrontConfig) for f in dataclasses.fields(c)}
+    assert set(NON_DEFAULT) | {"model"} == {f.name for c in (EngineConfig, FrontConfig) for f in settings(c)}
+    assert not set(DERIVED_FIELDS) & set(AppArgs.model_fields)  # what the checkpoint decides is not an argument
 
 
 def test_serve_config_arguments_reach_the_engine_and_the_front():
@@ -53,7 +59,7 @@ def test_serve_config_arguments_reach_the_engine_and_the_front():
             assert getattr(config, name) == value, name
     overridden = AppArgs.model_validate({**given, **NON_DEFAULT})
     config = engine_config(overridden, model, "cpu")
-    for f in dataclasses.fields(EngineConfig):
+    for f in settings(EngineConfig):
         if f.name != "model":
             assert getattr(config, f.name) == NON_DEFAULT[f.name], f.name
     assert overridden.front_config() == FrontConfig(max_num_waiting_requests=3, stream_interval_ms=25.0)

@@ -190,8 +190,9 @@ def test_syntax_follows_the_template():
 def test_the_apps_tool_call_parser_wins_over_the_template(monkeypatch):
     monkeypatch.setattr(builder, "cluster_gpus", lambda: 0.0)
     ingress = builder.build_app({"model": "checkpoints/tiny-target", "tool_call_parser": "granite"})._bound_deployment
-    parser = ingress.init_kwargs["tool_call_parser"]
-    assert tool_call_syntax(parser, "{{ '<tool_call>' }}") is GRANITE
+    assert ingress.init_kwargs["tool_syntax"] is GRANITE
+    assert builder.build_app({"model": "checkpoints/tiny-target"})._bound_deployment.init_kwargs["tool_syntax"] is PLAIN
+    assert tool_call_syntax("granite", "{{ '<tool_call>' }}") is GRANITE
     assert tool_call_syntax(None, "{{ '<tool_call>' }}") is HERMES
 
 

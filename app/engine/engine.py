@@ -249,7 +249,7 @@ class LLMEngine:
         """The vocabulary output formats are compiled over, built from `tokenizer` on first use
         (the core loop's first output format), so the process loads the tokenizer once."""
         if self._guided_vocabulary is None:
-            self._guided_vocabulary = build_guided_vocabulary(self.tokenizer)
+            self._guided_vocabulary = build_guided_vocabulary(self.tokenizer, markup_tokens=self.config.markup_tokens)
         return self._guided_vocabulary
 
     def _append(self, req: Request, token_ids: list[int]) -> int:

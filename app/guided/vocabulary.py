@@ -11,8 +11,10 @@ the bytes the detokenizer will emit, or guided text will not match its format.
   `<0xXX>` -> that single byte (when the model has byte fallback).
 - otherwise: the token's UTF-8.
 
-Special tokens (all_special_ids and added tokens marked special) and EOS stay out of the map;
-EOS is given to the `Vocabulary` separately and the caller must never `advance` a guide on it
+Special tokens (all_special_ids and added tokens marked special) and EOS stay out of the map,
+but for the app's markup tokens (deployments/markup_tokens.py: special tokens that spell its
+tool-call markers), read as any added token is, since the detokenizer writes them out. EOS is
+given to the `Vocabulary` separately and the caller must never `advance` a guide on it
 (outlines-core #227: it raises). Ids that share one byte string are kept together in one list.
 """
 
@@ -23,7 +25,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 import torch
 from outlines_core import Guide, Vocabulary
@@ -119,16 +121,23 @@ def _vocab_hash(mapping: dict[bytes, list[int]], eos: int, mode: str) -> str:
     return h.hexdigest()
 
 
-def build_guided_vocabulary(tokenizer: Any, eos_token_id: int | None = None) -> GuidedVocabulary:
-    """Build from a loaded HF fast tokenizer (anything with `backend_tokenizer`)."""
+def special_token_ids(tokenizer: Any) -> frozenset[int]:
+    """What `skip_special_tokens` leaves out: the named special tokens, and the added ones marked so."""
+    return frozenset(tokenizer.all_special_ids) | {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+
+
+def build_guided_vocabulary(tokenizer: Any, eos_token_id: int | None = None,
+                            markup_tokens: Collection[str] = ()) -> GuidedVocabulary:
+    """Build from a loaded HF fast tokenizer (anything with `backend_tokenizer`); `markup_tokens`:
+    the special tokens, by their text, that formats may write as that text."""
     backend = tokenizer.backend_tokenizer
     eos = tokenizer.eos_token_id if eos_token_id is None else eos_token_id
     if eos is None:
         raise ValueError("tokenizer has no eos_token_id; pass eos_token_id explicitly")
     mode = detect_mode(backend)
     byte_fallback = bool(getattr(backend.model, "byte_fallback", True))
-    special = set(tokenizer.all_special_ids) | {eos}
-    special |= {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+    markup = {i for i, t in tokenizer.added_tokens_decoder.items() if t.content in markup_tokens}
+    special = (special_token_ids(tokenizer) - markup) | {eos}
     vocab = backend.get_vocab(with_added_tokens=True)
     size = max(len(tokenizer), max(vocab.values(), default=-1) + 1)
     token_bytes: list[bytes | None] = [None] * size
@@ -147,13 +156,14 @@ def build_guided_vocabulary(tokenizer: Any, eos_token_id: int | None = None) -> 
                             token_bytes, mode)
 
 
-def load_guided_vocabulary(path: str | Path, eos_token_id: int | None = None) -> GuidedVocabulary:
+def load_guided_vocabulary(path: str | Path, eos_token_id: int | None = None,
+                           markup_tokens: Collection[str] = ()) -> GuidedVocabulary:
     """Load tokenizer.json from a local directory (never the hub) and build its vocabulary.
     PreTrainedTokenizerFast, not AutoTokenizer: same backend, and ~10 s less of first-call
     imports. A caller holding the tokenizer it detokenizes with should pass that instead."""
     from transformers import PreTrainedTokenizerFast
     tok = PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True)
-    return build_guided_vocabulary(tok, eos_token_id)
+    return build_guided_vocabulary(tok, eos_token_id, markup_tokens)
 
 
 # --- bitmasks -----------------------------------------------------------------------------------

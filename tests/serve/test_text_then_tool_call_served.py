@@ -5,7 +5,10 @@ hermes, qwen3_coder and glm47 parsers give them: `content` with the sentence, `t
 The app serves a model that writes a known text (tests/checkpoints.py: write_successor_model):
 greedy, it writes "Checking." and then `<tool_call>`; the call grammar writes the rest, a call of
 the one tool. Its chat template teaches Hermes' JSON calls, Qwen3-Coder's XML parameters
-(`<function=`) or GLM-4.7's (`<arg_key>`), and the app reads calls as the template writes them."""
+(`<function=`) or GLM-4.7's (`<arg_key>`), and the app reads calls as the template writes them.
+In `hermes_special`, the tokenizer holds `<tool_call>` and `</tool_call>` as special tokens
+(as Hermes-2-Pro's and Mistral's hold their markers): the grammar lets the model write its own
+marker token, and the reply reads it (deployments/markup_tokens.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +17,10 @@ import json
 import jsonschema
 import pytest
 
-from tests.checkpoints import DEFAULT_TARGET, write_successor_model
-from tests.serve.api_helpers import streamed_chat, streamed_response, token_ids
+from transformers import AutoTokenizer
+
+from tests.checkpoints import DEFAULT_TARGET, write_successor_model, write_tokenizer_with_special_tokens
+from tests.serve.api_helpers import streamed_chat, streamed_response
 
 pytestmark = pytest.mark.slow
 
@@ -23,11 +28,13 @@ SERVE_APP_ARGS = {"draft_model": None, "speculative_method": None}
 SENTENCE = "Checking."
 CALL_FORMS = {  # how each convention's template teaches a call
     "hermes": '<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>',
+    "hermes_special": '<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>',
     "qwen3_coder": "<tool_call>\n<function=NAME>\n<parameter=NAME>\nVALUE\n</parameter>\n</function>\n</tool_call>",
     "glm47": "<tool_call>NAME<arg_key>NAME</arg_key><arg_value>VALUE</arg_value></tool_call>",
 }
 WRITTEN = {  # how each begins the call of `now`
-    "hermes": "<tool_call>\n{", "qwen3_coder": "<tool_call>\n<function=now>\n<parameter=zone>\n",
+    "hermes": "<tool_call>\n{", "hermes_special": "<tool_call>\n{",
+    "qwen3_coder": "<tool_call>\n<function=now>\n<parameter=zone>\n",
     "glm47": "<tool_call>now<arg_key>zone</arg_key><arg_value>",
 }
 CHAT_TEMPLATE = ("{% if tools %}<|system|>\nTo call a function, write CALL_FORM. The functions: {{ tools | tojson }}"
@@ -49,11 +56,18 @@ def convention(request) -> str:
 def checkpoints(convention, tmp_path_factory):
     """This module's app serves the model that writes SENTENCE, then `<tool_call>`, with a template
     that teaches calls in each convention (an app for each)."""
-    written = token_ids("<|assistant|>\n")[-1:] + token_ids(SENTENCE + "<tool_call>")
+    tokenizer_dir = DEFAULT_TARGET
+    if convention == "hermes_special":
+        tokenizer_dir = write_tokenizer_with_special_tokens(tmp_path_factory.mktemp("tokenizer"), DEFAULT_TARGET,
+                                                            ["<tool_call>", "</tool_call>"])
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    written = tokenizer.encode("<|assistant|>\n")[-1:] + tokenizer.encode(SENTENCE + "<tool_call>")
+    if convention == "hermes_special":
+        assert written[-1] in tokenizer.all_special_ids  # the marker is one special token
     successors = dict(zip(written, written[1:]))
     assert len(successors) == len(written) - 1  # no token is written twice
     template = CHAT_TEMPLATE.replace("CALL_FORM", CALL_FORMS[convention])
-    path = write_successor_model(tmp_path_factory.mktemp(convention), DEFAULT_TARGET, successors, template)
+    path = write_successor_model(tmp_path_factory.mktemp(convention), tokenizer_dir, successors, template)
     return path, path
 
 
