@@ -45,6 +45,8 @@ class IncrementalDetokenizer:
         self.unwritten_token_ids = frozenset() if include_stop else frozenset(stop_token_ids)
         self.skip_special_tokens = skip_special_tokens
         self.skipped_special_ids = skipped_special_ids
+        if skip_special_tokens and skipped_special_ids is not None:
+            self._decode = self._decode_keeping_markup
         self.stop = [s for s in stop if s]
         self._max_stop = max((len(s) for s in self.stop), default=0)
         self.min_tokens = min_tokens
@@ -67,10 +69,11 @@ class IncrementalDetokenizer:
                                       self.skipped_special_ids)
 
     def _decode(self, ids: Sequence[int]) -> str:
-        if self.skip_special_tokens and self.skipped_special_ids is not None:
-            skipped = self.skipped_special_ids
-            return self.tokenizer.decode([i for i in ids if i not in skipped], skip_special_tokens=False)
         return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
+
+    def _decode_keeping_markup(self, ids: Sequence[int]) -> str:
+        skipped = self.skipped_special_ids
+        return self.tokenizer.decode([i for i in ids if i not in skipped], skip_special_tokens=False)
 
     def _decode_new(self) -> str:
         """Text the tokens since the last read add, or "" while it ends in half a character."""

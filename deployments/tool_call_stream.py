@@ -3,7 +3,8 @@ closes and its arguments as they grow (as OpenAI's and vLLM's streams do), and a
 parses to exactly what its stream sent, because it is read by the same stream.
 
 Calls are JSON objects written under the call grammar (deployments/tool_calls.py), or XML
-parameters, read by deployments/xml_tool_call_reader.py; text between them at the top level is
+parameters, read by deployments/xml_tool_call_reader.py, or JSON arguments after a name
+between markers, read by deployments/named_tool_call_reader.py; text between them at the top level is
 the syntax's prefix, separators and suffix. Where the syntax opens calls
 with a tag (`<tool_call>`), text may come first: the answer's content, up to the tag. A call's
 arguments are its arguments value as the model wrote it, spacing included. An output cut while
@@ -17,8 +18,10 @@ import json
 from dataclasses import dataclass, field
 
 from deployments.reasoning import partial_suffix
+from deployments.named_tool_call_reader import NamedCallReader
 from deployments.tool_calls import ToolCallSyntax
 from deployments.tool_protocol import FunctionCall, ToolCall, ToolDefinition
+from deployments.written_call import WrittenCall, written_arguments
 from deployments.xml_tool_call_reader import XmlCallReader
 
 
@@ -28,15 +31,6 @@ class CallPiece:
     index: int
     arguments: str
     opens: bool = False
-
-
-@dataclass
-class _Call:
-    name: str | None = None
-    arguments_start: int | None = None
-    arguments_end: int | None = None  # set once the value is followed by `,` or `}`
-    sent: int = 0  # characters of the arguments already given out
-    call: ToolCall | None = None  # made when the name is known
 
 
 @dataclass
@@ -50,7 +44,7 @@ class _Scanner:
     escaped: bool = False
     expecting_key: bool = False
     key: str | None = None
-    calls: list[_Call] = field(default_factory=list)
+    calls: list[WrittenCall] = field(default_factory=list)
 
     def read(self, more: str) -> None:
         start = len(self.text)
@@ -70,7 +64,7 @@ class _Scanner:
         if self.depth == 0:  # between calls: syntax, until the next call opens
             if c == "{":
                 self.depth, self.expecting_key, self.key = 1, True, None
-                self.calls.append(_Call())
+                self.calls.append(WrittenCall())
             return
         call = self.calls[-1]
         at_value = self.depth == 1 and not self.expecting_key and self.key == self.arguments_key
@@ -99,17 +93,12 @@ class _Scanner:
                 self.calls[-1].name = value
         self.string_start = None
 
-    def _value_ended(self, call: _Call, i: int) -> None:
+    def _value_ended(self, call: WrittenCall, i: int) -> None:
         if self.key == self.arguments_key and call.arguments_start is not None and call.arguments_end is None:
             call.arguments_end = call.arguments_start + len(self.text[call.arguments_start:i].rstrip())
 
-    def arguments(self, call: _Call, after: int = 0) -> str:
-        """The arguments written so far from character `after` on, less any trailing blank
-        (which may still be spacing)."""
-        if call.arguments_start is None:
-            return ""
-        end = call.arguments_end if call.arguments_end is not None else len(self.text)
-        return self.text[call.arguments_start + after:end].rstrip()
+    def arguments(self, call: WrittenCall, after: int = 0) -> str:
+        return written_arguments(self.text, call, after)
 
 
 class ToolStream:
@@ -120,7 +109,8 @@ class ToolStream:
     def __init__(self, syntax: ToolCallSyntax, tools: list[ToolDefinition] | None = None):
         """`tools`: the request's, which say how a call written as XML parameters types its values."""
         self.syntax, self.held, self.in_calls, self.text_only = syntax, "", False, False
-        self.scanner = XmlCallReader(syntax.xml, tools) if syntax.xml else _Scanner(syntax.arguments_key)
+        self.scanner = (XmlCallReader(syntax.xml, tools) if syntax.xml
+                        else NamedCallReader(syntax.named) if syntax.named else _Scanner(syntax.arguments_key))
 
     def feed(self, text: str) -> tuple[str, list[CallPiece]]:
         """(text to stream as content now, the calls' new pieces)."""
@@ -163,7 +153,8 @@ class ToolStream:
                 continue
             opens = call.call is None
             if opens:
-                call.call = ToolCall(function=FunctionCall(name=call.name, arguments=""))
+                made = FunctionCall(name=call.name, arguments="")
+                call.call = ToolCall(id=call.id, function=made) if call.id else ToolCall(function=made)
             more = self.scanner.arguments(call, after=call.sent)  # what was sent ends in no blank
             if opens or more:
                 pieces.append(CallPiece(index, more, opens))

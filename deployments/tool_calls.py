@@ -5,8 +5,9 @@ A model writes a call as JSON in the convention its chat template teaches (docs/
 Qwen2/Hermes `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, Qwen3-Coder and
 Qwen3.5 the same tags around XML parameters (deployments/xml_tool_calls.py), GLM-4.5+ XML
 parameters in `<tool_call>` elements, Mistral
-`[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`, Granite 3 `<|tool_call|>[{...}, ...]`,
-Jamba and Hunyuan `<tool_calls>[{...}, ...]</tool_calls>`, Llama 3.1+ `{"name": ...,
+`[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`, DeepSeek V3 and V3.1 and Kimi K2 the name
+outside the JSON arguments, between marker tokens (deployments/named_tool_calls.py), Granite 3
+`<|tool_call|>[{...}, ...]`, Jamba and Hunyuan `<tool_calls>[{...}, ...]</tool_calls>`, Llama 3.1+ `{"name": ...,
 "parameters": {...}}` (several joined by `; `), and for templates with no tool convention (the
 default model) `{"name": ..., "arguments": {...}}`, one per line. The app's `tool_call_parser`
 (vLLM's names) chooses one instead of the template's.
@@ -29,6 +30,8 @@ import json
 from dataclasses import dataclass
 
 from app.guided.compiler import escape_literal, regex_for_format
+from deployments.named_tool_calls import (DEEPSEEK_V3_CALL, DEEPSEEK_V31_CALL, KIMI_K2_CALL, NamedJsonCall,
+                                          named_call_regex)
 from deployments.text_regex import not_char, text_without
 from deployments.tool_protocol import NamedToolChoice, ToolDefinition
 from deployments.xml_tool_calls import (GLM45_PARAMETERS, GLM47_PARAMETERS, QWEN3_PARAMETERS, XmlParameters,
@@ -46,6 +49,7 @@ class ToolCallSyntax:
     arguments_key: str  # "arguments", or Llama 3's "parameters"
     tag: str = ""  # what opens the calls after text ("": calls can only be the whole answer)
     xml: XmlParameters | None = None  # a call's arguments as XML elements, not a JSON object
+    named: NamedJsonCall | None = None  # a call's name outside its JSON arguments, not a key of one
 
     def __post_init__(self):
         if self.tag[:1] and self.tag[0] in self.tag[1:]:
@@ -56,20 +60,26 @@ class ToolCallSyntax:
     @property
     def start(self) -> str:
         """What every output that holds calls begins with (the call's own start when no prefix)."""
-        return self.prefix or (self.xml.function_open if self.xml else "{")
+        return self.prefix or (self.xml.function_open if self.xml else self.named.call_open if self.named else "{")
 
     @property
     def markers(self) -> tuple[str, ...]:
         """The text this convention writes around calls and their parts (deployments/markup_tokens.py)."""
-        xml = dataclasses.astuple(self.xml) if self.xml else ()
-        return tuple(m for m in (self.prefix, self.separator, self.suffix, self.tag, *xml) if m)
+        parts = dataclasses.astuple(self.xml or self.named) if self.xml or self.named else ()
+        strings = (self.prefix, self.separator, self.suffix, self.tag, *parts)
+        return tuple(m for m in strings if m and isinstance(m, str))
 
     def render(self, calls: list[tuple[str, dict | str]]) -> str:
         """Calls as this convention writes them (assistant turns fed back to the template)."""
-        return self.prefix + self.separator.join(
-            self.xml.render(n, a) if self.xml else json.dumps({"name": n, self.arguments_key: a}, ensure_ascii=False)
-            for n, a in calls
-        ) + self.suffix
+        written = [self._render_call(name, arguments, number) for number, (name, arguments) in enumerate(calls)]
+        return self.prefix + self.separator.join(written) + self.suffix
+
+    def _render_call(self, name: str, arguments: dict | str, number: int) -> str:
+        if self.xml:
+            return self.xml.render(name, arguments)
+        if self.named:
+            return self.named.render(name, arguments, number)
+        return json.dumps({"name": name, self.arguments_key: arguments}, ensure_ascii=False)
 
 
 HERMES = ToolCallSyntax("hermes", "<tool_call>\n", "\n</tool_call>\n<tool_call>\n",
@@ -84,15 +94,24 @@ GRANITE = ToolCallSyntax("granite", "<|tool_call|>[", ", ", "]", "arguments", ta
 JAMBA = ToolCallSyntax("jamba", "<tool_calls>[", ", ", "]</tool_calls>", "arguments", tag="<tool_calls>")
 LLAMA3 = ToolCallSyntax("llama3_json", "", "; ", "", "parameters")
 PLAIN = ToolCallSyntax("json", "", "\n", "", "arguments")
+DEEPSEEK_V31 = ToolCallSyntax("deepseek_v31", "<｜tool▁calls▁begin｜>", "", "<｜tool▁calls▁end｜>", "arguments",
+                              tag="<｜tool▁calls▁begin｜>", named=DEEPSEEK_V31_CALL)
+DEEPSEEK_V3 = dataclasses.replace(DEEPSEEK_V31, name="deepseek_v3", separator="\n", named=DEEPSEEK_V3_CALL)
+KIMI_K2 = ToolCallSyntax("kimi_k2", "<|tool_calls_section_begin|>", "", "<|tool_calls_section_end|>",
+                         "arguments", tag="<|tool_calls_section_begin|>", named=KIMI_K2_CALL)
 # The app's `tool_call_parser`, by vLLM's parser names (Hunyuan A13B writes Jamba's tags).
 # vLLM's qwen3_xml reads what its qwen3_coder reads.
 TOOL_CALL_PARSERS = {s.name: s for s in (HERMES, QWEN3_CODER, GLM45, GLM47, MISTRAL, GRANITE, JAMBA, LLAMA3,
-                                          PLAIN)} | {
+                                          DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2, PLAIN)} | {
     "hunyuan_a13b": JAMBA, "qwen3_xml": QWEN3_CODER}
 
 
 def syntax_for_template(template: str | None) -> ToolCallSyntax:
     text = template or ""
+    if "<｜tool▁sep｜>" in text:  # DeepSeek V3 fences the arguments, V3.1 does not
+        return DEEPSEEK_V3 if "```json" in text else DEEPSEEK_V31
+    if "<|tool_calls_section_begin|>" in text:
+        return KIMI_K2
     if "<function=" in text:  # Qwen3-Coder's and Qwen3.5's, whose calls also open with <tool_call>
         return QWEN3_CODER
     if "<arg_key>" in text:  # GLM's, whose calls are <tool_call> elements too
@@ -143,7 +162,8 @@ def tool_format(tools: list[ToolDefinition], choice, parallel: bool,
         tools, most = [t for t in tools if t.function.name == choice.function.name], 1
     else:
         most = MAX_PARALLEL_CALLS if parallel else 1
-    call = xml_call_regex(tools, syntax.xml) if syntax.xml else call_regex(tools, syntax)
+    call = (xml_call_regex(tools, syntax.xml) if syntax.xml else named_call_regex(tools, syntax.named) if syntax.named
+            else call_regex(tools, syntax))
     calls = (escape_literal(syntax.prefix) + f"(?:{call})"
              + (f"(?:{escape_literal(syntax.separator)}(?:{call})){{0,{most - 1}}}" if most > 1 else "")
              + escape_literal(syntax.suffix))

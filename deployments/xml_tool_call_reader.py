@@ -21,6 +21,7 @@ class XmlCall:
     json_arguments: str = ""  # OpenAI's arguments, as far as read
     sent: int = 0  # characters of them already given out
     call: ToolCall | None = None  # made when the name is known
+    id: str | None = None  # the model's own id for the call (none writes one in XML); else the stream makes one
 
 
 class XmlCallReader:

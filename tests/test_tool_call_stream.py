@@ -13,7 +13,7 @@ import pytest
 from app.guided.compiler import compile_regex, regex_for_format
 from app.guided.vocabulary import load_guided_vocabulary
 from deployments.tool_call_stream import CallPiece, ToolStream, parse_calls
-from deployments.tool_calls import HERMES, PLAIN, requested_tool_format
+from deployments.tool_calls import DEEPSEEK_V31, HERMES, KIMI_K2, PLAIN, requested_tool_format
 from tests.checkpoints import DEFAULT_TARGET
 from tests.guided.test_string_formats import distances_to_final, walk
 from tests.test_tool_calls import SYNTAXES, TAGGED, TOOL_DEFINITIONS, TOOLS, request
@@ -35,6 +35,8 @@ def rendered(syntax) -> list[str]:
     spaced = syntax.prefix + '{ "name" :"now",  "%s":{ "a" : [1, "}"] } }' % syntax.arguments_key + syntax.suffix
     if syntax.xml:  # no spacing of its own: a text value that holds the syntax's own strings instead
         spaced = syntax.render([("now", {"a": xml_strings(syntax)})])
+    if syntax.named:  # the name is outside the arguments: the spacing is theirs
+        spaced = syntax.render([("now", ' { "a" : [1, "}"] } ')])
     outputs = [syntax.render([("get_weather", WEATHER)]),
                syntax.render([("get_weather", WEATHER), ("book_meeting", MEETING), ("now", {})]),
                spaced, "Sunny, I think.", "{" if syntax.start != "{" else "<", ""]
@@ -146,3 +148,13 @@ def test_sampled_calls_stream_as_they_parse(vocab, syntax):
         content, calls, _ = streamed(text, cuts, syntax)
         assert content == "" and [(c.function.name, c.function.arguments) for c in whole] == \
             [(c["name"], c["arguments"]) for c in calls]
+
+
+def test_a_kimi_call_is_named_by_its_id():
+    """Kimi K2 writes `functions.NAME:N`, which is the call's id as its template writes it back."""
+    text = KIMI_K2.render([("get_weather", WEATHER), ("now", {})])
+    assert "<|tool_call_begin|>functions.now:1<|tool_call_argument_begin|>{}<|tool_call_end|>" in text
+    calls = parse_calls(text, KIMI_K2, TOOL_DEFINITIONS)[1]
+    assert [(c.id, c.function.name) for c in calls] == [("functions.get_weather:0", "get_weather"),
+                                                        ("functions.now:1", "now")]
+    assert parse_calls(DEEPSEEK_V31.render([("now", {})]), DEEPSEEK_V31)[1][0].id.startswith("call")

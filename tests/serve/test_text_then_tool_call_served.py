@@ -8,11 +8,13 @@ the one tool. Its chat template teaches Hermes' JSON calls, Qwen3-Coder's XML pa
 (`<function=`) or GLM-4.7's (`<arg_key>`), and the app reads calls as the template writes them.
 In `hermes_special`, the tokenizer holds `<tool_call>` and `</tool_call>` as special tokens
 (as Hermes-2-Pro's and Mistral's hold their markers): the grammar lets the model write its own
-marker token, and the reply reads it (deployments/markup_tokens.py)."""
+marker token, and the reply reads it (deployments/markup_tokens.py). In `kimi_k2`, the model
+writes Kimi K2's special tokens, and its call's id is the name it writes, `functions.now:N`."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import jsonschema
 import pytest
@@ -31,11 +33,18 @@ CALL_FORMS = {  # how each convention's template teaches a call
     "hermes_special": '<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>',
     "qwen3_coder": "<tool_call>\n<function=NAME>\n<parameter=NAME>\nVALUE\n</parameter>\n</function>\n</tool_call>",
     "glm47": "<tool_call>NAME<arg_key>NAME</arg_key><arg_value>VALUE</arg_value></tool_call>",
+    "kimi_k2": "<|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>"
+               "ARGUMENTS<|tool_call_end|><|tool_calls_section_end|>",
 }
+KIMI_MARKERS = ["<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>",
+                "<|tool_call_end|>", "<|tool_calls_section_end|>"]
+SPECIAL_TOKENS = {"hermes_special": ["<tool_call>", "</tool_call>"], "kimi_k2": KIMI_MARKERS}
+TAG = {"kimi_k2": "<|tool_calls_section_begin|>"}  # what the model writes after SENTENCE, else <tool_call>
 WRITTEN = {  # how each begins the call of `now`
     "hermes": "<tool_call>\n{", "hermes_special": "<tool_call>\n{",
     "qwen3_coder": "<tool_call>\n<function=now>\n<parameter=zone>\n",
     "glm47": "<tool_call>now<arg_key>zone</arg_key><arg_value>",
+    "kimi_k2": "<|tool_calls_section_begin|><|tool_call_begin|>functions.now:",
 }
 CHAT_TEMPLATE = ("{% if tools %}<|system|>\nTo call a function, write CALL_FORM. The functions: {{ tools | tojson }}"
                  "<|end|>\n{% endif %}"
@@ -54,15 +63,15 @@ def convention(request) -> str:
 
 @pytest.fixture(scope="module")
 def checkpoints(convention, tmp_path_factory):
-    """This module's app serves the model that writes SENTENCE, then `<tool_call>`, with a template
-    that teaches calls in each convention (an app for each)."""
+    """This module's app serves the model that writes SENTENCE, then its convention's tag, with a
+    template that teaches calls in each convention (an app for each)."""
     tokenizer_dir = DEFAULT_TARGET
-    if convention == "hermes_special":
+    if convention in SPECIAL_TOKENS:
         tokenizer_dir = write_tokenizer_with_special_tokens(tmp_path_factory.mktemp("tokenizer"), DEFAULT_TARGET,
-                                                            ["<tool_call>", "</tool_call>"])
+                                                            SPECIAL_TOKENS[convention])
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    written = tokenizer.encode("<|assistant|>\n")[-1:] + tokenizer.encode(SENTENCE + "<tool_call>")
-    if convention == "hermes_special":
+    written = tokenizer.encode("<|assistant|>\n")[-1:] + tokenizer.encode(SENTENCE + TAG.get(convention, "<tool_call>"))
+    if convention in SPECIAL_TOKENS:
         assert written[-1] in tokenizer.all_special_ids  # the marker is one special token
     successors = dict(zip(written, written[1:]))
     assert len(successors) == len(written) - 1  # no token is written twice
@@ -91,7 +100,7 @@ def test_the_reply_has_the_text_and_then_the_call(serve_app, client, convention)
     assert (choice.message.content, choice.finish_reason) == (SENTENCE, "tool_calls")
     [call] = choice.message.tool_calls
     assert (call.type, call.function.name) == ("function", "now") and valid_arguments(call.function.arguments)
-    assert call.id.startswith("call_")
+    assert re.fullmatch(r"functions\.now:\d+", call.id) if convention == "kimi_k2" else call.id.startswith("call_")
 
 
 def test_the_stream_sends_the_text_first_then_the_call(serve_app, client):

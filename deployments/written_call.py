@@ -1,0 +1,28 @@
+"""A tool call whose arguments are a span of the model's text, as the JSON calls' scanner
+(deployments/tool_call_stream.py) and the named calls' reader (deployments/named_tool_call_reader.py)
+read them: the arguments go out as written, spacing included."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from deployments.tool_protocol import ToolCall
+
+
+@dataclass
+class WrittenCall:
+    name: str | None = None
+    id: str | None = None  # the model's own id for the call (Kimi's); else the stream makes one
+    arguments_start: int | None = None
+    arguments_end: int | None = None  # set once the arguments are known to have ended
+    sent: int = 0  # characters of the arguments already given out
+    call: ToolCall | None = None  # made when the name is known
+
+
+def written_arguments(text: str, call: WrittenCall, after: int = 0) -> str:
+    """The arguments written so far from character `after` on, less any trailing blank (which
+    may still be spacing)."""
+    if call.arguments_start is None:
+        return ""
+    end = call.arguments_end if call.arguments_end is not None else len(text)
+    return text[call.arguments_start + after:end].rstrip()
