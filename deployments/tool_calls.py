@@ -4,7 +4,7 @@ back, whole or streamed, by deployments/tool_call_stream.py).
 A model writes a call as JSON in the convention its chat template teaches (docs/tool_calling.md):
 Qwen2/Hermes `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, Qwen3-Coder and
 Qwen3.5 the same tags around XML parameters (deployments/xml_tool_calls.py), GLM-4.5+ XML
-parameters in `<tool_call>` elements, Mistral
+parameters in `<tool_call>` elements, MiniMax-M2 `<invoke>` elements in one `<minimax:tool_call>`, Mistral
 `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`, DeepSeek V3 and V3.1 and Kimi K2 the name
 outside the JSON arguments, between marker tokens (deployments/named_tool_calls.py), Granite 3
 `<|tool_call|>[{...}, ...]`, Jamba and Hunyuan `<tool_calls>[{...}, ...]</tool_calls>`, Llama 3.1+ `{"name": ...,
@@ -34,8 +34,8 @@ from deployments.named_tool_calls import (DEEPSEEK_V3_CALL, DEEPSEEK_V31_CALL, K
                                           named_call_regex)
 from deployments.text_regex import not_char, text_without
 from deployments.tool_protocol import NamedToolChoice, ToolDefinition
-from deployments.xml_tool_calls import (GLM45_PARAMETERS, GLM47_PARAMETERS, QWEN3_PARAMETERS, XmlParameters,
-                                        xml_call_regex)
+from deployments.xml_tool_calls import (GLM45_PARAMETERS, GLM47_PARAMETERS, MINIMAX_M2_PARAMETERS, QWEN3_PARAMETERS,
+                                        XmlParameters, xml_call_regex)
 
 MAX_PARALLEL_CALLS = 4
 
@@ -90,6 +90,8 @@ QWEN3_CODER = ToolCallSyntax("qwen3_coder", HERMES.prefix, HERMES.separator, HER
 # GLM's calls are each a <tool_call> element, its name first: the XML's own start.
 GLM45 = ToolCallSyntax("glm45", "", "\n", "", "arguments", tag="<tool_call>", xml=GLM45_PARAMETERS)
 GLM47 = ToolCallSyntax("glm47", "", "", "", "arguments", tag="<tool_call>", xml=GLM47_PARAMETERS)
+MINIMAX_M2 = ToolCallSyntax("minimax_m2", "<minimax:tool_call>\n", "\n", "\n</minimax:tool_call>", "arguments",
+                            tag="<minimax:tool_call>", xml=MINIMAX_M2_PARAMETERS)
 GRANITE = ToolCallSyntax("granite", "<|tool_call|>[", ", ", "]", "arguments", tag="<|tool_call|>")
 JAMBA = ToolCallSyntax("jamba", "<tool_calls>[", ", ", "]</tool_calls>", "arguments", tag="<tool_calls>")
 LLAMA3 = ToolCallSyntax("llama3_json", "", "; ", "", "parameters")
@@ -101,8 +103,8 @@ KIMI_K2 = ToolCallSyntax("kimi_k2", "<|tool_calls_section_begin|>", "", "<|tool_
                          "arguments", tag="<|tool_calls_section_begin|>", named=KIMI_K2_CALL)
 # The app's `tool_call_parser`, by vLLM's parser names (Hunyuan A13B writes Jamba's tags).
 # vLLM's qwen3_xml reads what its qwen3_coder reads.
-TOOL_CALL_PARSERS = {s.name: s for s in (HERMES, QWEN3_CODER, GLM45, GLM47, MISTRAL, GRANITE, JAMBA, LLAMA3,
-                                          DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2, PLAIN)} | {
+TOOL_CALL_PARSERS = {s.name: s for s in (HERMES, QWEN3_CODER, GLM45, GLM47, MINIMAX_M2, MISTRAL, GRANITE, JAMBA,
+                                          LLAMA3, DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2, PLAIN)} | {
     "hunyuan_a13b": JAMBA, "qwen3_xml": QWEN3_CODER}
 
 
@@ -112,6 +114,8 @@ def syntax_for_template(template: str | None) -> ToolCallSyntax:
         return DEEPSEEK_V3 if "```json" in text else DEEPSEEK_V31
     if "<|tool_calls_section_begin|>" in text:
         return KIMI_K2
+    if "<minimax:tool_call>" in text:
+        return MINIMAX_M2
     if "<function=" in text:  # Qwen3-Coder's and Qwen3.5's, whose calls also open with <tool_call>
         return QWEN3_CODER
     if "<arg_key>" in text:  # GLM's, whose calls are <tool_call> elements too

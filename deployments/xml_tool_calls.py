@@ -12,18 +12,26 @@ them (vLLM's `qwen3_coder` / `qwen3_xml` parsers read the same):
     </function>
     </tool_call>
 
-and GLM-4.5 / 4.6 (`glm45`), and GLM-4.7 without the newlines (`glm47`):
+GLM-4.5 / 4.6 (`glm45`), GLM-4.7 without the newlines (`glm47`):
 
     <tool_call>get_weather
     <arg_key>city</arg_key>
     <arg_value>Oslo</arg_value>
     </tool_call>
 
+and MiniMax-M2 (`minimax_m2`), several calls in one `<minimax:tool_call>` element:
+
+    <minimax:tool_call>
+    <invoke name="get_weather">
+    <parameter name="city">Oslo</parameter>
+    </invoke>
+    </minimax:tool_call>
+
 As their chat templates write values, a parameter whose schema is a string (`is_text_parameter`)
 is its text, neither quoted nor escaped; any other is JSON. The first `value_end` ends a value, so
 a text value cannot hold it; a string with `minLength`/`maxLength` cannot hold its first
-character (a newline in Qwen's, `<` in GLM's), which keeps a value that the grammar forces on from writing it. The
-calls are generated under `xml_call_regex`, parameters in their schema's order, the required
+character (a newline in Qwen's, `<` in GLM's and MiniMax's), which keeps a value that the
+grammar forces on from writing it. The calls are generated under `xml_call_regex`, parameters in their schema's order, the required
 ones always; they are read back by deployments/xml_tool_call_reader.py.
 """
 
@@ -70,6 +78,8 @@ GLM45_PARAMETERS = XmlParameters("<tool_call>", "\n", "<arg_key>", "</arg_key>\n
                                  "</tool_call>")
 GLM47_PARAMETERS = XmlParameters("<tool_call>", "", "<arg_key>", "</arg_key><arg_value>", "</arg_value>", "",
                                  "</tool_call>")
+MINIMAX_M2_PARAMETERS = XmlParameters('<invoke name="', '">\n', '<parameter name="', '">', "</parameter>", "\n",
+                                      "</invoke>")
 
 
 def _value_text(value) -> str:

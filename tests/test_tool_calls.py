@@ -21,7 +21,7 @@ from app.guided.vocabulary import load_guided_vocabulary
 from deployments.protocol import ChatCompletionRequest
 from deployments.tool_call_stream import parse_calls
 from deployments.tool_calls import (DEEPSEEK_V3, DEEPSEEK_V31, GLM45, GLM47, GRANITE, HERMES, JAMBA, KIMI_K2,
-                                    LLAMA3, MISTRAL, PLAIN, QWEN3_CODER,
+                                    LLAMA3, MINIMAX_M2, MISTRAL, PLAIN, QWEN3_CODER,
                                     TOOL_CALL_PARSERS, ToolCallSyntax,
                                     render_messages, requested_tool_format, syntax_for_template, tool_call_syntax)
 from deployments.guided_formats import FormatRequestError
@@ -58,8 +58,8 @@ def request(**kwargs) -> ChatCompletionRequest:
 
 
 TOOL_DEFINITIONS = request().tools  # what a call written as XML parameters is read against
-SYNTAXES = [PLAIN, HERMES, QWEN3_CODER, GLM45, GLM47, MISTRAL, GRANITE, JAMBA, LLAMA3, DEEPSEEK_V3, DEEPSEEK_V31,
-            KIMI_K2]
+SYNTAXES = [PLAIN, HERMES, QWEN3_CODER, GLM45, GLM47, MINIMAX_M2, MISTRAL, GRANITE, JAMBA, LLAMA3, DEEPSEEK_V3,
+            DEEPSEEK_V31, KIMI_K2]
 TAGGED = [s for s in SYNTAXES if s.tag]
 
 
@@ -188,6 +188,7 @@ def test_syntax_follows_the_template():
     assert syntax_for_template(v3) is DEEPSEEK_V3
     assert syntax_for_template("{{'<｜tool▁call▁begin｜>' + tool['function']['name'] + '<｜tool▁sep｜>'") is DEEPSEEK_V31
     assert syntax_for_template("<|tool_calls_section_begin|>{%- for tool_call in message['tool_calls'] -%}") is KIMI_K2
+    assert syntax_for_template("{{- '<minimax:tool_call>' ~ '\\n' }}{{- '<invoke name=\"' + name }}") is MINIMAX_M2
     assert {name: s.name for name, s in TOOL_CALL_PARSERS.items() if name != s.name} == {"hunyuan_a13b": "jamba",
                                                                                           "qwen3_xml": "qwen3_coder"}
     assert {"glm45", "glm47", "qwen3_coder"} <= set(TOOL_CALL_PARSERS)
