@@ -181,11 +181,12 @@ def tool_format(tools: list[ToolDefinition], choice, parallel: bool,
 
 
 def render_messages(messages, tools: list[ToolDefinition] | None, syntax: ToolCallSyntax,
-                    native: bool) -> list[dict]:
+                    native: bool, arguments_as_text: bool = False) -> list[dict]:
     """Chat messages as dicts for `apply_chat_template`. A template that knows tools gets
-    assistant `tool_calls` (arguments as objects, as HF templates expect) and `tool` messages
-    as they are; for one that does not, calls become the assistant's text in `syntax` and the
-    tools are described in a system message."""
+    assistant `tool_calls` (arguments as objects, as HF templates expect, or with
+    `arguments_as_text` as the client's JSON text, for templates that add them to strings:
+    DeepSeek's) and `tool` messages as they are; for one that does not, calls become the
+    assistant's text in `syntax` and the tools are described in a system message."""
     out = []
     for m in messages:
         item = {"role": m.role, "content": m.text()}
@@ -199,7 +200,8 @@ def render_messages(messages, tools: list[ToolDefinition] | None, syntax: ToolCa
             calls = [(c.function.name, _loads_or_text(c.function.arguments)) for c in m.tool_calls]
             if native:
                 item["tool_calls"] = [{"id": c.id, "type": "function", "function": {
-                    "name": n, "arguments": a}} for c, (n, a) in zip(m.tool_calls, calls)]
+                    "name": n, "arguments": c.function.arguments if arguments_as_text else a}}
+                    for c, (n, a) in zip(m.tool_calls, calls)]
             else:
                 item["content"] += syntax.render(calls)
         out.append(item)

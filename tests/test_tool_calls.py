@@ -18,6 +18,7 @@ from transformers import AutoTokenizer
 from app.guided.compiler import compile_regex, regex_for_format
 import deployments.builder as builder
 from app.guided.vocabulary import load_guided_vocabulary
+from deployments.chat_prompt import chat_prompt_ids
 from deployments.protocol import ChatCompletionRequest
 from deployments.tool_call_stream import parse_calls
 from deployments.tool_calls import (DEEPSEEK_V3, DEEPSEEK_V31, GLM45, GLM47, GRANITE, HERMES, JAMBA, KIMI_K2,
@@ -238,6 +239,22 @@ def test_native_template_gets_tool_calls_with_object_arguments():
     call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}\n</tool_call>'
     assert call in text and "<|im_start|>tool\n{\"temp\": 3}" in text
     assert parse_calls(call, HERMES)[1][0].function.name == "get_weather"
+
+
+def test_a_template_that_adds_arguments_to_a_string_gets_them_as_text():
+    """DeepSeek V3.1's template (its tool-call part, written here) adds a call's arguments to its
+    markers, which an object would make a TypeError: it gets the client's JSON text, and writes the
+    call as the grammar does."""
+    tok = AutoTokenizer.from_pretrained(DEFAULT_TARGET)
+    tok.chat_template = (
+        "{% for m in messages %}<|{{ m.role }}|>\n{{ m.content or '' }}{% if m.tool_calls %}<｜tool▁calls▁begin｜>"
+        "{% for tool in m.tool_calls %}{{ '<｜tool▁call▁begin｜>' + tool['function']['name'] + '<｜tool▁sep｜>'"
+        " + tool['function']['arguments'] + '<｜tool▁call▁end｜>' }}{% endfor %}<｜tool▁calls▁end｜>{% endif %}"
+        "<|end|>\n{% endfor %}{% if tools %}{{ tools | length }} tools{% endif %}<|assistant|>\n")
+    req = conversation()
+    text = tok.decode(chat_prompt_ids(tok, req, DEEPSEEK_V31, native_tools=True))
+    assert DEEPSEEK_V31.render([("get_weather", {"city": "Oslo", "unit": "celsius"})]) in text
+    assert "1 tools" in text
 
 
 @pytest.mark.parametrize("field", ["reasoning", "reasoning_content"])
