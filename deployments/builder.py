@@ -36,6 +36,7 @@ from deployments.request_gate import api_keys_from_env
 from deployments.response_store import ResponseStore
 from deployments.metrics import MetricsHub
 from deployments.prefix_router import PrefixAwareRouter
+from deployments.reasoning import reasoning_tags
 from deployments.target import TargetModel
 from deployments.tool_calls import ToolCallSyntax, tool_call_syntax
 
@@ -115,7 +116,7 @@ def build_app(args: dict) -> Application:
     place = placement(a.device, a.speculative_method == "draft")  # an unused draft takes no GPU
 
     hub = MetricsHub.bind()
-    tool_syntax, markup = tool_call_conventions(model, a.tool_call_parser)
+    tool_syntax, markup = text_conventions(model, a.tool_call_parser, a.reasoning_parser)
     target_config = engine_config(a, model, place.device, draft_model=None, markup_tokens=markup)
     draft = None
     if with_draft:
@@ -138,13 +139,17 @@ def build_app(args: dict) -> Application:
                         a.max_stored_responses, tool_syntax=tool_syntax, markup_tokens=markup)
 
 
-def tool_call_conventions(model: str, parser: str | None) -> tuple[ToolCallSyntax, tuple[str, ...]]:
+def text_conventions(model: str, tool_call_parser: str | None,
+                     reasoning_parser: str | None) -> tuple[ToolCallSyntax, tuple[str, ...]]:
     """How the model writes tool calls (the app's `tool_call_parser`, else its chat template's),
-    and the special tokens of its tokenizer that spell their markers (deployments/markup_tokens.py)."""
+    and the special tokens of its tokenizer that spell their markers or, with a reasoning
+    parser, its reasoning tags (deployments/markup_tokens.py)."""
     tokenizer = PreTrainedTokenizerFast.from_pretrained(model, local_files_only=True)
     template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
-    syntax = tool_call_syntax(parser, template)
-    return syntax, markup_tokens(tokenizer, syntax)
+    syntax = tool_call_syntax(tool_call_parser, template)
+    tags = reasoning_tags(reasoning_parser)
+    markers = syntax.markers + ((tags.start, tags.end) if reasoning_parser else ())
+    return syntax, markup_tokens(tokenizer, markers)
 
 
 def request_defaults(args: AppArgs, model: str) -> GenerationDefaults:
