@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from app.guided.vocabulary import special_token_ids
+from app.guided.vocabulary import unwritten_special_ids
 
 
 def markup_tokens(tokenizer: Any, markers: Sequence[str]) -> tuple[str, ...]:
@@ -30,6 +30,4 @@ def markup_tokens(tokenizer: Any, markers: Sequence[str]) -> tuple[str, ...]:
 def skipped_special_ids(tokenizer: Any, markup: tuple[str, ...]) -> frozenset[int] | None:
     """The special tokens `skip_special_tokens` leaves out of the text: all but the markup tokens
     (None where there are none: the tokenizer's own skip)."""
-    if not markup:
-        return None
-    return special_token_ids(tokenizer) - {i for i, t in tokenizer.added_tokens_decoder.items() if t.content in markup}
+    return unwritten_special_ids(tokenizer, markup) if markup else None

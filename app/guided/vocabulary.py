@@ -121,9 +121,11 @@ def _vocab_hash(mapping: dict[bytes, list[int]], eos: int, mode: str) -> str:
     return h.hexdigest()
 
 
-def special_token_ids(tokenizer: Any) -> frozenset[int]:
-    """What `skip_special_tokens` leaves out: the named special tokens, and the added ones marked so."""
-    return frozenset(tokenizer.all_special_ids) | {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+def unwritten_special_ids(tokenizer: Any, markup_tokens: Collection[str] = ()) -> frozenset[int]:
+    """The special tokens left out of text: the named ones and the added ones marked special, as
+    `skip_special_tokens` leaves them out, but for `markup_tokens` (by their text)."""
+    special = frozenset(tokenizer.all_special_ids) | {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+    return special - {i for i, t in tokenizer.added_tokens_decoder.items() if t.content in markup_tokens}
 
 
 def build_guided_vocabulary(tokenizer: Any, eos_token_id: int | None = None,
@@ -136,8 +138,7 @@ def build_guided_vocabulary(tokenizer: Any, eos_token_id: int | None = None,
         raise ValueError("tokenizer has no eos_token_id; pass eos_token_id explicitly")
     mode = detect_mode(backend)
     byte_fallback = bool(getattr(backend.model, "byte_fallback", True))
-    markup = {i for i, t in tokenizer.added_tokens_decoder.items() if t.content in markup_tokens}
-    special = (special_token_ids(tokenizer) - markup) | {eos}
+    special = unwritten_special_ids(tokenizer, markup_tokens) | {eos}
     vocab = backend.get_vocab(with_added_tokens=True)
     size = max(len(tokenizer), max(vocab.values(), default=-1) + 1)
     token_bytes: list[bytes | None] = [None] * size
