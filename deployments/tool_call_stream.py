@@ -4,7 +4,8 @@ parses to exactly what its stream sent, because it is read by the same stream.
 
 Calls are JSON objects written under the call grammar (deployments/tool_calls.py), or XML
 parameters, read by deployments/xml_tool_call_reader.py, or JSON arguments after a name
-between markers, read by deployments/named_tool_call_reader.py; text between them at the top level is
+between markers, read by deployments/named_tool_call_reader.py, or Python calls, read by
+deployments/pythonic_tool_call_reader.py; text between them at the top level is
 the syntax's prefix, separators and suffix. Where the syntax opens calls
 with a tag (`<tool_call>`), text may come first: the answer's content, up to the tag. A call's
 arguments are its arguments value as the model wrote it, spacing included. An output cut while
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 
 from deployments.reasoning import partial_suffix
 from deployments.named_tool_call_reader import NamedCallReader
+from deployments.pythonic_tool_call_reader import PythonicCallReader
 from deployments.tool_calls import ToolCallSyntax
 from deployments.tool_protocol import FunctionCall, ToolCall, ToolDefinition
 from deployments.written_call import WrittenCall, written_arguments
@@ -110,7 +112,8 @@ class ToolStream:
         """`tools`: the request's, which say how a call written as XML parameters types its values."""
         self.syntax, self.held, self.in_calls, self.text_only = syntax, "", False, False
         self.scanner = (XmlCallReader(syntax.xml, tools) if syntax.xml
-                        else NamedCallReader(syntax.named) if syntax.named else _Scanner(syntax.arguments_key))
+                        else NamedCallReader(syntax.named) if syntax.named
+                        else PythonicCallReader() if syntax.pythonic else _Scanner(syntax.arguments_key))
 
     def feed(self, text: str) -> tuple[str, list[CallPiece]]:
         """(text to stream as content now, the calls' new pieces)."""

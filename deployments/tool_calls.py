@@ -8,7 +8,8 @@ parameters in `<tool_call>` elements, MiniMax-M2 `<invoke>` elements in one `<mi
 `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`, DeepSeek V3 and V3.1 and Kimi K2 the name
 outside the JSON arguments, between marker tokens (deployments/named_tool_calls.py), Granite 3
 `<|tool_call|>[{...}, ...]`, Jamba and Hunyuan `<tool_calls>[{...}, ...]</tool_calls>`, Llama 3.1+ `{"name": ...,
-"parameters": {...}}` (several joined by `; `), and for templates with no tool convention (the
+"parameters": {...}}` (several joined by `; `), Llama 3.2+ under its pythonic templates a Python list,
+`[get_weather(city="Oslo")]` (deployments/pythonic_tool_calls.py), and for templates with no tool convention (the
 default model) `{"name": ..., "arguments": {...}}`, one per line. The app's `tool_call_parser`
 (vLLM's names) chooses one instead of the template's.
 
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from app.guided.compiler import escape_literal, regex_for_format
 from deployments.named_tool_calls import (DEEPSEEK_V3_CALL, DEEPSEEK_V31_CALL, KIMI_K2_CALL, NamedJsonCall,
                                           named_call_regex)
+from deployments.pythonic_tool_calls import pythonic_call_regex, render_call
 from deployments.text_regex import not_char, text_without
 from deployments.tool_protocol import NamedToolChoice, ToolDefinition
 from deployments.xml_tool_calls import (GLM45_PARAMETERS, GLM47_PARAMETERS, MINIMAX_M2_PARAMETERS, QWEN3_PARAMETERS,
@@ -50,12 +52,13 @@ class ToolCallSyntax:
     tag: str = ""  # what opens the calls after text ("": calls can only be the whole answer)
     xml: XmlParameters | None = None  # a call's arguments as XML elements, not a JSON object
     named: NamedJsonCall | None = None  # a call's name outside its JSON arguments, not a key of one
+    pythonic: bool = False  # a call is Python, `name(key=value, ...)`, not a JSON object
 
     def __post_init__(self):
         if self.tag[:1] and self.tag[0] in self.tag[1:]:
             raise ValueError(f"{self.tag!r}: a tag's first character must not recur in it (text_without)")
-        if self.prefix and not self.tag:  # so a syntax without a tag starts its calls with `{` (tool_format)
-            raise ValueError(f"{self.name}: a syntax whose calls have a prefix opens them with a tag")
+        if not self.tag and len(self.start) != 1:  # `auto`'s text cannot begin with it (tool_format)
+            raise ValueError(f"{self.name}: a syntax without a tag opens its calls with one character")
 
     @property
     def start(self) -> str:
@@ -79,6 +82,8 @@ class ToolCallSyntax:
             return self.xml.render(name, arguments)
         if self.named:
             return self.named.render(name, arguments, number)
+        if self.pythonic:
+            return render_call(name, arguments)
         return json.dumps({"name": name, self.arguments_key: arguments}, ensure_ascii=False)
 
 
@@ -95,6 +100,7 @@ MINIMAX_M2 = ToolCallSyntax("minimax_m2", "<minimax:tool_call>\n", "\n", "\n</mi
 GRANITE = ToolCallSyntax("granite", "<|tool_call|>[", ", ", "]", "arguments", tag="<|tool_call|>")
 JAMBA = ToolCallSyntax("jamba", "<tool_calls>[", ", ", "]</tool_calls>", "arguments", tag="<tool_calls>")
 LLAMA3 = ToolCallSyntax("llama3_json", "", "; ", "", "parameters")
+PYTHONIC = ToolCallSyntax("pythonic", "[", ", ", "]", "arguments", pythonic=True)
 PLAIN = ToolCallSyntax("json", "", "\n", "", "arguments")
 DEEPSEEK_V31 = ToolCallSyntax("deepseek_v31", "<｜tool▁calls▁begin｜>", "", "<｜tool▁calls▁end｜>", "arguments",
                               tag="<｜tool▁calls▁begin｜>", named=DEEPSEEK_V31_CALL)
@@ -102,10 +108,10 @@ DEEPSEEK_V3 = dataclasses.replace(DEEPSEEK_V31, name="deepseek_v3", separator="\
 KIMI_K2 = ToolCallSyntax("kimi_k2", "<|tool_calls_section_begin|>", "", "<|tool_calls_section_end|>",
                          "arguments", tag="<|tool_calls_section_begin|>", named=KIMI_K2_CALL)
 # The app's `tool_call_parser`, by vLLM's parser names (Hunyuan A13B writes Jamba's tags).
-# vLLM's qwen3_xml reads what its qwen3_coder reads.
+# vLLM's qwen3_xml reads what its qwen3_coder reads, its llama4_pythonic what its pythonic reads.
 TOOL_CALL_PARSERS = {s.name: s for s in (HERMES, QWEN3_CODER, GLM45, GLM47, MINIMAX_M2, MISTRAL, GRANITE, JAMBA,
-                                          LLAMA3, DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2, PLAIN)} | {
-    "hunyuan_a13b": JAMBA, "qwen3_xml": QWEN3_CODER}
+                                          LLAMA3, PYTHONIC, DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2, PLAIN)} | {
+    "hunyuan_a13b": JAMBA, "qwen3_xml": QWEN3_CODER, "llama4_pythonic": PYTHONIC}
 
 
 def syntax_for_template(template: str | None) -> ToolCallSyntax:
@@ -128,6 +134,8 @@ def syntax_for_template(template: str | None) -> ToolCallSyntax:
         return GRANITE
     if "<tool_calls>" in text:
         return JAMBA
+    if "[func_name1(" in text:  # the pythonic templates' example call (they hold `ipython` too)
+        return PYTHONIC
     if "<|python_tag|>" in text or "ipython" in text:
         return LLAMA3
     return PLAIN
@@ -167,7 +175,7 @@ def tool_format(tools: list[ToolDefinition], choice, parallel: bool,
     else:
         most = MAX_PARALLEL_CALLS if parallel else 1
     call = (xml_call_regex(tools, syntax.xml) if syntax.xml else named_call_regex(tools, syntax.named) if syntax.named
-            else call_regex(tools, syntax))
+            else pythonic_call_regex(tools) if syntax.pythonic else call_regex(tools, syntax))
     calls = (escape_literal(syntax.prefix) + f"(?:{call})"
              + (f"(?:{escape_literal(syntax.separator)}(?:{call})){{0,{most - 1}}}" if most > 1 else "")
              + escape_literal(syntax.suffix))
@@ -175,7 +183,7 @@ def tool_format(tools: list[ToolDefinition], choice, parallel: bool,
     # (app/guided/compiler.py: compile_regex).
     if choice == "auto" and syntax.tag:
         calls = f"(?:{text_without(syntax.tag)}{calls}|{text_without(syntax.tag, empty=False)})"
-    elif choice == "auto":  # no tag, so no prefix: `start` is the call's one `{`
+    elif choice == "auto":  # no tag: `start` is one character (`{`, or the pythonic list's `[`)
         calls = f"(?:{calls}|{not_char(syntax.start)}[\\s\\S]*)"
     return {"type": "regex", "pattern": calls}
 

@@ -1,6 +1,8 @@
-"""A tool call whose arguments are a span of the model's text, as the JSON calls' scanner
-(deployments/tool_call_stream.py) and the named calls' reader (deployments/named_tool_call_reader.py)
-read them: the arguments go out as written, spacing included."""
+"""A tool call as its reader keeps it while it streams: `WrittenCall` for arguments that are a span
+of the model's text, as the JSON calls' scanner (deployments/tool_call_stream.py) and the named
+calls' reader (deployments/named_tool_call_reader.py) read them, spacing included;
+`TranslatedCall` for arguments the model writes otherwise (XML parameters, Python keywords),
+which their readers turn into OpenAI's JSON as they grow."""
 
 from __future__ import annotations
 
@@ -17,6 +19,15 @@ class WrittenCall:
     arguments_end: int | None = None  # set once the arguments are known to have ended
     sent: int = 0  # characters of the arguments already given out
     call: ToolCall | None = None  # made when the name is known
+
+
+@dataclass
+class TranslatedCall:
+    name: str | None = None
+    json_arguments: str = ""  # OpenAI's arguments, as far as read
+    sent: int = 0  # characters of them already given out
+    call: ToolCall | None = None  # made when the name is known
+    id: str | None = None  # the model's own id for the call (none of these syntaxes writes one)
 
 
 def written_arguments(text: str, call: WrittenCall, after: int = 0) -> str:

@@ -8,20 +8,11 @@ scanner (deployments/tool_call_stream.py), which streams both.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from deployments.reasoning import partial_suffix
-from deployments.tool_protocol import ToolCall, ToolDefinition
+from deployments.tool_protocol import ToolDefinition
+from deployments.written_call import TranslatedCall
 from deployments.xml_tool_calls import XmlParameters, is_text_parameter
-
-
-@dataclass
-class XmlCall:
-    name: str | None = None
-    json_arguments: str = ""  # OpenAI's arguments, as far as read
-    sent: int = 0  # characters of them already given out
-    call: ToolCall | None = None  # made when the name is known
-    id: str | None = None  # the model's own id for the call (none writes one in XML); else the stream makes one
 
 
 class XmlCallReader:
@@ -30,7 +21,7 @@ class XmlCallReader:
 
     def __init__(self, xml: XmlParameters, tools: list[ToolDefinition] | None):
         self.xml, self.text, self.at, self.state = xml, "", 0, "between"
-        self.calls: list[XmlCall] = []
+        self.calls: list[TranslatedCall] = []
         self.properties = {t.function.name: t.function.schema_.get("properties") or {} for t in tools or []}
         self.value_is_text = False
 
@@ -39,7 +30,7 @@ class XmlCallReader:
         while self._step():
             pass
 
-    def arguments(self, call: XmlCall, after: int = 0) -> str:
+    def arguments(self, call: TranslatedCall, after: int = 0) -> str:
         return call.json_arguments[after:]
 
     def _step(self) -> bool:
@@ -49,7 +40,7 @@ class XmlCallReader:
             at = self.text.find(xml.function_open, self.at)
             if at < 0:
                 return False
-            self.calls.append(XmlCall())
+            self.calls.append(TranslatedCall())
             return self._to("name", at + len(xml.function_open))
         if self.state == "name":  # a function's name cannot hold "<" (tool_protocol.FunctionDefinition)
             end = self.text.find(xml.name_end or "<", self.at)

@@ -40,10 +40,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from app.guided.compiler import check_schema, escape_literal, regex_for_format
+from app.guided.compiler import escape_literal, regex_for_format
 from app.guided.errors import GuidedFormatError
 from app.guided.regex_check import check_regex
 from app.guided.string_formats import content_regex
+from deployments.parameter_schema import lists_no_parameters, object_parameters
 from deployments.text_regex import not_char, text_without
 from deployments.tool_protocol import FunctionDefinition, ToolDefinition
 
@@ -128,14 +129,9 @@ def _parameter(name: str, value: str, xml: XmlParameters) -> str:
 
 
 def _parameters_regex(function: FunctionDefinition, xml: XmlParameters) -> str:
-    schema, name = function.schema_, function.name
-    check_schema(schema)  # what the JSON calls' compile refuses, refused here too
-    if not isinstance(schema, dict) or schema.get("type", "object") != "object" or any(
-            k in schema for k in ("anyOf", "oneOf", "allOf", "$ref")):
-        raise GuidedFormatError(f"{name}: its parameters must be one object schema to be written as "
-                                "XML parameters")
+    schema, name = object_parameters(function, "XML parameters"), function.name
     properties = schema.get("properties")
-    if properties is None and schema.get("additionalProperties") is not False:
+    if lists_no_parameters(schema):
         return f"(?:{_parameter(FREE_PARAMETER_NAME, text_without(xml.value_end), xml)})*"
     required = set(schema.get("required", []))
     out = ""

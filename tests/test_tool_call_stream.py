@@ -21,6 +21,10 @@ from tests.test_tool_calls import SYNTAXES, TAGGED, TOOL_DEFINITIONS, TOOLS, req
 WEATHER = {"city": "Oslo, \"NO\" {x}", "unit": "celsius"}
 MEETING = {"when": "2026-11-28T10:00:00Z", "people": [{"email": "a@b.no", "optional": False}],
            "room": {"floor": 3}}
+# A pythonic call whose values hold the syntax's own characters and spacing of their own: (the
+# output, its JSON arguments).
+PYTHONIC_SPACED = ('[now(a=[1, "), b=\\")]"], b={"k" : None, "e": [True, 1E5]})]',
+                   '{"a": [1, "), b=\\")]"], "b": {"k" : null, "e": [true, 1E5]}}')
 
 
 def xml_strings(syntax) -> str:
@@ -37,6 +41,8 @@ def rendered(syntax) -> list[str]:
         spaced = syntax.render([("now", {"a": xml_strings(syntax)})])
     if syntax.named:  # the name is outside the arguments: the spacing is theirs
         spaced = syntax.render([("now", ' { "a" : [1, "}"] } ')])
+    if syntax.pythonic:
+        spaced = PYTHONIC_SPACED[0]
     outputs = [syntax.render([("get_weather", WEATHER)]),
                syntax.render([("get_weather", WEATHER), ("book_meeting", MEETING), ("now", {})]),
                spaced, "Sunny, I think.", "{" if syntax.start != "{" else "<", ""]
@@ -102,7 +108,7 @@ def test_arguments_are_the_value_as_written(syntax):
     assert len({c.id for c in calls}) == 3
     [spaced] = parse_calls(rendered(syntax)[2], syntax, TOOL_DEFINITIONS)[1]
     assert spaced.function.arguments == (json.dumps({"a": xml_strings(syntax)}) if syntax.xml
-                                         else '{ "a" : [1, "}"] }')
+                                         else PYTHONIC_SPACED[1] if syntax.pythonic else '{ "a" : [1, "}"] }')
 
 
 def test_the_name_goes_out_when_its_string_closes_and_the_arguments_as_they_grow():
