@@ -4,14 +4,17 @@ back, whole or streamed, by deployments/tool_call_stream.py).
 A model writes a call as JSON in the convention its chat template teaches (docs/tool_calling.md):
 Qwen2/Hermes `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, Qwen3-Coder and
 Qwen3.5 the same tags around XML parameters (deployments/xml_tool_calls.py), GLM-4.5+ XML
-parameters in `<tool_call>` elements, MiniMax-M2 `<invoke>` elements in one `<minimax:tool_call>`, Mistral
+parameters in `<tool_call>` elements, MiniMax-M2 `<invoke>` elements in one
+`<minimax:tool_call>`, Seed-OSS Qwen3-Coder's elements in `<seed:tool_call>`, Step 3
+`<steptml:invoke>` elements between marker tokens, Mistral
 `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`, DeepSeek V3 and V3.1 and Kimi K2 the name
 outside the JSON arguments, between marker tokens (deployments/named_tool_calls.py), Granite 3
-`<|tool_call|>[{...}, ...]`, Jamba and Hunyuan `<tool_calls>[{...}, ...]</tool_calls>`, Llama 3.1+ `{"name": ...,
-"parameters": {...}}` (several joined by `; `), Llama 3.2+ under its pythonic templates a Python list,
-`[get_weather(city="Oslo")]` (deployments/pythonic_tool_calls.py), and for templates with no tool convention (the
-default model) `{"name": ..., "arguments": {...}}`, one per line. The app's `tool_call_parser`
-(vLLM's names) chooses one instead of the template's.
+`<|tool_call|>[{...}, ...]`, xLAM `[{...}, ...]`, Jamba and Hunyuan
+`<tool_calls>[{...}, ...]</tool_calls>`, Llama 3.1+ `{"name": ..., "parameters": {...}}` (several
+joined by `; `), Llama 3.2+ under its pythonic templates a Python list, `[get_weather(city="Oslo")]`
+(deployments/pythonic_tool_calls.py), and for templates with no tool convention (the default
+model) `{"name": ..., "arguments": {...}}`, one per line. The app's `tool_call_parser` (vLLM's
+names) chooses one instead of the template's.
 
 The calls are generated under a regex built from the tools' parameter schemas by the guided
 compiler (string formats included), so every call's arguments parse and validate:
@@ -37,7 +40,7 @@ from deployments.pythonic_tool_calls import pythonic_call_regex, render_call
 from deployments.text_regex import not_char, text_without
 from deployments.tool_protocol import NamedToolChoice, ToolDefinition
 from deployments.xml_tool_calls import (GLM45_PARAMETERS, GLM47_PARAMETERS, MINIMAX_M2_PARAMETERS, QWEN3_PARAMETERS,
-                                        XmlParameters, xml_call_regex)
+                                        SEED_OSS_PARAMETERS, STEP3_PARAMETERS, XmlParameters, xml_call_regex)
 
 MAX_PARALLEL_CALLS = 4
 
@@ -97,8 +100,13 @@ GLM45 = ToolCallSyntax("glm45", "", "\n", "", "arguments", tag="<tool_call>", xm
 GLM47 = ToolCallSyntax("glm47", "", "", "", "arguments", tag="<tool_call>", xml=GLM47_PARAMETERS)
 MINIMAX_M2 = ToolCallSyntax("minimax_m2", "<minimax:tool_call>\n", "\n", "\n</minimax:tool_call>", "arguments",
                             tag="<minimax:tool_call>", xml=MINIMAX_M2_PARAMETERS)
+SEED_OSS = ToolCallSyntax("seed_oss", "<seed:tool_call>\n", "\n</seed:tool_call>\n<seed:tool_call>\n",
+                          "\n</seed:tool_call>", "arguments", tag="<seed:tool_call>", xml=SEED_OSS_PARAMETERS)
+STEP3 = ToolCallSyntax("step3", "<｜tool_calls_begin｜>\n", "\n", "\n<｜tool_calls_end｜>", "arguments",
+                       tag="<｜tool_calls_begin｜>", xml=STEP3_PARAMETERS)
 GRANITE = ToolCallSyntax("granite", "<|tool_call|>[", ", ", "]", "arguments", tag="<|tool_call|>")
 JAMBA = ToolCallSyntax("jamba", "<tool_calls>[", ", ", "]</tool_calls>", "arguments", tag="<tool_calls>")
+XLAM = ToolCallSyntax("xlam", "[", ", ", "]", "arguments")
 LLAMA3 = ToolCallSyntax("llama3_json", "", "; ", "", "parameters")
 PYTHONIC = ToolCallSyntax("pythonic", "[", ", ", "]", "arguments", pythonic=True)
 PLAIN = ToolCallSyntax("json", "", "\n", "", "arguments")
@@ -109,8 +117,9 @@ KIMI_K2 = ToolCallSyntax("kimi_k2", "<|tool_calls_section_begin|>", "", "<|tool_
                          "arguments", tag="<|tool_calls_section_begin|>", named=KIMI_K2_CALL)
 # The app's `tool_call_parser`, by vLLM's parser names (Hunyuan A13B writes Jamba's tags).
 # vLLM's qwen3_xml reads what its qwen3_coder reads, its llama4_pythonic what its pythonic reads.
-TOOL_CALL_PARSERS = {s.name: s for s in (HERMES, QWEN3_CODER, GLM45, GLM47, MINIMAX_M2, MISTRAL, GRANITE, JAMBA,
-                                          LLAMA3, PYTHONIC, DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2, PLAIN)} | {
+TOOL_CALL_PARSERS = {s.name: s for s in (HERMES, QWEN3_CODER, GLM45, GLM47, MINIMAX_M2, SEED_OSS, STEP3, MISTRAL,
+                                          GRANITE, XLAM, JAMBA, LLAMA3, PYTHONIC, DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2,
+                                          PLAIN)} | {
     "hunyuan_a13b": JAMBA, "qwen3_xml": QWEN3_CODER, "llama4_pythonic": PYTHONIC}
 
 
@@ -122,6 +131,10 @@ def syntax_for_template(template: str | None) -> ToolCallSyntax:
         return KIMI_K2
     if "<minimax:tool_call>" in text:
         return MINIMAX_M2
+    if "<steptml:invoke" in text:
+        return STEP3
+    if "<seed:tool_call>" in text:  # Qwen3-Coder's elements, which the next test finds too
+        return SEED_OSS
     if "<function=" in text:  # Qwen3-Coder's and Qwen3.5's, whose calls also open with <tool_call>
         return QWEN3_CODER
     if "<arg_key>" in text:  # GLM's, whose calls are <tool_call> elements too

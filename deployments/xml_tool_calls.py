@@ -19,7 +19,7 @@ GLM-4.5 / 4.6 (`glm45`), GLM-4.7 without the newlines (`glm47`):
     <arg_value>Oslo</arg_value>
     </tool_call>
 
-and MiniMax-M2 (`minimax_m2`), several calls in one `<minimax:tool_call>` element:
+MiniMax-M2 (`minimax_m2`), several calls in one `<minimax:tool_call>` element:
 
     <minimax:tool_call>
     <invoke name="get_weather">
@@ -27,12 +27,29 @@ and MiniMax-M2 (`minimax_m2`), several calls in one `<minimax:tool_call>` elemen
     </invoke>
     </minimax:tool_call>
 
+Seed-OSS (`seed_oss`), Qwen3-Coder's elements in `<seed:tool_call>`, a value without newlines
+around it:
+
+    <seed:tool_call>
+    <function=get_weather>
+    <parameter=city>Oslo</parameter>
+    </function>
+    </seed:tool_call>
+
+and Step 3 (`step3`), each call between marker tokens, as SGLang's step3 detector lays it out:
+
+    <｜tool_calls_begin｜>
+    <｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="get_weather">
+    <steptml:parameter name="city">Oslo</steptml:parameter>
+    </steptml:invoke><｜tool_call_end｜>
+    <｜tool_calls_end｜>
+
 As their chat templates write values, a parameter whose schema is a string (`is_text_parameter`)
 is its text, neither quoted nor escaped; any other is JSON. The first `value_end` ends a value, so
 a text value cannot hold it; a string with `minLength`/`maxLength` cannot hold its first
-character (a newline in Qwen's, `<` in GLM's and MiniMax's), which keeps a value that the
-grammar forces on from writing it. The calls are generated under `xml_call_regex`, parameters in their schema's order, the required
-ones always; they are read back by deployments/xml_tool_call_reader.py.
+character (a newline in Qwen's, `<` in the others'), which keeps a value that the grammar forces
+on from writing it. The calls are generated under `xml_call_regex`, parameters in their schema's
+order, the required ones always; they are read back by deployments/xml_tool_call_reader.py.
 """
 
 from __future__ import annotations
@@ -81,6 +98,10 @@ GLM47_PARAMETERS = XmlParameters("<tool_call>", "", "<arg_key>", "</arg_key><arg
                                  "</tool_call>")
 MINIMAX_M2_PARAMETERS = XmlParameters('<invoke name="', '">\n', '<parameter name="', '">', "</parameter>", "\n",
                                       "</invoke>")
+SEED_OSS_PARAMETERS = XmlParameters("<function=", ">\n", "<parameter=", ">", "</parameter>", "\n", "</function>")
+STEP3_PARAMETERS = XmlParameters('<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="', '">\n',
+                                 '<steptml:parameter name="', '">', "</steptml:parameter>", "\n",
+                                 "</steptml:invoke><｜tool_call_end｜>")
 
 
 def _value_text(value) -> str:

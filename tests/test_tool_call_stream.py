@@ -107,7 +107,7 @@ def test_arguments_are_the_value_as_written(syntax):
     assert [json.loads(c.function.arguments) for c in calls] == [WEATHER, MEETING, {}]
     assert len({c.id for c in calls}) == 3
     [spaced] = parse_calls(rendered(syntax)[2], syntax, TOOL_DEFINITIONS)[1]
-    assert spaced.function.arguments == (json.dumps({"a": xml_strings(syntax)}) if syntax.xml
+    assert spaced.function.arguments == (json.dumps({"a": xml_strings(syntax)}, ensure_ascii=False) if syntax.xml
                                          else PYTHONIC_SPACED[1] if syntax.pythonic else '{ "a" : [1, "}"] }')
 
 

@@ -22,7 +22,7 @@ from deployments.chat_prompt import chat_prompt_ids
 from deployments.protocol import ChatCompletionRequest
 from deployments.tool_call_stream import parse_calls
 from deployments.tool_calls import (DEEPSEEK_V3, DEEPSEEK_V31, GLM45, GLM47, GRANITE, HERMES, JAMBA, KIMI_K2,
-                                    LLAMA3, MINIMAX_M2, MISTRAL, PLAIN, PYTHONIC, QWEN3_CODER,
+                                    LLAMA3, MINIMAX_M2, MISTRAL, PLAIN, PYTHONIC, QWEN3_CODER, SEED_OSS, STEP3, XLAM,
                                     TOOL_CALL_PARSERS, ToolCallSyntax,
                                     render_messages, requested_tool_format, syntax_for_template, tool_call_syntax)
 from deployments.guided_formats import FormatRequestError
@@ -59,8 +59,8 @@ def request(**kwargs) -> ChatCompletionRequest:
 
 
 TOOL_DEFINITIONS = request().tools  # what a call written as XML parameters is read against
-SYNTAXES = [PLAIN, HERMES, QWEN3_CODER, GLM45, GLM47, MINIMAX_M2, MISTRAL, GRANITE, JAMBA, LLAMA3, PYTHONIC,
-            DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2]
+SYNTAXES = [PLAIN, HERMES, QWEN3_CODER, GLM45, GLM47, MINIMAX_M2, SEED_OSS, STEP3, MISTRAL, GRANITE, XLAM, JAMBA,
+            LLAMA3, PYTHONIC, DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2]
 TAGGED = [s for s in SYNTAXES if s.tag]
 
 
@@ -95,7 +95,7 @@ def auto_index(syntax, vocab):
     return compile_regex(regex_for_format(requested_tool_format(request(tool_choice="auto"), syntax).format), vocab)
 
 
-@pytest.mark.parametrize("syntax", [PLAIN, LLAMA3, PYTHONIC], ids=lambda s: s.name)
+@pytest.mark.parametrize("syntax", [PLAIN, XLAM, LLAMA3, PYTHONIC], ids=lambda s: s.name)
 def test_auto_without_a_tag_is_text_or_a_whole_call(vocab, syntax):
     """Checked on the compiled automaton, not with Python's `re`: outlines-core's can refuse what
     `re` allows (app/guided/compiler.py: compile_regex)."""
@@ -194,6 +194,8 @@ def test_syntax_follows_the_template():
     assert syntax_for_template("{{'<｜tool▁call▁begin｜>' + tool['function']['name'] + '<｜tool▁sep｜>'") is DEEPSEEK_V31
     assert syntax_for_template("<|tool_calls_section_begin|>{%- for tool_call in message['tool_calls'] -%}") is KIMI_K2
     assert syntax_for_template("{{- '<minimax:tool_call>' ~ '\\n' }}{{- '<invoke name=\"' + name }}") is MINIMAX_M2
+    assert syntax_for_template("{{ '<seed:tool_call>\\n<function=' + tool_call.function.name }}") is SEED_OSS
+    assert syntax_for_template("<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name=\"{{ name }}\">") is STEP3
     assert {name: s.name for name, s in TOOL_CALL_PARSERS.items() if name != s.name} == {"hunyuan_a13b": "jamba",
                                                                                           "qwen3_xml": "qwen3_coder",
                                                                                           "llama4_pythonic": "pythonic"}

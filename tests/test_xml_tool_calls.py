@@ -13,7 +13,8 @@ from transformers import AutoTokenizer
 from deployments.guided_formats import FormatRequestError
 from deployments.protocol import ChatCompletionRequest
 from deployments.tool_call_stream import ToolStream, parse_calls
-from deployments.tool_calls import GLM45, GLM47, QWEN3_CODER, render_messages, requested_tool_format
+from deployments.tool_calls import (GLM45, GLM47, QWEN3_CODER, SEED_OSS, STEP3, render_messages,
+                                    requested_tool_format)
 from tests.checkpoints import DEFAULT_TARGET
 from tests.test_tool_calls import GLM45_TEMPLATE, GLM47_TEMPLATE, QWEN35_TEMPLATE, TOOL_DEFINITIONS, WEATHER, accepts, auto_index, conversation, vocab  # noqa: F401
 
@@ -124,6 +125,27 @@ def test_glm_writes_each_call_as_a_tool_call_element(syntax):
                     f"{newline}<tool_call>now{newline}</tool_call>")
     calls = parse_calls("Let me see." + text, syntax, TOOL_DEFINITIONS)
     assert calls[0] == "Let me see." and [c.function.name for c in calls[1]] == ["get_weather", "now"]
+
+
+# What Seed-OSS-36B-Instruct wrote (vLLM's tests of its seed_oss parser), and Step 3's calls as SGLang's
+# step3 detector lays them out.
+WRITTEN_BY_THE_MODEL = {
+    "seed_oss": ("<seed:tool_call>\n<function=get_weather>\n<parameter=city>Oslo</parameter>\n"
+                 "<parameter=unit>celsius</parameter>\n</function>\n</seed:tool_call>"),
+    "step3": ('<｜tool_calls_begin｜>\n<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="get_weather">\n'
+              '<steptml:parameter name="city">Oslo</steptml:parameter>\n'
+              '<steptml:parameter name="unit">celsius</steptml:parameter>\n'
+              "</steptml:invoke><｜tool_call_end｜>\n<｜tool_calls_end｜>"),
+}
+
+
+@pytest.mark.parametrize("syntax", [SEED_OSS, STEP3], ids=lambda s: s.name)
+def test_calls_are_written_and_read_as_the_model_writes_them(syntax, vocab):
+    written = WRITTEN_BY_THE_MODEL[syntax.name]
+    assert syntax.render([("get_weather", OSLO)]) == written
+    content, [call] = parse_calls("Checking. " + written, syntax, TOOL_DEFINITIONS)
+    assert (content, call.function.name, json.loads(call.function.arguments)) == ("Checking. ", "get_weather", OSLO)
+    assert accepts(auto_index(syntax, vocab), vocab, written)
 
 
 def test_a_template_without_tools_is_shown_the_xml_convention():
