@@ -1,7 +1,8 @@
 """Calls written as XML parameters (deployments/xml_tool_calls.py) read as they stream, into
 OpenAI's JSON arguments: `{"key": ` once a parameter's name ends, its value as it grows (a text
 value JSON-escaped inside quotes, any other as written), `}` when the function ends. What may
-still be the start of a value's end is held. The reader has the same shape as the JSON calls'
+still be the start of a value's end is held, and so is a nullable text value while it may still
+be `null`. The reader has the same shape as the JSON calls'
 scanner (deployments/tool_call_stream.py), which streams both.
 """
 
@@ -12,7 +13,7 @@ import json
 from deployments.reasoning import partial_suffix
 from deployments.tool_protocol import ToolDefinition
 from deployments.written_call import TranslatedCall
-from deployments.xml_tool_calls import XmlParameters, is_text_parameter
+from deployments.xml_tool_calls import XmlParameters, is_text_parameter, nullable_text
 
 
 class XmlCallReader:
@@ -23,7 +24,8 @@ class XmlCallReader:
         self.xml, self.text, self.at, self.state = xml, "", 0, "between"
         self.calls: list[TranslatedCall] = []
         self.properties = {t.function.name: t.function.schema_.get("properties") or {} for t in tools or []}
-        self.value_is_text = False
+        self.value_kind = "json"  # "text", "json" or "nullable" (text or null)
+        self.held = ""  # a nullable value's text while it may still be `null`
 
     def read(self, more: str) -> None:
         self.text += more
@@ -63,19 +65,29 @@ class XmlCallReader:
             if end < 0:
                 return False
             key = self.text[self.at:end]
-            properties = self.properties.get(call.name, {})
-            self.value_is_text = key not in properties or is_text_parameter(properties[key])
+            schema = self.properties.get(call.name, {}).get(key)
+            self.value_kind = ("text" if schema is None or is_text_parameter(schema)
+                               else "nullable" if nullable_text(schema) is not None else "json")
             call.json_arguments += (", " if call.json_arguments else "{") + json.dumps(key, ensure_ascii=False) \
-                + ": " + ('"' if self.value_is_text else "")
+                + ": " + ('"' if self.value_kind == "text" else "")
             return self._to("value", end + len(xml.parameter_name_end))
         end = self.text.find(xml.value_end, self.at)  # in a value
         known = end if end >= 0 else len(self.text) - partial_suffix(self.text[self.at:], xml.value_end)
         value = self.text[self.at:known]
-        call.json_arguments += json.dumps(value, ensure_ascii=False)[1:-1] if self.value_is_text else value
+        if self.value_kind == "nullable":
+            value, self.held = self.held + value, ""
+            if end >= 0 and value == "null":
+                self.value_kind = "json"
+            elif end < 0 and "null".startswith(value):
+                value, self.held = "", value
+            else:
+                call.json_arguments += '"'
+                self.value_kind = "text"
+        call.json_arguments += json.dumps(value, ensure_ascii=False)[1:-1] if self.value_kind == "text" else value
         if end < 0:
             self.at = known
             return False
-        call.json_arguments += '"' if self.value_is_text else ""
+        call.json_arguments += '"' if self.value_kind == "text" else ""
         return self._to("parameters", end + len(xml.value_end))
 
     def _to(self, state: str, at: int) -> bool:

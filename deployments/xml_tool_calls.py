@@ -45,11 +45,13 @@ and Step 3 (`step3`), each call between marker tokens, as SGLang's step3 detecto
     <｜tool_calls_end｜>
 
 As their chat templates write values, a parameter whose schema is a string (`is_text_parameter`)
-is its text, neither quoted nor escaped; any other is JSON. The first `value_end` ends a value, so
-a text value cannot hold it; a string with `minLength`/`maxLength` cannot hold its first
-character (a newline in Qwen's, `<` in the others'), which keeps a value that the grammar forces
-on from writing it. The calls are generated under `xml_call_regex`, parameters in their schema's
-order, the required ones always; they are read back by deployments/xml_tool_call_reader.py.
+is its text, neither quoted nor escaped; one that is a string or null (`nullable_text`, as
+Pydantic writes `Optional[str]`) is its text or `null`, which reads as null (as vLLM reads it);
+any other is JSON. The first `value_end` ends a value, so a text value cannot hold it; a string
+with `minLength`/`maxLength` cannot hold its first character (a newline in Qwen's, `<` in the
+others'), which keeps a value that the grammar forces on from writing it. The calls are generated
+under `xml_call_regex`, parameters in their schema's order, the required ones always; they are
+read back by deployments/xml_tool_call_reader.py.
 """
 
 from __future__ import annotations
@@ -119,6 +121,26 @@ def is_text_parameter(schema) -> bool:
     return "enum" in schema and all(isinstance(v, str) for v in schema["enum"])
 
 
+def nullable_text(schema) -> dict | None:
+    """The string schema of a parameter that is a string or null (`"type": ["string", "null"]`, or
+    an `anyOf`/`oneOf` of a string schema and `{"type": "null"}`), else None."""
+    if not isinstance(schema, dict):
+        return None
+    kind = schema.get("type")
+    if isinstance(kind, list) and sorted(kind) == ["null", "string"]:
+        text = {**schema, "type": "string"}
+        if isinstance(schema.get("enum"), list):
+            text["enum"] = [v for v in schema["enum"] if v is not None]
+        return text if isinstance(text.get("const", ""), str) else None
+    for key in ("anyOf", "oneOf"):
+        members = schema.get(key)
+        if isinstance(members, list) and len(members) == 2 and {"type": "null"} in members:
+            other = members[1 - members.index({"type": "null"})]
+            if is_text_parameter(other):
+                return other
+    return None
+
+
 def _text_regex(schema: dict, xml: XmlParameters, where: str) -> str:
     """A string parameter's text, as its schema's `const`, `enum`, `format`, `pattern` or
     lengths allow, never holding `value_end`."""
@@ -138,6 +160,8 @@ def _text_regex(schema: dict, xml: XmlParameters, where: str) -> str:
 def _value_regex(schema, root: dict, xml: XmlParameters, where: str) -> str:
     if is_text_parameter(schema):
         return _text_regex(schema, xml, where)
+    if (text := nullable_text(schema)) is not None:
+        return f"(?:null|{_text_regex(text, xml, where)})"
     if isinstance(schema, dict):  # its `$ref`s point into the parameters schema's definitions
         schema = {**{k: root[k] for k in ("$defs", "definitions") if k in root}, **schema}
     return regex_for_format({"type": "json_schema", "json_schema": {"schema": schema}})

@@ -31,7 +31,8 @@ from tests.guided.test_string_formats import CHECKER, accepts, distances_to_fina
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
-                                     "unit": {"enum": ["celsius", "fahrenheit"]}},
+                                     "unit": {"enum": ["celsius", "fahrenheit"]},
+                                     "country": {"anyOf": [{"type": "string", "maxLength": 8}, {"type": "null"}]}},
     "required": ["city", "unit"]}}}
 BOOK = {"type": "function", "function": {"name": "book_meeting", "parameters": {
     "type": "object", "properties": {

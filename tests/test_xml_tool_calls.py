@@ -45,6 +45,32 @@ def test_a_text_value_is_read_to_the_first_value_end_and_escaped_as_json(value):
     assert json.loads(call.function.arguments) == {"note": value, "n": 2}
 
 
+OPTIONAL_NOTE = {"type": "object", "properties": {  # as Pydantic writes `note: str | None = None`
+    "note": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None}, "n": {"type": "integer"}}}
+
+
+@pytest.mark.parametrize("note", [None, "Oslo", "nul", "null pointer", "", "x\nnull"])
+def test_a_nullable_string_is_its_bare_text_or_null_and_streams_as_parsed(note):
+    text = QWEN3_CODER.render([("f", {"note": note, "n": 2})])
+    assert f"<parameter=note>\n{'null' if note is None else note}\n</parameter>" in text
+    tools = tools_request(OPTIONAL_NOTE).tools
+    whole = parse_calls(text, QWEN3_CODER, tools)[1][0].function.arguments
+    assert json.loads(whole) == {"note": note, "n": 2}
+    stream, sent = ToolStream(QWEN3_CODER, tools), []
+    for c in text:
+        sent += [p.arguments for p in stream.feed(c)[1]]
+    assert "".join(sent) == whole
+
+
+def test_a_nullable_string_is_generated_bare_or_as_null(vocab):
+    from app.guided.compiler import compile_regex, regex_for_format
+    note = {"type": ["string", "null"], "maxLength": 3}
+    fmt = requested_tool_format(tools_request({"type": "object", "properties": {"note": note}}), QWEN3_CODER).format
+    index = compile_regex(regex_for_format(fmt), vocab)
+    for value, allowed in [(None, True), ("abc", True), ("abcd", False), ("a\nb", False)]:
+        assert accepts(index, vocab, QWEN3_CODER.render([("f", {"note": value})])) is allowed, value
+
+
 def test_a_value_is_text_where_its_tool_does_not_type_it():
     """A parameter the schema does not list, and a tool the request does not define (vLLM's way)."""
     text = QWEN3_CODER.render([("f", {"n": "2", "extra": "3"}), ("unknown", {"x": "[1]"})])
