@@ -16,10 +16,13 @@ JSON_NAMES = {python: json.dumps(value) for value, python in PYTHON_NAMES.items(
 
 
 class PythonicCallReader:
-    """One choice's calls, from the list's `[` on, read a character at a time."""
+    """One choice's calls, from the syntax's prefix on (the list's `[`, OLMo 3's tag), read a
+    character at a time: between calls, spacing and commas; what else cannot begin a name begins
+    the suffix (`]`, OLMo 3's closing tag), after which nothing is read."""
 
-    def __init__(self):
-        self.text, self.state, self.word = "", "between", ""
+    def __init__(self, prefix: str):
+        self.text, self.state, self.word = "", "prefix" if prefix else "between", ""
+        self.prefix_left = len(prefix)
         self.calls: list[TranslatedCall] = []
         self.depth, self.in_string, self.escaped = 0, False, False
 
@@ -32,10 +35,17 @@ class PythonicCallReader:
         return call.json_arguments[after:]
 
     def _char(self, c: str) -> None:
-        if self.state == "between":  # `[`, `, ` and `]` around the calls
-            if c not in "[], ":
+        if self.state == "suffix":
+            return
+        if self.state == "prefix":
+            self.prefix_left -= 1
+            self.state = "prefix" if self.prefix_left else "between"
+        elif self.state == "between":
+            if c.isalnum() or c in "_.-":  # a function's name (tool_protocol.FunctionDefinition)
                 self.calls.append(TranslatedCall())
                 self.state, self.word = "name", c
+            elif c not in ", \n":
+                self.state = "suffix"
         elif self.state == "name":
             if c == "(":
                 self.calls[-1].name, self.state = self.word, "keywords"

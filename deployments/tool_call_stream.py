@@ -113,7 +113,7 @@ class ToolStream:
         self.syntax, self.held, self.in_calls, self.text_only = syntax, "", False, False
         self.scanner = (XmlCallReader(syntax.xml, tools) if syntax.xml
                         else NamedCallReader(syntax.named) if syntax.named
-                        else PythonicCallReader() if syntax.pythonic else _Scanner(syntax.arguments_key))
+                        else PythonicCallReader(syntax.prefix) if syntax.pythonic else _Scanner(syntax.arguments_key))
 
     def feed(self, text: str) -> tuple[str, list[CallPiece]]:
         """(text to stream as content now, the calls' new pieces)."""

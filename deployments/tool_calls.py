@@ -9,10 +9,12 @@ parameters in `<tool_call>` elements, MiniMax-M2 `<invoke>` elements in one
 `<steptml:invoke>` elements between marker tokens, Mistral
 `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`, DeepSeek V3 and V3.1 and Kimi K2 the name
 outside the JSON arguments, between marker tokens (deployments/named_tool_calls.py), Granite 3
-`<|tool_call|>[{...}, ...]`, xLAM `[{...}, ...]`, Jamba and Hunyuan
-`<tool_calls>[{...}, ...]</tool_calls>`, Llama 3.1+ `{"name": ..., "parameters": {...}}` (several
-joined by `; `), Llama 3.2+ under its pythonic templates a Python list, `[get_weather(city="Oslo")]`
-(deployments/pythonic_tool_calls.py), and for templates with no tool convention (the default
+`<|tool_call|>[{...}, ...]`, Granite 20B FC `<function_call> {...}`, xLAM `[{...}, ...]`, Phi-4-mini
+`functools[{...}, ...]`, Jamba and Hunyuan `<tool_calls>[{...}, ...]</tool_calls>`, MiniMax-M1 a
+call a line in `<tool_calls>`, LongCat Hermes' JSON in `<longcat_tool_call>`, Llama 3.1+
+`{"name": ..., "parameters": {...}}` (several joined by `; `), Llama 3.2+ under its pythonic
+templates a Python list, `[get_weather(city="Oslo")]` (deployments/pythonic_tool_calls.py), OLMo 3
+Python calls a line in `<function_calls>`, and for templates with no tool convention (the default
 model) `{"name": ..., "arguments": {...}}`, one per line. The app's `tool_call_parser` (vLLM's
 names) chooses one instead of the template's.
 
@@ -107,8 +109,16 @@ STEP3 = ToolCallSyntax("step3", "<｜tool_calls_begin｜>\n", "\n", "\n<｜tool_
 GRANITE = ToolCallSyntax("granite", "<|tool_call|>[", ", ", "]", "arguments", tag="<|tool_call|>")
 JAMBA = ToolCallSyntax("jamba", "<tool_calls>[", ", ", "]</tool_calls>", "arguments", tag="<tool_calls>")
 XLAM = ToolCallSyntax("xlam", "[", ", ", "]", "arguments")
+PHI4_MINI = ToolCallSyntax("phi4_mini_json", "functools[", ", ", "]", "arguments", tag="functools")
+MINIMAX_M1 = ToolCallSyntax("minimax", "<tool_calls>\n", "\n", "\n</tool_calls>", "arguments", tag="<tool_calls>")
+GRANITE_20B_FC = ToolCallSyntax("granite-20b-fc", "<function_call> ", "\n<function_call> ", "", "arguments",
+                                tag="<function_call>")
+LONGCAT = ToolCallSyntax("longcat", "<longcat_tool_call>", "</longcat_tool_call>\n<longcat_tool_call>",
+                         "</longcat_tool_call>", "arguments", tag="<longcat_tool_call>")
 LLAMA3 = ToolCallSyntax("llama3_json", "", "; ", "", "parameters")
 PYTHONIC = ToolCallSyntax("pythonic", "[", ", ", "]", "arguments", pythonic=True)
+OLMO3 = ToolCallSyntax("olmo3", "<function_calls>\n", "\n", "\n</function_calls>", "arguments",
+                       tag="<function_calls>", pythonic=True)
 PLAIN = ToolCallSyntax("json", "", "\n", "", "arguments")
 DEEPSEEK_V31 = ToolCallSyntax("deepseek_v31", "<｜tool▁calls▁begin｜>", "", "<｜tool▁calls▁end｜>", "arguments",
                               tag="<｜tool▁calls▁begin｜>", named=DEEPSEEK_V31_CALL)
@@ -116,11 +126,12 @@ DEEPSEEK_V3 = dataclasses.replace(DEEPSEEK_V31, name="deepseek_v3", separator="\
 KIMI_K2 = ToolCallSyntax("kimi_k2", "<|tool_calls_section_begin|>", "", "<|tool_calls_section_end|>",
                          "arguments", tag="<|tool_calls_section_begin|>", named=KIMI_K2_CALL)
 # The app's `tool_call_parser`, by vLLM's parser names (Hunyuan A13B writes Jamba's tags).
-# vLLM's qwen3_xml reads what its qwen3_coder reads, its llama4_pythonic what its pythonic reads.
-TOOL_CALL_PARSERS = {s.name: s for s in (HERMES, QWEN3_CODER, GLM45, GLM47, MINIMAX_M2, SEED_OSS, STEP3, MISTRAL,
-                                          GRANITE, XLAM, JAMBA, LLAMA3, PYTHONIC, DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2,
-                                          PLAIN)} | {
-    "hunyuan_a13b": JAMBA, "qwen3_xml": QWEN3_CODER, "llama4_pythonic": PYTHONIC}
+# vLLM's qwen3_xml reads what its qwen3_coder reads, its llama4_pythonic what its pythonic reads; ERNIE 4.5 writes
+# Hermes' calls.
+TOOL_CALL_PARSERS = {s.name: s for s in (
+    HERMES, QWEN3_CODER, GLM45, GLM47, MINIMAX_M2, SEED_OSS, STEP3, MISTRAL, GRANITE, GRANITE_20B_FC, XLAM, PHI4_MINI,
+    JAMBA, MINIMAX_M1, LONGCAT, LLAMA3, PYTHONIC, OLMO3, DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2, PLAIN)} | {
+    "hunyuan_a13b": JAMBA, "qwen3_xml": QWEN3_CODER, "llama4_pythonic": PYTHONIC, "ernie45": HERMES}
 
 
 def syntax_for_template(template: str | None) -> ToolCallSyntax:
@@ -133,6 +144,8 @@ def syntax_for_template(template: str | None) -> ToolCallSyntax:
         return MINIMAX_M2
     if "<steptml:invoke" in text:
         return STEP3
+    if "<function_calls>" in text:
+        return OLMO3
     if "<seed:tool_call>" in text:  # Qwen3-Coder's elements, which the next test finds too
         return SEED_OSS
     if "<function=" in text:  # Qwen3-Coder's and Qwen3.5's, whose calls also open with <tool_call>
@@ -145,8 +158,12 @@ def syntax_for_template(template: str | None) -> ToolCallSyntax:
         return MISTRAL
     if "<|tool_call|>" in text:
         return GRANITE
-    if "<tool_calls>" in text:
-        return JAMBA
+    if "<|function_call_library|>" in text:
+        return GRANITE_20B_FC
+    if "<tool_calls>" in text:  # MiniMax-M1's, a call a line; Jamba's and Hunyuan's, a JSON list
+        return MINIMAX_M1 if "MiniMax" in text else JAMBA
+    if "functools" in text:
+        return PHI4_MINI
     if "[func_name1(" in text:  # the pythonic templates' example call (they hold `ipython` too)
         return PYTHONIC
     if "<|python_tag|>" in text or "ipython" in text:

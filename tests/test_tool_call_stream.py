@@ -22,9 +22,9 @@ WEATHER = {"city": "Oslo, \"NO\" {x}", "unit": "celsius"}
 MEETING = {"when": "2026-11-28T10:00:00Z", "people": [{"email": "a@b.no", "optional": False}],
            "room": {"floor": 3}}
 # A pythonic call whose values hold the syntax's own characters and spacing of their own: (the
-# output, its JSON arguments).
-PYTHONIC_SPACED = ('[now(a=[1, "), b=\\")]"], b={"k" : None, "e": [True, 1E5]})]',
-                   '{"a": [1, "), b=\\")]"], "b": {"k" : null, "e": [true, 1E5]}}')
+# call, its JSON arguments).
+PYTHONIC_SPACED = ('now(a=[1, "), b=\\")]\\n</function_calls>"], b={"k" : None, "e": [True, 1E5]})',
+                   '{"a": [1, "), b=\\")]\\n</function_calls>"], "b": {"k" : null, "e": [true, 1E5]}}')
 
 
 def xml_strings(syntax) -> str:
@@ -42,7 +42,7 @@ def rendered(syntax) -> list[str]:
     if syntax.named:  # the name is outside the arguments: the spacing is theirs
         spaced = syntax.render([("now", ' { "a" : [1, "}"] } ')])
     if syntax.pythonic:
-        spaced = PYTHONIC_SPACED[0]
+        spaced = syntax.prefix + PYTHONIC_SPACED[0] + syntax.suffix
     outputs = [syntax.render([("get_weather", WEATHER)]),
                syntax.render([("get_weather", WEATHER), ("book_meeting", MEETING), ("now", {})]),
                spaced, "Sunny, I think.", "{" if syntax.start != "{" else "<", ""]
