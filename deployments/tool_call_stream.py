@@ -38,14 +38,17 @@ class CallPiece:
 @dataclass
 class _Scanner:
     """A character-level reader of JSON objects written one after another: it knows the depth,
-    whether it is inside a string, and which key of the top object it is in."""
+    whether it is inside a string, and which key of the top object it is in (`name_is_key`: the
+    first key is the call's name, and its value the arguments)."""
     arguments_key: str
+    name_is_key: bool = False
     text: str = ""
     depth: int = 0
     string_start: int | None = None
     escaped: bool = False
     expecting_key: bool = False
     key: str | None = None
+    in_arguments: bool = False  # the key is the arguments' (set with the key, not looked up per character)
     calls: list[WrittenCall] = field(default_factory=list)
 
     def read(self, more: str) -> None:
@@ -65,11 +68,11 @@ class _Scanner:
             return
         if self.depth == 0:  # between calls: syntax, until the next call opens
             if c == "{":
-                self.depth, self.expecting_key, self.key = 1, True, None
+                self.depth, self.expecting_key, self.key, self.in_arguments = 1, True, None, False
                 self.calls.append(WrittenCall())
             return
         call = self.calls[-1]
-        at_value = self.depth == 1 and not self.expecting_key and self.key == self.arguments_key
+        at_value = self.depth == 1 and not self.expecting_key and self.in_arguments
         if at_value and call.arguments_start is None and not c.isspace() and c not in ",}":
             call.arguments_start = i
         if c == '"':
@@ -87,16 +90,19 @@ class _Scanner:
             self.expecting_key = True
 
     def _string_closed(self, i: int) -> None:
-        if self.depth == 1 and (self.expecting_key or self.key == "name" and self.calls[-1].name is None):
-            value = json.loads(self.text[self.string_start:i + 1])
+        if self.depth == 1:
+            call = self.calls[-1]
             if self.expecting_key:
-                self.key = value
-            else:
-                self.calls[-1].name = value
+                self.key = json.loads(self.text[self.string_start:i + 1])
+                if self.name_is_key and call.name is None:
+                    call.name = self.key
+                self.in_arguments = self.key == (call.name if self.name_is_key else self.arguments_key)
+            elif not self.name_is_key and self.key == "name" and call.name is None:
+                call.name = json.loads(self.text[self.string_start:i + 1])
         self.string_start = None
 
     def _value_ended(self, call: WrittenCall, i: int) -> None:
-        if self.key == self.arguments_key and call.arguments_start is not None and call.arguments_end is None:
+        if self.in_arguments and call.arguments_start is not None and call.arguments_end is None:
             call.arguments_end = call.arguments_start + len(self.text[call.arguments_start:i].rstrip())
 
     def arguments(self, call: WrittenCall, after: int = 0) -> str:
@@ -113,7 +119,8 @@ class ToolStream:
         self.syntax, self.held, self.in_calls, self.text_only = syntax, "", False, False
         self.scanner = (XmlCallReader(syntax.xml, tools) if syntax.xml
                         else NamedCallReader(syntax.named) if syntax.named
-                        else PythonicCallReader(syntax.prefix) if syntax.pythonic else _Scanner(syntax.arguments_key))
+                        else PythonicCallReader(syntax.prefix) if syntax.pythonic
+                        else _Scanner(syntax.arguments_key, syntax.name_is_key))
 
     def feed(self, text: str) -> tuple[str, list[CallPiece]]:
         """(text to stream as content now, the calls' new pieces)."""

@@ -1,22 +1,16 @@
 """Tool calls: how a model writes them and the grammar they are generated under (they are read
 back, whole or streamed, by deployments/tool_call_stream.py).
 
-A model writes a call as JSON in the convention its chat template teaches (docs/tool_calling.md):
-Qwen2/Hermes `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, Qwen3-Coder and
-Qwen3.5 the same tags around XML parameters (deployments/xml_tool_calls.py), GLM-4.5+ XML
-parameters in `<tool_call>` elements, MiniMax-M2 `<invoke>` elements in one
-`<minimax:tool_call>`, Seed-OSS Qwen3-Coder's elements in `<seed:tool_call>`, Step 3
-`<steptml:invoke>` elements between marker tokens, Mistral
-`[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`, DeepSeek V3 and V3.1 and Kimi K2 the name
-outside the JSON arguments, between marker tokens (deployments/named_tool_calls.py), Granite 3
-`<|tool_call|>[{...}, ...]`, Granite 20B FC `<function_call> {...}`, xLAM `[{...}, ...]`, Phi-4-mini
-`functools[{...}, ...]`, Jamba and Hunyuan `<tool_calls>[{...}, ...]</tool_calls>`, MiniMax-M1 a
-call a line in `<tool_calls>`, LongCat Hermes' JSON in `<longcat_tool_call>`, Llama 3.1+
-`{"name": ..., "parameters": {...}}` (several joined by `; `), Llama 3.2+ under its pythonic
-templates a Python list, `[get_weather(city="Oslo")]` (deployments/pythonic_tool_calls.py), OLMo 3
-Python calls a line in `<function_calls>`, and for templates with no tool convention (the default
-model) `{"name": ..., "arguments": {...}}`, one per line. The app's `tool_call_parser` (vLLM's
-names) chooses one instead of the template's.
+A model writes a call in the convention its chat template teaches (the table in
+docs/tool_calling.md): a JSON object in tags or in a list (Hermes' `<tool_call>\\n{"name": ...,
+"arguments": {...}}\\n</tool_call>`, Mistral's `[TOOL_CALLS][{...}, ...]`, Llama 3.1's
+`{"name": ..., "parameters": {...}}` joined by `; `, Apertus' `{"name": {...}}`, ...), XML
+parameters (Qwen3-Coder, GLM-4.5+, MiniMax-M2, Seed-OSS, Step 3: deployments/xml_tool_calls.py),
+JSON arguments after a name between markers (DeepSeek V3 and V3.1, Kimi K2:
+deployments/named_tool_calls.py), or Python calls (Llama 3.2+ under its pythonic templates, OLMo 3:
+deployments/pythonic_tool_calls.py); for templates with no tool convention (the default model)
+`{"name": ..., "arguments": {...}}`, one per line. The app's `tool_call_parser` (vLLM's names)
+chooses one instead of the template's.
 
 The calls are generated under a regex built from the tools' parameter schemas by the guided
 compiler (string formats included), so every call's arguments parse and validate:
@@ -58,6 +52,7 @@ class ToolCallSyntax:
     xml: XmlParameters | None = None  # a call's arguments as XML elements, not a JSON object
     named: NamedJsonCall | None = None  # a call's name outside its JSON arguments, not a key of one
     pythonic: bool = False  # a call is Python, `name(key=value, ...)`, not a JSON object
+    name_is_key: bool = False  # a call is `{"name": {arguments}}`, not `{"name": ..., "arguments": ...}`
 
     def __post_init__(self):
         if self.tag[:1] and self.tag[0] in self.tag[1:]:
@@ -89,7 +84,8 @@ class ToolCallSyntax:
             return self.named.render(name, arguments, number)
         if self.pythonic:
             return render_call(name, arguments)
-        return json.dumps({"name": name, self.arguments_key: arguments}, ensure_ascii=False)
+        call = {name: arguments} if self.name_is_key else {"name": name, self.arguments_key: arguments}
+        return json.dumps(call, ensure_ascii=False)
 
 
 HERMES = ToolCallSyntax("hermes", "<tool_call>\n", "\n</tool_call>\n<tool_call>\n",
@@ -111,6 +107,11 @@ JAMBA = ToolCallSyntax("jamba", "<tool_calls>[", ", ", "]</tool_calls>", "argume
 XLAM = ToolCallSyntax("xlam", "[", ", ", "]", "arguments")
 PHI4_MINI = ToolCallSyntax("phi4_mini_json", "functools[", ", ", "]", "arguments", tag="functools")
 MINIMAX_M1 = ToolCallSyntax("minimax", "<tool_calls>\n", "\n", "\n</tool_calls>", "arguments", tag="<tool_calls>")
+APERTUS = ToolCallSyntax("apertus", "<|tools_prefix|>[", ", ", "]<|tools_suffix|>", "arguments",
+                         tag="<|tools_prefix|>", name_is_key=True)
+# InternLM2's chat format; its `<|plugin|>` names the kind of action
+INTERNLM = ToolCallSyntax("internlm", "<|action_start|><|plugin|>\n", "<|action_end|>\n<|action_start|><|plugin|>\n",
+                          "<|action_end|>", "parameters", tag="<|action_start|>")
 GRANITE_20B_FC = ToolCallSyntax("granite-20b-fc", "<function_call> ", "\n<function_call> ", "", "arguments",
                                 tag="<function_call>")
 LONGCAT = ToolCallSyntax("longcat", "<longcat_tool_call>", "</longcat_tool_call>\n<longcat_tool_call>",
@@ -130,7 +131,8 @@ KIMI_K2 = ToolCallSyntax("kimi_k2", "<|tool_calls_section_begin|>", "", "<|tool_
 # Hermes' calls.
 TOOL_CALL_PARSERS = {s.name: s for s in (
     HERMES, QWEN3_CODER, GLM45, GLM47, MINIMAX_M2, SEED_OSS, STEP3, MISTRAL, GRANITE, GRANITE_20B_FC, XLAM, PHI4_MINI,
-    JAMBA, MINIMAX_M1, LONGCAT, LLAMA3, PYTHONIC, OLMO3, DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2, PLAIN)} | {
+    APERTUS, INTERNLM, JAMBA, MINIMAX_M1, LONGCAT, LLAMA3, PYTHONIC, OLMO3, DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2,
+    PLAIN)} | {
     "hunyuan_a13b": JAMBA, "qwen3_xml": QWEN3_CODER, "llama4_pythonic": PYTHONIC, "ernie45": HERMES}
 
 
@@ -164,6 +166,10 @@ def syntax_for_template(template: str | None) -> ToolCallSyntax:
         return MINIMAX_M1 if "MiniMax" in text else JAMBA
     if "functools" in text:
         return PHI4_MINI
+    if "<|tools_prefix|>" in text:
+        return APERTUS
+    if "<|plugin|>" in text:
+        return INTERNLM
     if "[func_name1(" in text:  # the pythonic templates' example call (they hold `ipython` too)
         return PYTHONIC
     if "<|python_tag|>" in text or "ipython" in text:
@@ -183,6 +189,9 @@ def template_knows_tools(template: str | None) -> bool:
 
 
 def _call_schema(tool: ToolDefinition, syntax: ToolCallSyntax) -> dict:
+    if syntax.name_is_key:
+        name = tool.function.name
+        return {"type": "object", "properties": {name: tool.function.schema_}, "required": [name]}
     return {"type": "object", "properties": {"name": {"const": tool.function.name},
                                              syntax.arguments_key: tool.function.schema_},
             "required": ["name", syntax.arguments_key]}

@@ -78,7 +78,7 @@ def test_command_line_strings_coerce():
                                        ({"block_size": 12}, "block_size"),
                                        ({"stream_interval_ms": -1}, "stream_interval_ms"),
                                        ({"reasoning_parser": "deepseek"}, "reasoning_parser"),
-                                       ({"tool_call_parser": "internlm"}, "tool_call_parser"),
+                                       ({"tool_call_parser": "no_such_parser"}, "tool_call_parser"),
                                        ({"speculative_method": "draft", "draft_model": None}, "draft_model")])
 def test_bad_arguments_are_refused_by_name(bad, words):
     with pytest.raises(ValidationError, match=words):

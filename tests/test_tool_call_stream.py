@@ -37,6 +37,8 @@ def rendered(syntax) -> list[str]:
     """Outputs with one call, two calls, calls with spacing of their own, text, and (where a tag
     opens calls) text then calls."""
     spaced = syntax.prefix + '{ "name" :"now",  "%s":{ "a" : [1, "}"] } }' % syntax.arguments_key + syntax.suffix
+    if syntax.name_is_key:
+        spaced = syntax.prefix + '{ "now" :{ "a" : [1, "}"] } }' + syntax.suffix
     if syntax.xml:  # no spacing of its own: a text value that holds the syntax's own strings instead
         spaced = syntax.render([("now", {"a": xml_strings(syntax)})])
     if syntax.named:  # the name is outside the arguments: the spacing is theirs

@@ -21,11 +21,11 @@ from app.guided.vocabulary import load_guided_vocabulary
 from deployments.chat_prompt import chat_prompt_ids
 from deployments.protocol import ChatCompletionRequest
 from deployments.tool_call_stream import parse_calls
-from deployments.tool_calls import (DEEPSEEK_V3, DEEPSEEK_V31, GLM45, GLM47, GRANITE, GRANITE_20B_FC, HERMES, JAMBA,
-                                    KIMI_K2, LLAMA3, LONGCAT, MINIMAX_M1, MINIMAX_M2, MISTRAL, OLMO3, PHI4_MINI, PLAIN,
-                                    PYTHONIC, QWEN3_CODER, SEED_OSS, STEP3, XLAM,
-                                    TOOL_CALL_PARSERS, ToolCallSyntax,
-                                    render_messages, requested_tool_format, syntax_for_template, tool_call_syntax)
+from deployments.tool_calls import (APERTUS, DEEPSEEK_V3, DEEPSEEK_V31, GLM45, GLM47, GRANITE, GRANITE_20B_FC, HERMES,
+                                    INTERNLM, JAMBA, KIMI_K2, LLAMA3, MINIMAX_M1, MINIMAX_M2, MISTRAL, OLMO3, PHI4_MINI,
+                                    PLAIN, PYTHONIC, QWEN3_CODER, SEED_OSS, STEP3, XLAM, TOOL_CALL_PARSERS,
+                                    ToolCallSyntax, render_messages, requested_tool_format, syntax_for_template,
+                                    tool_call_syntax)
 from deployments.guided_formats import FormatRequestError
 from tests.checkpoints import DEFAULT_TARGET
 from tests.guided.test_string_formats import CHECKER, accepts, distances_to_final, walk
@@ -61,8 +61,7 @@ def request(**kwargs) -> ChatCompletionRequest:
 
 
 TOOL_DEFINITIONS = request().tools  # what a call written as XML parameters is read against
-SYNTAXES = [PLAIN, HERMES, QWEN3_CODER, GLM45, GLM47, MINIMAX_M2, SEED_OSS, STEP3, MISTRAL, GRANITE, GRANITE_20B_FC,
-            XLAM, PHI4_MINI, JAMBA, MINIMAX_M1, LONGCAT, LLAMA3, PYTHONIC, OLMO3, DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2]
+SYNTAXES = list(dict.fromkeys(TOOL_CALL_PARSERS.values()))  # every convention the app knows, once
 TAGGED = [s for s in SYNTAXES if s.tag]
 
 
@@ -194,6 +193,8 @@ def test_syntax_follows_the_template():
     assert syntax_for_template("<|function_call_library|>{{ tools | tojson }}") is GRANITE_20B_FC
     assert syntax_for_template("prefix function calls with functools marker") is PHI4_MINI
     assert syntax_for_template("wrapped in <function_calls></function_calls> XML tags") is OLMO3
+    assert syntax_for_template("{{- '<|tools_prefix|>' + calls | tojson + '<|tools_suffix|>' }}") is APERTUS
+    assert syntax_for_template("<|im_start|>system name=<|plugin|>\n{{ tools | tojson }}") is INTERNLM
     assert syntax_for_template(None) is PLAIN
     v3 = "{{'<｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + tool['function']['name'] + '\\n' + '```json'"
     assert syntax_for_template(v3) is DEEPSEEK_V3
