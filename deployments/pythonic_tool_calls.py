@@ -99,11 +99,13 @@ def python_schema(schema):
     if "items" in node:
         node["items"] = ([python_schema(s) for s in node["items"]] if isinstance(node["items"], list)
                          else python_schema(node["items"]))
-    if isinstance(node.get("additionalProperties"), dict) or node.get("additionalProperties") is True:
+    if isinstance(node.get("additionalProperties"), dict):
         node["additionalProperties"] = python_schema(node["additionalProperties"])
     kind = node.get("type")
     if kind == "array" and "items" not in node and "prefixItems" not in node:
         node["items"] = untyped_schema(UNTYPED_DEPTH - 1)
+    if kind == "object" and "properties" not in node and node.get("additionalProperties", True) is True:
+        node["additionalProperties"] = untyped_schema(UNTYPED_DEPTH - 1)  # else JSON's own names
     if isinstance(kind, list):
         rest = {k: v for k, v in node.items() if k != "type"}
         return {"anyOf": [python_schema({**rest, "type": t}) for t in kind]}
