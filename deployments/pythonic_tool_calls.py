@@ -109,6 +109,8 @@ def python_schema(schema):
     if isinstance(kind, list):
         rest = {k: v for k, v in node.items() if k != "type"}
         return {"anyOf": [python_schema({**rest, "type": t}) for t in kind]}
+    if kind in ("boolean", "null") and ("const" in node or "enum" in node):  # its stand-ins, above
+        return {k: v for k, v in node.items() if k != "type"}
     if kind == "boolean":
         return {"enum": [_STAND_INS[True], _STAND_INS[False]]}
     if kind == "null":

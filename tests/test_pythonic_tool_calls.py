@@ -25,7 +25,8 @@ from tests.guided.test_string_formats import accepts, distances_to_final, walk
 FLAGS = {"type": "object", "properties": {
     "on": {"type": "boolean"}, "level": {"type": ["integer", "null"]}, "mode": {"enum": [True, None, "auto"]},
     "note": {"type": "string", "maxLength": 6}, "extra": {"description": "anything"},
-    "tags": {"type": "array", "items": {"type": "boolean"}, "maxItems": 2}, "options": {"type": "object"}},
+    "tags": {"type": "array", "items": {"type": "boolean"}, "maxItems": 2}, "options": {"type": "object"},
+    "strict": {"type": "boolean", "const": True}},
     "required": ["on", "mode"]}
 FREE = {"type": "object"}  # no parameters listed: any keywords, any values
 
@@ -71,12 +72,13 @@ def test_values_are_written_back_as_python_literals():
 def test_keywords_come_in_schema_order_with_the_required_ones_always(vocab):
     index = compile_regex(pythonic_call_regex([tool("set", FLAGS)]), vocab)
     for text in ["set(on=True, mode=None)", 'set(on=False, level=3, mode="auto", tags=[True, False])',
-                 'set(on=True, mode=True, note="hi", extra={"a": 1})', 'set(on=True, mode=None, options={"a": False})']:
+                 'set(on=True, mode=True, note="hi", extra={"a": 1})', 'set(on=True, mode=None, options={"a": False})',
+                 "set(on=True, mode=None, strict=True)"]:
         assert accepts(index, vocab, text), text
     for text in ["set(mode=None, on=True)", "set(on=True)", "set(on=true, mode=None)", 'set(on="True", mode=None)',
                  'set(on=True, mode=None, note="\\/")', "set(on=True, mode=None, tags=[True, True, False])",
                  "set(on=True,mode=None)", "set(on=True, mode=None, )", 'set(on=True, mode=None, options={"a": false})',
-                 'set(on=True, mode=None, extra=null)']:
+                 'set(on=True, mode=None, extra=null)', "set(on=True, mode=None, strict=False)"]:
         assert not accepts(index, vocab, text), text
 
 
