@@ -136,45 +136,26 @@ TOOL_CALL_PARSERS = {s.name: s for s in (
     "hunyuan_a13b": JAMBA, "qwen3_xml": QWEN3_CODER, "llama4_pythonic": PYTHONIC, "ernie45": HERMES}
 
 
+# What a chat template holds -> the convention it teaches: the first entry whose strings are all in
+# the template. Order matters where one convention's markers hold another's: Seed-OSS's and
+# Qwen3-Coder's calls open with <tool_call> too, GLM's are <tool_call> elements, DeepSeek V3 fences
+# its arguments where V3.1 does not, and the pythonic templates hold Llama 3's `ipython`.
+TEMPLATE_MARKERS = (
+    (("<｜tool▁sep｜>", "```json"), DEEPSEEK_V3), (("<｜tool▁sep｜>",), DEEPSEEK_V31),
+    (("<|tool_calls_section_begin|>",), KIMI_K2), (("<minimax:tool_call>",), MINIMAX_M2),
+    (("<steptml:invoke",), STEP3), (("<function_calls>",), OLMO3), (("<seed:tool_call>",), SEED_OSS),
+    (("<function=",), QWEN3_CODER), (("</arg_key><arg_value>",), GLM47), (("<arg_key>",), GLM45),
+    (("<tool_call>",), HERMES), (("[TOOL_CALLS]",), MISTRAL), (("<|tool_call|>",), GRANITE),
+    (("<|function_call_library|>",), GRANITE_20B_FC), (("<tool_calls>", "MiniMax"), MINIMAX_M1),
+    (("<tool_calls>",), JAMBA), (("functools",), PHI4_MINI), (("<|tools_prefix|>",), APERTUS),
+    (("<|plugin|>",), INTERNLM), (("[func_name1(",), PYTHONIC), (("<|python_tag|>",), LLAMA3),
+    (("ipython",), LLAMA3),
+)
+
+
 def syntax_for_template(template: str | None) -> ToolCallSyntax:
     text = template or ""
-    if "<｜tool▁sep｜>" in text:  # DeepSeek V3 fences the arguments, V3.1 does not
-        return DEEPSEEK_V3 if "```json" in text else DEEPSEEK_V31
-    if "<|tool_calls_section_begin|>" in text:
-        return KIMI_K2
-    if "<minimax:tool_call>" in text:
-        return MINIMAX_M2
-    if "<steptml:invoke" in text:
-        return STEP3
-    if "<function_calls>" in text:
-        return OLMO3
-    if "<seed:tool_call>" in text:  # Qwen3-Coder's elements, which the next test finds too
-        return SEED_OSS
-    if "<function=" in text:  # Qwen3-Coder's and Qwen3.5's, whose calls also open with <tool_call>
-        return QWEN3_CODER
-    if "<arg_key>" in text:  # GLM's, whose calls are <tool_call> elements too
-        return GLM47 if "</arg_key><arg_value>" in text else GLM45
-    if "<tool_call>" in text:
-        return HERMES
-    if "[TOOL_CALLS]" in text:
-        return MISTRAL
-    if "<|tool_call|>" in text:
-        return GRANITE
-    if "<|function_call_library|>" in text:
-        return GRANITE_20B_FC
-    if "<tool_calls>" in text:  # MiniMax-M1's, a call a line; Jamba's and Hunyuan's, a JSON list
-        return MINIMAX_M1 if "MiniMax" in text else JAMBA
-    if "functools" in text:
-        return PHI4_MINI
-    if "<|tools_prefix|>" in text:
-        return APERTUS
-    if "<|plugin|>" in text:
-        return INTERNLM
-    if "[func_name1(" in text:  # the pythonic templates' example call (they hold `ipython` too)
-        return PYTHONIC
-    if "<|python_tag|>" in text or "ipython" in text:
-        return LLAMA3
-    return PLAIN
+    return next((syntax for markers, syntax in TEMPLATE_MARKERS if all(m in text for m in markers)), PLAIN)
 
 
 def tool_call_syntax(parser: str | None, template: str | None) -> ToolCallSyntax:

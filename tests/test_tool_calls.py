@@ -23,9 +23,9 @@ from deployments.protocol import ChatCompletionRequest
 from deployments.tool_call_stream import parse_calls
 from deployments.tool_calls import (APERTUS, DEEPSEEK_V3, DEEPSEEK_V31, GLM45, GLM47, GRANITE, GRANITE_20B_FC, HERMES,
                                     INTERNLM, JAMBA, KIMI_K2, LLAMA3, MINIMAX_M1, MINIMAX_M2, MISTRAL, OLMO3, PHI4_MINI,
-                                    PLAIN, PYTHONIC, QWEN3_CODER, SEED_OSS, STEP3, XLAM, TOOL_CALL_PARSERS,
-                                    ToolCallSyntax, render_messages, requested_tool_format, syntax_for_template,
-                                    tool_call_syntax)
+                                    PLAIN, PYTHONIC, QWEN3_CODER, SEED_OSS, STEP3, XLAM, TEMPLATE_MARKERS,
+                                    TOOL_CALL_PARSERS, ToolCallSyntax, render_messages, requested_tool_format,
+                                    syntax_for_template, tool_call_syntax)
 from deployments.guided_formats import FormatRequestError
 from tests.checkpoints import DEFAULT_TARGET
 from tests.guided.test_string_formats import CHECKER, accepts, distances_to_final, walk
@@ -202,12 +202,18 @@ def test_syntax_follows_the_template():
     assert syntax_for_template("<|tool_calls_section_begin|>{%- for tool_call in message['tool_calls'] -%}") is KIMI_K2
     assert syntax_for_template("{{- '<minimax:tool_call>' ~ '\\n' }}{{- '<invoke name=\"' + name }}") is MINIMAX_M2
     assert syntax_for_template("{{ '<seed:tool_call>\\n<function=' + tool_call.function.name }}") is SEED_OSS
-    assert syntax_for_template("<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name=\"{{ name }}\">") is STEP3
+    step3 = "<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name=\"{{ name }}\">"
+    assert syntax_for_template(step3) is STEP3
     assert {name: s.name for name, s in TOOL_CALL_PARSERS.items() if name != s.name} == {"hunyuan_a13b": "jamba",
                                                                                           "qwen3_xml": "qwen3_coder",
                                                                                           "llama4_pythonic": "pythonic",
                                                                                           "ernie45": "hermes"}
     assert {"glm45", "glm47", "qwen3_coder"} <= set(TOOL_CALL_PARSERS)
+
+
+def test_no_template_marker_is_shadowed_by_an_earlier_one():
+    for markers, syntax in TEMPLATE_MARKERS:
+        assert syntax_for_template(" ".join(markers)) is syntax, markers
 
 
 def test_the_apps_tool_call_parser_wins_over_the_template(monkeypatch):
