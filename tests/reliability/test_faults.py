@@ -5,6 +5,7 @@ internals; Serve starts a replacement and new requests are served by it."""
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -31,17 +32,30 @@ def replica_actor(replica_id: str):
     return ray.get_actor(names[0]["name"], namespace=names[0]["namespace"])
 
 
-def in_flight(url: str, model: str, stream: bool) -> dict:
+def in_flight(url: str, model: str, stream: bool, started: threading.Event) -> dict:
+    """A long completion; `started` is set once its response has begun (a stream's status and
+    headers, which go out with its first chunk; a whole response's end)."""
     body = {"model": model, "prompt": "A long story:", "max_tokens": 1500, "stream": stream,
             "ignore_eos": True, "temperature": 0.8, "seed": 3}
     try:
         with requests.post(url + "/v1/completions", json=body, stream=stream,
                            timeout=(10, CLIENT_TIMEOUT_S)) as r:
+            started.set()
             if stream:
                 return {"status": r.status_code, "events": sse_events(r.iter_lines())}
             return {"status": r.status_code, "json": r.json()}
     except requests.Timeout as exc:
         return {"hung": repr(exc)}
+
+
+def start_requests(pool: ThreadPoolExecutor, serve_app, kinds: list[bool]) -> list:
+    """The requests of `kinds` (streaming or not), once all run in the target and the streams have
+    begun: a stream killed before its first chunk is answered as a whole response is, a 503."""
+    started = [threading.Event() for _ in kinds]
+    futures = [pool.submit(in_flight, serve_app.url, serve_app.model, s, e) for s, e in zip(kinds, started)]
+    wait_for_running(serve_app, len(kinds))
+    assert all(e.wait(60) for s, e in zip(kinds, started) if s), "a stream did not begin"
+    return futures
 
 
 def test_killed_target_replica_fails_its_requests_and_is_replaced(serve_app):
@@ -51,8 +65,7 @@ def test_killed_target_replica_fails_its_requests_and_is_replaced(serve_app):
     old_replica = target_stats(serve_app)["replica_id"]
     kinds = [True, True, False, False]  # streaming, streaming, non-streaming, non-streaming
     with ThreadPoolExecutor(len(kinds)) as pool:
-        futures = [pool.submit(in_flight, serve_app.url, serve_app.model, s) for s in kinds]
-        wait_for_running(serve_app, len(kinds))
+        futures = start_requests(pool, serve_app, kinds)
         ray.kill(replica_actor(old_replica), no_restart=True)
         results = [f.result() for f in futures]
 
@@ -108,8 +121,7 @@ def test_killed_engine_process_fails_its_requests_and_the_replica_is_replaced(se
     old_replica = target_stats(serve_app)["replica_id"]
     kinds = [True, False]  # streaming, non-streaming
     with ThreadPoolExecutor(len(kinds)) as pool:
-        futures = [pool.submit(in_flight, serve_app.url, serve_app.model, s) for s in kinds]
-        wait_for_running(serve_app, len(kinds))
+        futures = start_requests(pool, serve_app, kinds)
         os.kill(engine_process_of_target(serve_app.name), signal.SIGKILL)
         streamed, whole = [f.result() for f in futures]
 
