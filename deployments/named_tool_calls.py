@@ -28,6 +28,7 @@ import json
 from dataclasses import dataclass
 
 from app.guided.compiler import escape_literal, regex_for_format
+from deployments.text_regex import one_of
 from deployments.tool_protocol import ToolDefinition
 
 CALL_NUMBER = "(?:0|[1-9][0-9]{0,3})"  # Kimi's count of calls in the conversation, which its model keeps
@@ -71,4 +72,4 @@ def named_call_regex(tools: list[ToolDefinition], form: NamedJsonCall) -> str:
              + escape_literal(form.name_end)
              + regex_for_format({"type": "json_schema", "json_schema": {"schema": t.function.schema_}})
              + escape_literal(form.call_end) for t in tools]
-    return calls[0] if len(calls) == 1 else "(?:" + "|".join(calls) + ")"
+    return one_of(calls)

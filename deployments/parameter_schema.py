@@ -20,6 +20,14 @@ def object_parameters(function: FunctionDefinition, written_as: str) -> dict:
     return schema
 
 
+def with_definitions(schema, root: dict):
+    """A parameter's schema with the parameters schema's definitions, which its `$ref`s point into
+    (it is compiled on its own)."""
+    if not isinstance(schema, dict):
+        return schema
+    return {**{k: root[k] for k in ("$defs", "definitions") if k in root}, **schema}
+
+
 def lists_no_parameters(schema: dict) -> bool:
     """A schema that takes any parameters, naming none (their names and values are free)."""
     return schema.get("properties") is None and schema.get("additionalProperties") is not False

@@ -19,7 +19,8 @@ import uuid
 
 from app.guided.compiler import escape_literal, regex_for_format
 from app.guided.errors import GuidedFormatError
-from deployments.parameter_schema import lists_no_parameters, object_parameters
+from deployments.parameter_schema import lists_no_parameters, object_parameters, with_definitions
+from deployments.text_regex import one_of
 from deployments.tool_protocol import FunctionDefinition, ToolDefinition
 
 PYTHON_NAMES = {True: "True", False: "False", None: "None"}
@@ -123,10 +124,9 @@ def python_schema(schema):
 def python_value_regex(schema, root: dict, where: str) -> str:
     """The regex of a Python literal that `schema` (a parameter's, its `$ref`s into `root`)
     admits; GuidedFormatError for one that cannot compile."""
-    if isinstance(schema, dict):
-        schema = {**{k: root[k] for k in ("$defs", "definitions") if k in root}, **schema}
     try:
-        regex = regex_for_format({"type": "json_schema", "json_schema": {"schema": python_schema(schema)}})
+        regex = regex_for_format({"type": "json_schema", "json_schema": {
+            "schema": python_schema(with_definitions(schema, root))}})
     except GuidedFormatError as exc:
         raise GuidedFormatError(f"{where}: {exc}") from None
     for value, stand_in in _STAND_INS.items():
@@ -147,7 +147,7 @@ def _keyword_arguments(keywords: list[tuple[str, bool]]) -> str:
             break  # a required keyword cannot be left out, so none after it comes first
     else:
         alternatives.append("")
-    return alternatives[0] if len(alternatives) == 1 else "(?:" + "|".join(alternatives) + ")"
+    return one_of(alternatives)
 
 
 def _arguments_regex(function: FunctionDefinition) -> str:
@@ -169,4 +169,4 @@ def _arguments_regex(function: FunctionDefinition) -> str:
 def pythonic_call_regex(tools: list[ToolDefinition]) -> str:
     """One call of any of `tools`; GuidedFormatError for a schema that cannot be written so."""
     calls = [escape_literal(t.function.name) + r"\(" + _arguments_regex(t.function) + r"\)" for t in tools]
-    return calls[0] if len(calls) == 1 else "(?:" + "|".join(calls) + ")"
+    return one_of(calls)

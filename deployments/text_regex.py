@@ -1,9 +1,14 @@
-"""Regexes of text that does not hold a tag: what a model may write before its tool calls open,
-and an XML parameter's text before its closing tag."""
+"""Regexes of text that does not hold a tag (what a model may write before its tool calls open,
+and an XML parameter's text before its closing tag), and of one of several tool calls."""
 
 from __future__ import annotations
 
 from app.guided.compiler import escape_literal
+
+
+def one_of(regexes: list[str]) -> str:
+    """A regex matching any of `regexes` (the one itself when alone)."""
+    return regexes[0] if len(regexes) == 1 else "(?:" + "|".join(regexes) + ")"
 
 
 def not_char(c: str, *more: str) -> str:

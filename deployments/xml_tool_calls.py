@@ -63,8 +63,8 @@ from app.guided.compiler import escape_literal, regex_for_format
 from app.guided.errors import GuidedFormatError
 from app.guided.regex_check import check_regex
 from app.guided.string_formats import content_regex
-from deployments.parameter_schema import lists_no_parameters, object_parameters
-from deployments.text_regex import not_char, text_without
+from deployments.parameter_schema import lists_no_parameters, object_parameters, with_definitions
+from deployments.text_regex import not_char, one_of, text_without
 from deployments.tool_protocol import FunctionDefinition, ToolDefinition
 
 FREE_PARAMETER_NAME = r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}"  # for a function whose schema lists none
@@ -162,9 +162,7 @@ def _value_regex(schema, root: dict, xml: XmlParameters, where: str) -> str:
         return _text_regex(schema, xml, where)
     if (text := nullable_text(schema)) is not None:
         return f"(?:null|{_text_regex(text, xml, where)})"
-    if isinstance(schema, dict):  # its `$ref`s point into the parameters schema's definitions
-        schema = {**{k: root[k] for k in ("$defs", "definitions") if k in root}, **schema}
-    return regex_for_format({"type": "json_schema", "json_schema": {"schema": schema}})
+    return regex_for_format({"type": "json_schema", "json_schema": {"schema": with_definitions(schema, root)}})
 
 
 def _parameter(name: str, value: str, xml: XmlParameters) -> str:
@@ -194,4 +192,4 @@ def xml_call_regex(tools: list[ToolDefinition], xml: XmlParameters) -> str:
     """One call of any of `tools`; GuidedFormatError for a schema that cannot be written so."""
     calls = [escape_literal(xml.function_open + t.function.name + xml.name_end)
              + _parameters_regex(t.function, xml) + escape_literal(xml.function_end) for t in tools]
-    return calls[0] if len(calls) == 1 else "(?:" + "|".join(calls) + ")"
+    return one_of(calls)
