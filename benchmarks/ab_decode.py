@@ -12,10 +12,10 @@ so that a side's figure can be held against issue 17's goals as it is.
 `scripts/gpu_owed.sh` alternates the two sides over rounds; the ratio goes in the note. Flags
 run the same tree with one choice turned the other way, for the A/B of that choice alone:
 `--program-per-split [UP_TO]`, decode attention with a program per split at every batch size
-or up to UP_TO sequences (see `kernels/decode_attention.py`), and `--merge-by-last-program`, its
+or up to UP_TO sequences (see `specserve_kernels/decode_attention.py`), and `--merge-by-last-program`, its
 states merged by each sequence's last program instead of a merge kernel; `--plain-launch`, the decode step's
-Triton kernels launched without programmatic dependent launch (`kernels/dependent_launch.py`);
-`--skinny-linear`, the projections of up to 16 rows through `kernels/skinny_linear.py` instead
+Triton kernels launched without programmatic dependent launch (`specserve_kernels/dependent_launch.py`);
+`--skinny-linear`, the projections of up to 16 rows through `specserve_kernels/skinny_linear.py` instead
 of cuBLAS, with `--skinny-projections`/`--skinny-config` to try others than its defaults
 (the first two from 2026-11-27 on, the last from the commit that added that kernel), and
 `--skinny-rows-config` for its tiles of rows at larger batches (the lm_head's too);
@@ -23,7 +23,7 @@ of cuBLAS, with `--skinny-projections`/`--skinny-config` to try others than its 
 `--gate-up-silu`, the gate_up projection and SiLU x up in one kernel for up to 256 rows
 (`--gate-up-silu-max-rows` fewer; `--gate-up-silu-config` other tiles); `--prefetch-weights
 [MIB [NORM_MIB]]`, the rotary kernel and the norms asking the next projection's first MIB (the
-norms NORM_MIB) of weights into L2 (`kernels/l2_prefetch.py`).
+norms NORM_MIB) of weights into L2 (`specserve_kernels/l2_prefetch.py`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ sys.path.insert(0, os.getcwd())  # the tree under test: the working directory's,
 from app.config import EngineConfig  # noqa: E402
 from app.engine.engine import LLMEngine  # noqa: E402
 from benchmarks.decode import run_engine, step_bytes  # noqa: E402
-from benchmarks.kernels import copy_bandwidth  # noqa: E402
+from benchmarks.decode_attention_sweep import copy_bandwidth  # noqa: E402
 
 KV_BYTES_PER_TOKEN = 32 * 2 * 8 * 128 * 2  # Llama-3-8B in bf16
 
@@ -59,8 +59,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--plain-launch", action="store_true",
                         help="launch the decode step's Triton kernels without programmatic dependent launch")
     parser.add_argument("--skinny-linear", action="store_true",
-                        help="the projections in kernels.skinny_linear.ROW_CONFIGS take its kernel up to 16 rows "
-                             "(on by default in trees from 2026-11-27 on; for the overrides below, or older trees)")
+                        help="the projections in specserve_kernels.skinny_linear.ROW_CONFIGS take its kernel up to "
+                             "16 rows (on by default in trees from 2026-11-27 on; for the overrides below, or older trees)")
     parser.add_argument("--skinny-projections", nargs="+", help="with --skinny-linear: these projections instead")
     parser.add_argument("--skinny-config", type=int, nargs=4, metavar=("BLOCK_N", "BLOCK_K", "NUM_STAGES", "WARPS"),
                         help="with --skinny-linear: this configuration instead of CONFIG "
@@ -68,7 +68,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cublas-linear", action="store_true",
                         help="every projection through torch's BLAS: the skinny linear kernel off")
     parser.add_argument("--gate-up-silu", action="store_true",
-                        help="gate_up_proj and SiLU x up in one kernel (kernels/gate_up_silu.py), up to 256 rows")
+                        help="gate_up_proj and SiLU x up in one kernel (specserve_kernels/gate_up_silu.py), "
+                             "up to 256 rows")
     parser.add_argument("--gate-up-silu-max-rows", type=int,
                         help="with --gate-up-silu: only the row configurations up to this many rows")
     parser.add_argument("--gate-up-silu-config", type=int, nargs=6, action="append", default=[],
@@ -115,14 +116,14 @@ def result_line(label: str, max_model_len: int, prompt_len: int, batch: int, sam
 def turn_choices(args: argparse.Namespace) -> None:
     """Set the kernels' module settings as the flags say, before the engine is built."""
     if args.gate_up_silu:
-        import kernels.gate_up_silu as fused
-        from kernels.skinny_linear import TILE_KEYS
+        import specserve_kernels.gate_up_silu as fused
+        from specserve_kernels.skinny_linear import TILE_KEYS
         fused.ENABLED = True
         chosen = {rows: dict(zip(TILE_KEYS[:5], tiles)) for rows, *tiles in args.gate_up_silu_config}
         fused.ROW_CONFIGS = tuple((rows, chosen.get(rows, config)) for rows, config in fused.ROW_CONFIGS
                                   if rows <= (args.gate_up_silu_max_rows or rows))
     if args.skinny_linear or args.cublas_linear or args.skinny_rows_config:
-        import kernels.skinny_linear as skinny
+        import specserve_kernels.skinny_linear as skinny
         skinny.ENABLED = not args.cublas_linear
         if args.skinny_projections or args.skinny_config:
             small = dict(zip(skinny.TILE_KEYS[1:5], args.skinny_config)) if args.skinny_config else skinny.CONFIG
@@ -134,16 +135,16 @@ def turn_choices(args: argparse.Namespace) -> None:
             configs[int(rows)] = None if tiles == ["cublas"] else dict(zip(skinny.TILE_KEYS, map(int, tiles)))
             skinny.ROW_CONFIGS = {**skinny.ROW_CONFIGS, projection: tuple(sorted(configs.items()))}
     if args.prefetch_weights is not None:
-        import kernels.l2_prefetch as l2_prefetch
+        import specserve_kernels.l2_prefetch as l2_prefetch
         assert len(args.prefetch_weights) <= 2, "--prefetch-weights [MIB [NORM_MIB]]"
         mib = args.prefetch_weights or [32.0]
         attention, norm = mib[0], mib[-1]
         l2_prefetch.ENABLED = True
         l2_prefetch.MAX_BYTES = {"attention": int(attention * 2**20), "norm": int(norm * 2**20)}
     if args.plain_launch:
-        import kernels.dependent_launch
-        kernels.dependent_launch.ENABLED = False
-    from kernels.backend import TUNED_16BIT_DECODE
+        import specserve_kernels.dependent_launch
+        specserve_kernels.dependent_launch.ENABLED = False
+    from specserve_kernels.backend import TUNED_16BIT_DECODE
     if args.program_per_split:
         TUNED_16BIT_DECODE["program_per_split_up_to"] = args.program_per_split
     if args.merge_by_last_program:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import json
 import os
 import shutil
@@ -49,6 +50,7 @@ def checked_out(refs: list[str]):
             path = tmp / sha
             subprocess.check_call(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(path), sha])
             sides[f"{ref} ({sha})"] = path
+            refuse_hidden_kernel_hub(path, f"{ref} ({sha})")
         yield sides
     finally:
         for path in sides.values():
@@ -57,8 +59,17 @@ def checked_out(refs: list[str]):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def refuse_hidden_kernel_hub(source: Path, label: str) -> None:
+    """Trees before the rename to specserve_kernels hold a package `kernels`, which, first on the path, hides
+    Hugging Face's kernel hub package from transformers (5.25 on), and every side of theirs fails to load."""
+    if (source / "kernels" / "__init__.py").is_file() and "kernels" in importlib.metadata.packages_distributions():
+        raise SystemExit(f"{label} has a package named `kernels`, which hides the installed `kernels` (Hugging "
+                         "Face's, which transformers imports); measure it in a venv without that distribution "
+                         "(transformers < 5.25, or `pip uninstall kernels`)")
+
+
 def side_env(source: Path, threads: int | None = None) -> dict:
-    """`app`, `deployments` and `kernels` import from `source`, ahead of the editable install."""
+    """`app`, `deployments` and `specserve_kernels` import from `source`, ahead of the editable install."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(source)] + [p for p in [env.get("PYTHONPATH")] if p])
     if threads:

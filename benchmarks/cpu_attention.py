@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The CPU paged-attention kernel (kernels/cpu/paged_attention.cpp) of the work tree against
+"""The CPU paged-attention kernel (specserve_kernels/cpu/paged_attention.cpp) of the work tree against
 the same file at another commit, alternated in rounds, one thread, on decode-shaped calls of
 the default model (8 heads, 4 KV heads, head_dim 32, blocks of 16).
 
@@ -30,9 +30,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernels.cpu import build_paged_attention  # noqa: E402
+from specserve_kernels.cpu import build_paged_attention  # noqa: E402
 
-KERNEL = "kernels/cpu/paged_attention.cpp"
+KERNEL = "specserve_kernels/cpu/paged_attention.cpp"
 
 
 def main() -> None:

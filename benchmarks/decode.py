@@ -28,7 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.kernel_launches import format_kernels, kernels_per_layer  # noqa: E402
-from benchmarks.kernels import copy_bandwidth  # noqa: E402
+from benchmarks.decode_attention_sweep import copy_bandwidth  # noqa: E402
 
 LLAMA3_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336,
                  num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,

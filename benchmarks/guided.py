@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# The repository first: run as a script, this folder would be, where kernels.py hides `kernels`.
+# The repository on sys.path: run as a script, only this folder is.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.guided.compiler import IndexCache, regex_for_format  # noqa: E402

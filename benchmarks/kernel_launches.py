@@ -49,7 +49,7 @@ def _unpack(engine_or_model, backend):
 
 def _decode_step(model, backend, batch_size: int, context_len: int, block_size: int):
     """A closure running one eager decode forward over fresh scratch caches."""
-    from kernels.reference import make_meta
+    from specserve_kernels.reference import make_meta
     cfg = model.config
     param = next(model.parameters())
     device, dtype = param.device, param.dtype
@@ -115,7 +115,7 @@ def llama3_8b_shaped(layers: int, dtype: torch.dtype = torch.bfloat16, vocab_siz
     from app.models.layer_ops import select_layer_ops
     from app.models.llama import LlamaForCausalLM
     from app.models.rope import RotaryEmbedding
-    from kernels.backend import TritonAttentionBackend
+    from specserve_kernels.backend import TritonAttentionBackend
     raw = dict(model_type="llama", vocab_size=vocab_size, hidden_size=4096,
                intermediate_size=14336, num_hidden_layers=layers, num_attention_heads=32,
                num_key_value_heads=8, max_position_embeddings=8192, rope_theta=500000.0,

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """A decoder layer's projections at decode batch sizes: torch's default BLAS choice (F.linear),
 cuBLASLt preferred (`torch.backends.cuda.preferred_blas_library`), and up to 16 rows the
-skinny linear kernel (`kernels/skinny_linear.py`) in a few configurations. Each is timed in a
-CUDA graph with a cold L2 as the engine runs it (`benchmarks/kernels.py`'s `time_in_graph`),
+skinny linear kernel (`specserve_kernels/skinny_linear.py`) in a few configurations. Each is timed in a
+CUDA graph with a cold L2 as the engine runs it (`benchmarks/decode_attention_sweep.py`'s `time_in_graph`),
 as the rate the weights are read at and its share of the card's device-to-device copy, and
 as TFLOP/s (what bounds 256 rows: on an H100 the engine's GEMMs ran at ~500 TFLOP/s at batch
 256, 2026-11-27). Llama-3-8B's shapes in bf16; every output is checked against F.linear's.
@@ -10,14 +10,14 @@ At 64 and 256 rows the same kernel in tiles of rows (`WIDE_CONFIGS`) is timed ag
 the engine does not take it there, so this says whether it could. The lm_head is timed and
 chosen as the layer's projections are (the decode graphs write its logits through the same
 kernel where `ROW_CONFIGS` names it: `SkinnyLinear.forward_into`). At every row count it times
-gate_up_proj with SiLU x up in one kernel (`kernels/gate_up_silu.py`) against the engine's way
+gate_up_proj with SiLU x up in one kernel (`specserve_kernels/gate_up_silu.py`) against the engine's way
 (the projection, then the SiLU kernel).
 
     python benchmarks/linears.py                 # rows 1, 4, 16, 64, 256; the four projections, the lm_head
     python benchmarks/linears.py --rows 1 --projections qkv_proj o_proj
 
 What to do with it: a projection where a skinny configuration beats the default at every row
-count up to 16 goes in `kernels.skinny_linear.ROW_CONFIGS`, with that configuration; tiles of
+count up to 16 goes in `specserve_kernels.skinny_linear.ROW_CONFIGS`, with that configuration; tiles of
 rows that beat it at 64 or 256 rows go there too; each once `benchmarks/ab_decode.py` has timed
 the whole step against the same tree without. If cuBLASLt wins at 64 and 256 rows, the engine
 could prefer it at start-up. The last three lines are those rules applied, as `ab_decode.py`
@@ -39,8 +39,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.kernels import copy_bandwidth, time_in_graph  # noqa: E402
-from kernels.skinny_linear import TILE_KEYS  # noqa: E402
+from benchmarks.decode_attention_sweep import copy_bandwidth, time_in_graph  # noqa: E402
+from specserve_kernels.skinny_linear import TILE_KEYS  # noqa: E402
 
 LLAMA3_8B_PROJECTIONS = {  # name: (in_features, out_features)
     "qkv_proj": (4096, 6144), "o_proj": (4096, 4096), "gate_up_proj": (4096, 28672), "down_proj": (14336, 4096),
@@ -87,7 +87,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to time")
         return 0
-    from kernels.skinny_linear import MAX_ROWS, skinny_linear, tile_count
+    from specserve_kernels.skinny_linear import MAX_ROWS, skinny_linear, tile_count
     copy = copy_bandwidth()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     print(f"device-to-device copy: {copy / 1e9:.0f} GB/s; bf16; % of copy = weight bytes / time / copy")
@@ -149,12 +149,12 @@ def _timed_if_right(case: str, name: str, run, want: torch.Tensor) -> list[tuple
 def time_gate_up_silu(rows_list: list[int], copy: float) -> dict[int, dict]:
     """gate_up_proj and SiLU x up: the engine's way (the skinny projection up to 16 rows, else
     torch's choice, then the SiLU kernel; 2026-11-27), torch's choice then the SiLU kernel, and
-    `kernels/gate_up_silu.py` in one kernel in the configurations of the row configuration
+    `specserve_kernels/gate_up_silu.py` in one kernel in the configurations of the row configuration
     that takes the batch. Returns the fastest fused configuration by row configuration, timed
     at its largest batch."""
-    from kernels.gate_up_silu import ROW_CONFIGS, gate_up_silu
-    from kernels.silu_mul import silu_and_mul
-    from kernels.skinny_linear import MAX_ROWS, skinny_linear
+    from specserve_kernels.gate_up_silu import ROW_CONFIGS, gate_up_silu
+    from specserve_kernels.silu_mul import silu_and_mul
+    from specserve_kernels.skinny_linear import MAX_ROWS, skinny_linear
     in_features, out_features = LLAMA3_8B_PROJECTIONS["gate_up_proj"]
     weight = torch.randn(out_features, in_features, device="cuda", dtype=torch.bfloat16) / in_features ** 0.5
     nbytes = weight.numel() * weight.element_size()

@@ -18,10 +18,6 @@ import sys
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# Run as a script, this folder comes first on sys.path, where kernels.py (the GPU kernel
-# benchmark) would shadow the `kernels` package.
-if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
-    sys.path.pop(0)
 
 def make_workload(n: int, vocab: int, seed: int) -> list[tuple[list[int], int]]:
     """Random-token prompts of 16-512 tokens with 16-256 output tokens each (vLLM's random set)."""

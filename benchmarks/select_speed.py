@@ -1,7 +1,7 @@
 """The sampled selection's draw, on the logits' device: the reference (sort every row, softmax,
 inverse CDF) against the draw the engine uses (`draw_with_uniforms`: top-p by rejection without
 a sort, top-k rows from their k largest). Ratios are reference / engine, measured in one run.
-On the CPU the engine draws in C++ (`kernels/cpu/draw.cpp`); its torch steps, which it draws
+On the CPU the engine draws in C++ (`specserve_kernels/cpu/draw.cpp`); its torch steps, which it draws
 with where those do not build (`draw_top_p_by_rejection`, `draw_top_k`), are timed beside it.
 
     python benchmarks/select_speed.py                    # CUDA when there is one: [R, 128256]

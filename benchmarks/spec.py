@@ -34,7 +34,7 @@ from collections import Counter
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# The repository first: run as a script, this folder would be, where kernels.py hides `kernels`.
+# The repository on sys.path: run as a script, only this folder is.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402

@@ -44,7 +44,7 @@
 #   needs. The lm_head may now be chosen too (455.5 us a batch-256 step in that trace, ~350 us
 #   bound): the decode graphs write their logits through its replacement (`forward_into`).
 # - "ab": this tree; gate_up + SiLU in one kernel (--gate-up-silu, off by default:
-#   kernels/gate_up_silu.py) at batches 1 and 256, with linears' fastest tiles (or
+#   specserve_kernels/gate_up_silu.py) at batches 1 and 256, with linears' fastest tiles (or
 #   GATE_UP_SILU_ARGS); a program per split at batches 1 and 256 (--program-per-split, below)
 #   with each sequence's last program merging its splits instead of the merge kernel (at 256 a
 #   hedge for attention, 67.9-77 us a layer at 62-70% of copy in the
@@ -54,7 +54,7 @@
 #   (--merge-by-last-program: a kernel fewer a layer; the b1 trace's merge kernel took 3.0 us a
 #   layer, ~0.1 ms of the step, before its boundary); the next projection's weights prefetched
 #   into L2 by the norms and the rotary kernel (--prefetch-weights 32 at batches 1 and 256, and
-#   at batch 1 32 MiB over attention but 8 over a norm's ~2 us, "32 8": kernels/l2_prefetch.py;
+#   at batch 1 32 MiB over attention but 8 over a norm's ~2 us, "32 8": specserve_kernels/l2_prefetch.py;
 #   in the decode_b1 trace rotary, attention and the norms
 #   took ~16 us a layer in which the memory idles, and o_proj's 32 MiB is ~11 us at copy rate:
 #   up to ~0.3-0.5 ms of a 6 ms step if L2 keeps the lines until the GEMM reads them); and the
@@ -68,13 +68,13 @@
 #   way for the prefetch sides: linears.py had qkv_proj and down_proj tied or losing alone.)
 # - "long": batch 1 with 2,048-token prompts, both grids, the per-split one also merged by the
 #   last program. On 2026-11-27 the per-split grid read
-#   1.025x (one round), and in kernels.py's graph timing it beat the partition grid at batch 1 at
+#   1.025x (one round), and in decode_attention_sweep.py's graph timing it beat the partition grid at batch 1 at
 #   every context (6.1 against 10.0 us at 256 keys, 10.1 against 33.2 at 1,024, 27.5 against 36.0
 #   at 4,096) and tied at batch 16; but the engine's batch-1 A/B at 128-256 keys had it losing
 #   (2026-11-27, before graph timing, with a reach of 1,024 keys). Two rounds of "long", and
 #   "ab"'s per-split side, decide whether graphs of small batches take it.
 # - "attention256": decode attention alone at batch 256 x 136 keys (the b256 traces' contexts,
-#   where the engine's kernel read 62-70% of copy), in kernels.py's graph timing: the partition
+#   where the engine's kernel read 62-70% of copy), in decode_attention_sweep.py's graph timing: the partition
 #   grid's splits of 32/64/128 keys at 2 and 3 stages, and a program per split (32/64 keys)
 #   merged by a kernel or by the last program. At the bound, attention would take ~0.8 ms off
 #   the 10.6-10.8 ms step; 25,000 tok/s needs ~0.5.
@@ -96,13 +96,13 @@
 # wins there; if "attention256" finds a split size or stage count that beats splits of 64 at
 # 2 stages by several percent, time it in the engine (it changes the bits: set once per model,
 # TUNED_16BIT_DECODE); where a skinny configuration beats
-# torch's choice at every row count up to 16, set kernels/skinny_linear.py's ROW_CONFIGS and
-# CONFIG; where gate_up + SiLU wins the step, turn it on (kernels/gate_up_silu.py's ENABLED) with
+# torch's choice at every row count up to 16, set specserve_kernels/skinny_linear.py's ROW_CONFIGS and
+# CONFIG; where gate_up + SiLU wins the step, turn it on (specserve_kernels/gate_up_silu.py's ENABLED) with
 # the tiles "ab" ran, dropping from ROW_CONFIGS the batches where it lost; where a prefetch side
-# wins, turn kernels/l2_prefetch.py's ENABLED on with its MAX_BYTES by window (the bits do not change; if
+# wins, turn specserve_kernels/l2_prefetch.py's ENABLED on with its MAX_BYTES by window (the bits do not change; if
 # it wins at batch 1 but loses at 256, it needs a row limit first); keep what the "ab"
 # lines show faster; where tiles of rows won the step at 256 ("skinny rows choice"), put them in
-# kernels/skinny_linear.py's ROW_CONFIGS. "linears" leaves its choices in /tmp/skinny_choice,
+# specserve_kernels/skinny_linear.py's ROW_CONFIGS. "linears" leaves its choices in /tmp/skinny_choice,
 # /tmp/skinny_rows_choice and /tmp/gate_up_silu_choice, which a later "ab" on the same warm
 # machine takes when SKINNY_ARGS / SKINNY_ROWS_ARGS / GATE_UP_SILU_ARGS are unset ("none": no
 # skinny side, or none at 256; the fused kernel's own ROW_CONFIGS).
@@ -177,16 +177,16 @@ from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&
   kernels)
     # Issue 17's shape: splits (tiles) of 32 / 64 / 128 keys, 2 or 3 stages; decode.py's batch
     # 256, where a program has only a few tiles and more programs per SM may pay: 4 or 8 warps
-    (timeout 90 python3 benchmarks/kernels.py --full --batch 64 --context 4096 --partition 1024 --split 32 64 128 \
+    (timeout 90 python3 benchmarks/decode_attention_sweep.py --full --batch 64 --context 4096 --partition 1024 --split 32 64 128 \
        --dots 16 --grid head --num-warps 4 --num-stages 2 3 2>&1 | grep -v Warn
-     timeout 90 python3 benchmarks/kernels.py --full --batch 256 --context 256 --partition 1024 --split 64 128 \
+     timeout 90 python3 benchmarks/decode_attention_sweep.py --full --batch 256 --context 256 --partition 1024 --split 64 128 \
        --dots 16 --grid head --num-warps 4 8 --num-stages 2 2>&1 | grep -v Warn) | tee "$OUT/kernels.log"
     # (batch 256 at the decode_b256 traces' ~136 keys: "attention256")
     # Small batches: a program per KV head walking the context against a program per split and
     # the merge, now that the timing leaves the Python launches out
     for shape in "--batch 1 --context 256" "--batch 1 --context 1024" "--batch 1 --context 4096" \
                  "--batch 16 --context 256"; do
-      timeout 40 python3 benchmarks/kernels.py --full $shape --partition 1024 --split 64 \
+      timeout 40 python3 benchmarks/decode_attention_sweep.py --full $shape --partition 1024 --split 64 \
         --programs partition split --merge kernel last --dots 16 --grid head --num-warps 4 --num-stages 2 2>&1 \
         | grep -v Warn
     done | tee "$OUT/kernels_b1.log" ;;
@@ -198,9 +198,9 @@ from benchmarks.decode import build_model; build_model(32, Path('/tmp/l3'))" 2>&
     sed -n 's/^skinny rows choice: //p' "$OUT/linears.log" > /tmp/skinny_rows_choice
     sed -n 's/^gate_up_silu choice: //p' "$OUT/linears.log" > /tmp/gate_up_silu_choice ;;
   attention256)  # decode.py's batch 256 at the decode_b256 traces' contexts (~136 keys)
-    (timeout 60 python3 benchmarks/kernels.py --full --batch 256 --context 136 --partition 1024 --split 32 64 128 \
+    (timeout 60 python3 benchmarks/decode_attention_sweep.py --full --batch 256 --context 136 --partition 1024 --split 32 64 128 \
        --programs partition --dots 16 --grid head --num-warps 4 --num-stages 2 3 2>&1 | grep -v Warn
-     timeout 60 python3 benchmarks/kernels.py --full --batch 256 --context 136 --partition 1024 --split 32 64 \
+     timeout 60 python3 benchmarks/decode_attention_sweep.py --full --batch 256 --context 136 --partition 1024 --split 32 64 \
        --programs split --merge kernel last --dots 16 --grid head --num-warps 4 --num-stages 2 2>&1 | grep -v Warn) \
       | tee "$OUT/attention256.log" ;;
   *) echo "unknown part $part (tests kernels linears attention256 decode ab long spec)" ;;

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from kernels.cpu import cpu_ops
+from specserve_kernels.cpu import cpu_ops
 
 
 def require_cpu_kernels():
@@ -15,5 +15,5 @@ def require_cpu_kernels():
     if ops is None:
         if shutil.which("c++") is None:
             pytest.skip("no C++ compiler on this machine: the engine uses the PyTorch path")
-        pytest.fail("the C++ CPU kernels did not build (see the warning logged by kernels.cpu)")
+        pytest.fail("the C++ CPU kernels did not build (see the warning logged by specserve_kernels.cpu)")
     return ops

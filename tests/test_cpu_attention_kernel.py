@@ -1,4 +1,4 @@
-"""The C++ paged-attention kernel of the CPU path (kernels/cpu) against the PyTorch reference:
+"""The C++ paged-attention kernel of the CPU path (specserve_kernels/cpu) against the PyTorch reference:
 it must read exactly each sequence's own cached tokens (unused slots hold NaN), at any head
 size, block size and GQA ratio, and leave the rows of sequences it was not given alone. Where
 the compiler targets AVX-512, the kernel is also built without it, and that build is checked
@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from app.engine.model_runner import select_attention_backend
-from kernels.cpu import CFLAGS, SOURCES, build_paged_attention
-from kernels.cpu.backend import CpuAttentionBackend
-from kernels.reference import attention_ref, make_paged_case
+from specserve_kernels.cpu import CFLAGS, SOURCES, build_paged_attention
+from specserve_kernels.cpu.backend import CpuAttentionBackend
+from specserve_kernels.reference import attention_ref, make_paged_case
 from tests.cpu_kernels import require_cpu_kernels
 
 

@@ -1,4 +1,4 @@
-"""The CPU's C++ layer ops (kernels/cpu/layer_ops.cpp) against the model's PyTorch arithmetic
+"""The CPU's C++ layer ops (specserve_kernels/cpu/layer_ops.cpp) against the model's PyTorch arithmetic
 (app/models/layer_ops.py TorchLayerOps) at odd sizes: RMSNorm with and without the residual
 add, rotary on strided views of the qkv projection with the KV write (padding slots write
 nothing), SiLU times up."""
@@ -11,7 +11,7 @@ import torch
 from app.models.layer_ops import TORCH_OPS, CpuLayerOps
 from app.models.llama import RMSNorm
 from app.models.rope import RotaryEmbedding
-from kernels.reference import make_meta
+from specserve_kernels.reference import make_meta
 from tests.cpu_kernels import require_cpu_kernels
 
 torch.manual_seed(0)
@@ -51,7 +51,7 @@ def test_rotary_write_kv(ops, heads, kv_heads, head_dim):
     cos, sin = rope.cos_sin(positions, torch.float32)
     caches = [torch.full((2, 6, block, kv_heads, head_dim), float("nan")) for _ in range(2)]
     got = ops.rotary_write_kv(q, k, v, cos, sin, caches[0], meta, None)
-    from kernels.torch_attention import TorchAttentionBackend
+    from specserve_kernels.torch_attention import TorchAttentionBackend
     want = TORCH_OPS.rotary_write_kv(q, k, v, cos, sin, caches[1], meta, TorchAttentionBackend())
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
     assert torch.equal(caches[0].isnan(), caches[1].isnan()), "other slots were written"
@@ -70,7 +70,7 @@ def test_a_dead_builders_lock_is_cleared_and_a_live_one_kept(tmp_path):
     import os
     import time
 
-    from kernels.cpu import clear_stale_lock
+    from specserve_kernels.cpu import clear_stale_lock
 
     lock = tmp_path / "lock"
     lock.touch()

@@ -20,7 +20,7 @@ def _cpu_kernel(draw=draw_top_p_on_cpu):
     return draw
 
 
-# The torch steps, and the same steps in C++ (kernels/cpu/draw.cpp, what the CPU draws with)
+# The torch steps, and the same steps in C++ (specserve_kernels/cpu/draw.cpp, what the CPU draws with)
 TOP_P_DRAWS = [pytest.param(lambda: draw_top_p_by_rejection, id="torch"), pytest.param(_cpu_kernel, id="cpp")]
 TOP_K_DRAWS = [pytest.param(lambda: draw_top_k, id="torch"),
                pytest.param(lambda: _cpu_kernel(draw_top_k_on_cpu), id="cpp"),

@@ -1,4 +1,4 @@
-"""The CPU's verification distribution without a sort (kernels/cpu/draw.cpp's filtered_probs,
+"""The CPU's verification distribution without a sort (specserve_kernels/cpu/draw.cpp's filtered_probs,
 through `filtered_probs`): the reference's (`row_probs`) on rows without ties, and every tied
 token kept where a cut falls inside a tie."""
 

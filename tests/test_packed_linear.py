@@ -10,7 +10,7 @@ from torch import nn
 
 from app.models.config import ModelConfig
 from app.models.llama import LlamaForCausalLM
-from kernels.cpu.packed_linear import PackedLinear, pack_linears, packing_available
+from specserve_kernels.cpu.packed_linear import PackedLinear, pack_linears, packing_available
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch build has no oneDNN")
 

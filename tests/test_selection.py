@@ -18,7 +18,7 @@ from app.sampling_params import SamplingParams
 LOGITS = torch.tensor([2.0, 1.5, 1.0, 0.5, 0.0, -0.5, -1.0, -3.0])
 V = len(LOGITS)
 P_THRESHOLD = 1e-3
-# On CUDA a row without drafts draws through the sort-free kernel (kernels/filtered_sampling.py).
+# On CUDA a row without drafts draws through the sort-free kernel (specserve_kernels/filtered_sampling.py).
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 

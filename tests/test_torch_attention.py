@@ -1,7 +1,7 @@
 """The CPU attention paths against dense causal attention on each sequence's own contiguous K/V:
-the PyTorch one (kernels/torch_attention.py: decode rows batched and not, short queries
+the PyTorch one (specserve_kernels/torch_attention.py: decode rows batched and not, short queries
 with grouped matmuls, prompt chunks with scaled_dot_product_attention) and the C++ kernel's
-backend (kernels/cpu: decode and verify rows in place in the cache)."""
+backend (specserve_kernels/cpu: decode and verify rows in place in the cache)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels.attention_interface import AttentionMetadata
-from kernels.torch_attention import paged_attention, write_kv_cache
-from kernels.cpu.backend import CpuAttentionBackend
+from specserve_kernels.attention_interface import AttentionMetadata
+from specserve_kernels.torch_attention import paged_attention, write_kv_cache
+from specserve_kernels.cpu.backend import CpuAttentionBackend
 from tests.cpu_kernels import require_cpu_kernels
 
 BLOCK = 16

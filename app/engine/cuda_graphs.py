@@ -36,7 +36,7 @@ is captured at each of the backend's reaches (`graph_reaches`): the longest cont
 that needs more than one attention partition, one partition (the backend's `partition_size`:
 one program per sequence and KV head, no merge kernel); with a program per split, also a short
 reach, so that few programs only exit. Whatever the reach, the numbers are the long grid's
-(`kernels.decode_attention`). A graph's
+(`specserve_kernels.decode_attention`). A graph's
 block-table rows are as wide as its reach needs; the longest reach has `max_blocks_per_seq`
 columns: a sequence of exactly max_model_len tokens needs ceil(max_model_len / block_size) of
 them, hence the +1 margin the runner gives.

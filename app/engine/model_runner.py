@@ -18,8 +18,8 @@ from app.engine.selection.prompt_logprobs import PromptRows
 from app.models.config import ModelConfig
 from app.models.layer_ops import select_layer_ops
 from app.models.loader import load_model
-from kernels.attention_interface import AttentionBackend
-from kernels.torch_attention import TorchAttentionBackend
+from specserve_kernels.attention_interface import AttentionBackend
+from specserve_kernels.torch_attention import TorchAttentionBackend
 
 
 def select_attention_backend(name: str, device: torch.device, dtype: torch.dtype = torch.float32
@@ -28,14 +28,14 @@ def select_attention_backend(name: str, device: torch.device, dtype: torch.dtype
     if name == "auto":
         name = "triton" if device.type == "cuda" else "cpu"
     if name == "cpu":  # fp32 on the CPU, where the C++ kernels build
-        from kernels.cpu import paged_attention_short
-        from kernels.cpu.backend import CpuAttentionBackend
+        from specserve_kernels.cpu import paged_attention_short
+        from specserve_kernels.cpu.backend import CpuAttentionBackend
         kernel = paged_attention_short() if device.type == "cpu" and dtype == torch.float32 else None
         return CpuAttentionBackend(kernel) if kernel is not None else TorchAttentionBackend()
     if name == "torch":
         return TorchAttentionBackend()
     if name == "triton":
-        from kernels.backend import TritonAttentionBackend
+        from specserve_kernels.backend import TritonAttentionBackend
         return TritonAttentionBackend.for_dtype(dtype)
     raise ValueError(f"unknown attention backend {name!r} (auto, cpu, torch, triton)")
 
@@ -57,8 +57,8 @@ def kv_block_bytes(cfg: ModelConfig, block_size: int, dtype: torch.dtype) -> int
 
 def linear_kernel_batches() -> list[int]:
     """Batches that compile every variant of the Triton linear kernels that are on
-    (`kernels/skinny_linear.py`, `kernels/gate_up_silu.py`; each names its own)."""
-    from kernels import gate_up_silu, skinny_linear
+    (`specserve_kernels/skinny_linear.py`, `specserve_kernels/gate_up_silu.py`; each names its own)."""
+    from specserve_kernels import gate_up_silu, skinny_linear
     return sorted(skinny_linear.warm_up_batches() | gate_up_silu.warm_up_batches())
 
 
@@ -77,11 +77,11 @@ class ModelRunner:
         self.model.ops = select_layer_ops(self.device, self.backend)
         triton_on_cuda = self.model.ops.name == "triton"  # CUDA with the Triton attention backend
         if triton_on_cuda:
-            from kernels import skinny_linear
+            from specserve_kernels import skinny_linear
             if skinny_linear.ENABLED:
                 skinny_linear.use_skinny_linears(self.model)
         if self.backend.name == "cpu":
-            from kernels.cpu.packed_linear import pack_linears, packing_available
+            from specserve_kernels.cpu.packed_linear import pack_linears, packing_available
             if packing_available():
                 pack_linears(self.model)
         self.num_blocks = config.num_kv_blocks or int(

@@ -24,7 +24,7 @@ import torch
 
 from app.engine.selection.draws import DRAW_ROUNDS
 from app.engine.step_inputs import DeviceInputs, GraphDraws, StepArrays
-from kernels.attention_interface import AttentionMetadata
+from specserve_kernels.attention_interface import AttentionMetadata
 
 
 class StaticStepInputs:

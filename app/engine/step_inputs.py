@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from app.engine.to_device import to_device
-from kernels.attention_interface import AttentionMetadata
+from specserve_kernels.attention_interface import AttentionMetadata
 
 
 @dataclass

@@ -8,7 +8,7 @@ ten. Either way a layer reads as the same few calls:
     act = ops.gate_up_silu(x, gate_up_proj)                                 # SiLU(gate) * up
 
 `next_linear` names the projection the result goes to: the fused kernels may ask its weights
-into L2 while they run (`kernels/l2_prefetch.py`); the others ignore it.
+into L2 while they run (`specserve_kernels/l2_prefetch.py`); the others ignore it.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernels.attention_interface import AttentionMetadata
-from kernels.torch_rotary import apply_rotary
+from specserve_kernels.attention_interface import AttentionMetadata
+from specserve_kernels.torch_rotary import apply_rotary
 
 
 class TorchLayerOps:
@@ -53,7 +53,7 @@ class TorchLayerOps:
 
 
 class TritonLayerOps(TorchLayerOps):
-    """One Triton kernel each (kernels/): RMSNorm with the residual add, rotary with the KV
+    """One Triton kernel each (specserve_kernels/): RMSNorm with the residual add, rotary with the KV
     write (in the Triton backend's cache layout, which is the PyTorch backend's too), and
     SiLU with the multiply (or, up to 256 rows, with the gate_up projection too: off for now).
     The first two may prefetch the next projection's weights (off for now)."""
@@ -61,11 +61,11 @@ class TritonLayerOps(TorchLayerOps):
     name = "triton"
 
     def __init__(self):
-        from kernels import gate_up_silu
-        from kernels.l2_prefetch import prefetch_for
-        from kernels.rmsnorm import rms_norm
-        from kernels.rotary_kv_write import rotary_write_kv
-        from kernels.silu_mul import silu_and_mul
+        from specserve_kernels import gate_up_silu
+        from specserve_kernels.l2_prefetch import prefetch_for
+        from specserve_kernels.rmsnorm import rms_norm
+        from specserve_kernels.rotary_kv_write import rotary_write_kv
+        from specserve_kernels.silu_mul import silu_and_mul
         self._rms_norm, self._rotary_write_kv, self._prefetch_for = rms_norm, rotary_write_kv, prefetch_for
         self.silu_and_mul = silu_and_mul
         self._gate_up_silu = gate_up_silu  # the module: its ENABLED is read at each call
@@ -81,7 +81,7 @@ class TritonLayerOps(TorchLayerOps):
                                      self._prefetch(next_linear, "attention"))
 
     def _prefetch(self, next_linear, window: str):
-        """The next projection's weights, to ask into L2 during `window` (kernels/l2_prefetch.py)."""
+        """The next projection's weights, to ask into L2 during `window` (specserve_kernels/l2_prefetch.py)."""
         return self._prefetch_for(None if next_linear is None else next_linear.weight, window)
 
     def gate_up_silu(self, x, gate_up_proj):
@@ -93,14 +93,14 @@ class TritonLayerOps(TorchLayerOps):
 
 
 class CpuLayerOps(TorchLayerOps):
-    """One C++ pass each (kernels/cpu/layer_ops.cpp), fp32, chosen with the CPU attention
+    """One C++ pass each (specserve_kernels/cpu/layer_ops.cpp), fp32, chosen with the CPU attention
     backend: at small batches a CPU step is mostly per-op dispatch, and these cut a layer's
     elementwise ops from about twenty to three."""
 
     name = "cpu"
 
     def __init__(self, ops):
-        """`ops`: `kernels.cpu.cpu_ops()`."""
+        """`ops`: `specserve_kernels.cpu.cpu_ops()`."""
         self._ops = ops
         self.silu_and_mul = ops.silu_and_mul
 
@@ -120,6 +120,6 @@ def select_layer_ops(device: torch.device, backend) -> TorchLayerOps | TritonLay
     if device.type == "cuda" and backend.name == "triton":
         return TritonLayerOps()
     if backend.name == "cpu":
-        from kernels.cpu import cpu_ops
+        from specserve_kernels.cpu import cpu_ops
         return CpuLayerOps(cpu_ops())
     return TORCH_OPS

@@ -18,7 +18,7 @@ from torch import nn
 from app.models.config import ModelConfig
 from app.models.layer_ops import TORCH_OPS
 from app.models.rope import RotaryEmbedding
-from kernels.attention_interface import AttentionBackend, AttentionMetadata
+from specserve_kernels.attention_interface import AttentionBackend, AttentionMetadata
 
 
 class RMSNorm(nn.Module):

@@ -1,5 +1,5 @@
 """Rotary position embedding: the frequencies and cos/sin, computed as transformers does so fp32
-outputs match exactly (the rotation itself is kernels/torch_rotary.py)."""
+outputs match exactly (the rotation itself is specserve_kernels/torch_rotary.py)."""
 
 from __future__ import annotations
 

@@ -63,8 +63,8 @@ class Compiled:
     async_copies: int  # cp.async instructions in the PTX: loads the pipeliner made asynchronous
     waits_first: bool  # griddepcontrol.wait (programmatic dependent launch) before any memory access
     tensor_cores: str  # the dots' instructions: "wgmma" (Hopper's warpgroup MMA), "mma" (sm_80's), or ""
-    l1_loads_after_arrival: int  # global loads through L1 after the first atomic (kernels/arrival_counts.py)
-    l2_prefetches: int  # cp.async.bulk.prefetch.L2 instructions (kernels/l2_prefetch.py)
+    l1_loads_after_arrival: int  # global loads through L1 after the first atomic (specserve_kernels/arrival_counts.py)
+    l2_prefetches: int  # cp.async.bulk.prefetch.L2 instructions (specserve_kernels/l2_prefetch.py)
     l2_evict_first: bool  # loads with an L2 evict-first policy (decode attention's K/V, while prefetching)
 
 
@@ -138,7 +138,7 @@ def _waits_first(ptx: str) -> bool:
 
 class LaunchCatcher:
     """Inside, every Triton launch is recorded (under the current `label`) instead of run; with
-    `dependent_launch`, as an H100 launches it when `kernels.dependent_launch.ENABLED` is set."""
+    `dependent_launch`, as an H100 launches it when `specserve_kernels.dependent_launch.ENABLED` is set."""
 
     def __init__(self, dependent_launch: bool = False):
         self.dependent_launch = dependent_launch
@@ -169,7 +169,7 @@ BLOCK = 16
 
 
 def _tuned_decode() -> dict:
-    from kernels.backend import TUNED_16BIT_DECODE
+    from specserve_kernels.backend import TUNED_16BIT_DECODE
     return dict(partition_size=TUNED_16BIT_DECODE["partition_size"], split_size=TUNED_16BIT_DECODE["split_size"],
                 **TUNED_16BIT_DECODE["decode_options"])
 
@@ -177,16 +177,16 @@ def _tuned_decode() -> dict:
 def caught_launches(dependent_launch: bool = False) -> list[Launch]:
     """Every launch of the CUDA path's kernels at a Llama-3-8B decode step's shapes, caught
     instead of run."""
-    from kernels.argmax import argmax_rows
-    from kernels.decode_attention import decode_attention
-    from kernels.filtered_sampling import filtered_sample
-    from kernels.gate_up_silu import ROW_CONFIGS, gate_up_silu
-    from kernels.l2_prefetch import MAX_BYTES, PROGRAMS, Prefetch
-    from kernels.prefill_attention import prefill_attention
-    from kernels.rmsnorm import rms_norm
-    from kernels.rotary_kv_write import rotary_write_kv
-    from kernels.silu_mul import silu_and_mul
-    from kernels.skinny_linear import skinny_linear
+    from specserve_kernels.argmax import argmax_rows
+    from specserve_kernels.decode_attention import decode_attention
+    from specserve_kernels.filtered_sampling import filtered_sample
+    from specserve_kernels.gate_up_silu import ROW_CONFIGS, gate_up_silu
+    from specserve_kernels.l2_prefetch import MAX_BYTES, PROGRAMS, Prefetch
+    from specserve_kernels.prefill_attention import prefill_attention
+    from specserve_kernels.rmsnorm import rms_norm
+    from specserve_kernels.rotary_kv_write import rotary_write_kv
+    from specserve_kernels.silu_mul import silu_and_mul
+    from specserve_kernels.skinny_linear import skinny_linear
 
     bf16 = dict(dtype=torch.bfloat16)
     heads, kv_heads, head_dim, hidden, intermediate, vocab = LLAMA3_8B
@@ -254,14 +254,14 @@ def eager_variants() -> dict[str, int]:
     blocks wide (1 to 64 partitions), 2, 5 and 37 query tokens a sequence in prefill. Each variant is a
     compile of a second or more, paid by the first request that meets it; only a kernel's own
     choices (a constexpr, a dtype) should make one."""
-    from kernels.decode_attention import decode_attention
-    from kernels.filtered_sampling import filtered_sample
-    from kernels.gate_up_silu import gate_up_silu
-    from kernels.prefill_attention import prefill_attention
-    from kernels.rmsnorm import rms_norm
-    from kernels.rotary_kv_write import rotary_write_kv
-    from kernels.silu_mul import silu_and_mul
-    from kernels.skinny_linear import MAX_ROWS, skinny_linear
+    from specserve_kernels.decode_attention import decode_attention
+    from specserve_kernels.filtered_sampling import filtered_sample
+    from specserve_kernels.gate_up_silu import gate_up_silu
+    from specserve_kernels.prefill_attention import prefill_attention
+    from specserve_kernels.rmsnorm import rms_norm
+    from specserve_kernels.rotary_kv_write import rotary_write_kv
+    from specserve_kernels.silu_mul import silu_and_mul
+    from specserve_kernels.skinny_linear import MAX_ROWS, skinny_linear
 
     bf16 = dict(dtype=torch.bfloat16)
     heads, kv_heads, head_dim, hidden, intermediate, vocab = LLAMA3_8B

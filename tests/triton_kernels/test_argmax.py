@@ -4,7 +4,7 @@ the greedy rows' argmax and the sampled rows' draws."""
 import pytest
 import torch
 
-from kernels.argmax import CHUNK, argmax_rows
+from specserve_kernels.argmax import CHUNK, argmax_rows
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -1,8 +1,8 @@
-"""The counts by which a kernel's last program finishes a unit (kernels/arrival_counts.py)."""
+"""The counts by which a kernel's last program finishes a unit (specserve_kernels/arrival_counts.py)."""
 
 import torch
 
-from kernels.arrival_counts import _COUNTS, _OUTGROWN, arrival_counts
+from specserve_kernels.arrival_counts import _COUNTS, _OUTGROWN, arrival_counts
 
 
 def test_the_arrival_counts_grow_without_freeing_what_a_graph_may_hold():

@@ -6,10 +6,10 @@ import torch
 
 from app.config import EngineConfig
 from app.engine.engine import LLMEngine
-from kernels.torch_attention import TorchAttentionBackend
+from specserve_kernels.torch_attention import TorchAttentionBackend
 from app.sampling_params import SamplingParams
-from kernels.backend import TritonAttentionBackend
-from kernels.reference import make_paged_case
+from specserve_kernels.backend import TritonAttentionBackend
+from specserve_kernels.reference import make_paged_case
 
 
 @pytest.mark.parametrize("query_lens,context_lens", [([1, 1, 1], [0, 16, 40]),  # decode kernel
@@ -38,7 +38,7 @@ def test_backend_matches_torch_backend(query_lens, context_lens, per_split, merg
 def test_decode_steps_of_up_to_the_limit_take_a_program_per_split(monkeypatch):
     """The grid follows the step's sequences (a graph's padded rows): a program per split up
     to `program_per_split_up_to`, a program per partition past it."""
-    import kernels.backend as backend_module
+    import specserve_kernels.backend as backend_module
     grids = []
     monkeypatch.setattr(backend_module, "decode_attention",
                         lambda *args, program_per_split, **options: grids.append(program_per_split))
@@ -53,7 +53,7 @@ def test_decode_graphs_take_a_short_reach_with_a_program_per_split_only():
     """The reaches decode graphs are captured for, ascending: one partition and the longest;
     with a program per split, whose grid has a program for every split of the reach, also
     SHORT_REACH (a partition's grid has one program a sequence and head at any shorter reach)."""
-    from kernels.backend import SHORT_REACH
+    from specserve_kernels.backend import SHORT_REACH
     by_partition = TritonAttentionBackend(partition_size=1024, split_size=64)
     per_split = TritonAttentionBackend(partition_size=1024, split_size=64, program_per_split_up_to=16)
     assert by_partition.graph_reaches(8192) == [1024, 8192]
@@ -107,8 +107,8 @@ def test_the_warm_up_runs_a_prompt_for_each_row_configuration_of_the_linear_kern
     would compile on the first request that reaches it: the warm-up runs a prompt of its
     largest batch, for the configurations that take the kernel and only while it is on, with
     every row's logits (where ROW_CONFIGS names the lm_head, its rows are the prompt's)."""
-    import kernels.gate_up_silu as fused
-    import kernels.skinny_linear as skinny
+    import specserve_kernels.gate_up_silu as fused
+    import specserve_kernels.skinny_linear as skinny
     from app.engine.model_runner import linear_kernel_batches
     engine = LLMEngine(EngineConfig(model=str(tiny_checkpoint), attention_backend="triton", device="cpu",
                                     num_kv_blocks=32, max_num_batched_tokens=24, max_model_len=200))

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from kernels.decode_attention import decode_attention
-from kernels.reference import attention_ref, make_paged_case
+from specserve_kernels.decode_attention import decode_attention
+from specserve_kernels.reference import attention_ref, make_paged_case
 
 TOL = {torch.float32: 2e-5, torch.float16: 2e-3}
 GQA = [(2, 2), (4, 1), (8, 1), (10, 2)]  # (heads, kv_heads): ratios 1, 4, 8 and 5:1
@@ -123,7 +123,7 @@ def test_split_size_divides_the_partition():
 @pytest.mark.parametrize("dots", ["fp32", "qk16", "16"])
 @pytest.mark.parametrize("head_major", [False, True], ids=["seq_major", "head_major"])
 def test_tuning_knobs(dtype, dots, head_major):
-    """The sweep's knobs (benchmarks/kernels.py) keep the output: 16-bit dots, the KV-head-major
+    """The sweep's knobs (benchmarks/decode_attention_sweep.py) keep the output: 16-bit dots, the KV-head-major
     grid, other warps/stages; block boundaries, splits and NaN-filled unused slots as above."""
     lens = [1, 16, 17, 70]
     case = make_paged_case([1] * len(lens), [n - 1 for n in lens], 10, 2, 24, 16, dtype, seed=7)
@@ -148,7 +148,7 @@ def test_the_last_program_merges_as_the_merge_kernel_does(dtype, per_split, head
     """merge_by_last_program: each (sequence, KV head)'s last unit to arrive folds the states
     instead of a merge kernel: the same bits, a padding row's zeros (NaN before, in the output
     buffer), and every count back at zero for the next launch (a CUDA graph's replay)."""
-    from kernels.arrival_counts import _COUNTS
+    from specserve_kernels.arrival_counts import _COUNTS
     lens = [1, 16, 17, 63, 64, 65, 100, 129, 200]
     case = make_paged_case([1] * len(lens), [n - 1 for n in lens], 10, 2, 24, 16, dtype, seed=11)
     case.meta.seq_lens[3] = 0

@@ -8,7 +8,7 @@ from app.engine.selection.distribution import row_probs
 from app.engine.selection.draw import draw_top_p_by_rejection, draw_with_uniforms, top_k_floor
 from app.engine.selection.draws import DRAW_ROUNDS
 from app.engine.selection.verify import sample_inverse_cdf
-from kernels.filtered_sampling import filtered_sample
+from specserve_kernels.filtered_sampling import filtered_sample
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from app.models.rope import RotaryEmbedding
-from kernels.reference import rotary_write_kv_ref, silu_and_mul_ref
-from kernels.rotary_kv_write import rotary_write_kv
-from kernels.silu_mul import silu_and_mul
+from specserve_kernels.reference import rotary_write_kv_ref, silu_and_mul_ref
+from specserve_kernels.rotary_kv_write import rotary_write_kv
+from specserve_kernels.silu_mul import silu_and_mul
 
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float16: dict(atol=2e-3, rtol=2e-3)}
 DTYPES = [torch.float32, torch.float16]
@@ -73,8 +73,8 @@ def test_rotary_write_kv(dtype, cache_dtype, heads, kv_heads, head_dim, scaling)
 
 def test_rotary_write_kv_matches_separate_kernels_exactly():
     """In fp32 the fused kernel writes what the rotary kernel then the KV write kernel do."""
-    from kernels.kv_cache_write import write_kv_cache
-    from kernels.rotary import apply_rotary_
+    from specserve_kernels.kv_cache_write import write_kv_cache
+    from specserve_kernels.rotary import apply_rotary_
     gen = torch.Generator().manual_seed(3)
     cos, sin = RotaryEmbedding(16, 10000.0, None).cos_sin(torch.arange(7) * 13, torch.float32)
     qkv, q, k, v = _qkv(7, 4, 2, 16, torch.float32, gen)

@@ -10,14 +10,14 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from kernels.torch_attention import TorchAttentionBackend
+from specserve_kernels.torch_attention import TorchAttentionBackend
 from app.models.config import ModelConfig
 from app.models.layer_ops import TORCH_OPS, CpuLayerOps, TorchLayerOps, TritonLayerOps, select_layer_ops
 from app.models.llama import LlamaForCausalLM
 from app.models.loader import load_model
-from kernels.backend import TritonAttentionBackend
-from kernels.cpu.backend import CpuAttentionBackend
-from kernels.reference import make_meta
+from specserve_kernels.backend import TritonAttentionBackend
+from specserve_kernels.cpu.backend import CpuAttentionBackend
+from specserve_kernels.reference import make_meta
 from tests.cpu_kernels import require_cpu_kernels
 
 BLOCK = 16

@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.gate_up_silu import ROW_CONFIGS, config_for, gate_up_silu
-from kernels.silu_mul import silu_and_mul
-from kernels.skinny_linear import MAX_ROWS, skinny_linear
+from specserve_kernels.gate_up_silu import ROW_CONFIGS, config_for, gate_up_silu
+from specserve_kernels.silu_mul import silu_and_mul
+from specserve_kernels.skinny_linear import MAX_ROWS, skinny_linear
 from tests.triton_kernels.test_skinny_linear import DEVICE, SMALL_TILES, _inputs
 
 @pytest.mark.parametrize("rows", [1, 3, MAX_ROWS])
@@ -55,7 +55,7 @@ class _GateUp(nn.Linear):
     (True, 257, torch.float16, False), (True, 4, torch.float32, False),
     (False, 1, torch.float16, False)])
 def test_the_layer_ops_take_it_for_16_bit_batches_of_up_to_256_rows_when_on(monkeypatch, enabled, rows, dtype, fused):
-    import kernels.gate_up_silu as module
+    import specserve_kernels.gate_up_silu as module
     from app.models.layer_ops import TritonLayerOps
     monkeypatch.setattr(module, "ENABLED", enabled)
     calls = []

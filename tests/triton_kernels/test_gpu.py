@@ -101,16 +101,16 @@ def test_engine_bf16_diverges_from_fp32_no_more_than_transformers_bf16(checkpoin
 def test_engine_bf16_with_cublas_linears_diverges_no_more_than_transformers_bf16(checkpoint, monkeypatch):
     """The skinny linear kernel (on by default; these batches have at most 16 rows) sums in
     another order than cuBLAS, which takes every projection with it off: held to the same rule."""
-    import kernels.skinny_linear
-    monkeypatch.setattr(kernels.skinny_linear, "ENABLED", False)
+    import specserve_kernels.skinny_linear
+    monkeypatch.setattr(specserve_kernels.skinny_linear, "ENABLED", False)
     _assert_bf16_like_transformers_bf16(checkpoint, _prompts())
 
 
 def test_engine_bf16_with_gate_up_silu_diverges_no_more_than_transformers_bf16(checkpoint, monkeypatch):
     """The gate_up projection with SiLU x up in one kernel (off by default; decode steps take
     its one tile of rows, prompts of up to 256 tokens its tiles of 64 and 128): the same rule."""
-    import kernels.gate_up_silu
-    monkeypatch.setattr(kernels.gate_up_silu, "ENABLED", True)
+    import specserve_kernels.gate_up_silu
+    monkeypatch.setattr(specserve_kernels.gate_up_silu, "ENABLED", True)
     _assert_bf16_like_transformers_bf16(checkpoint, _prompts())
 
 
@@ -120,15 +120,16 @@ def test_engine_bf16_with_tiles_of_rows_and_split_k_diverges_no_more_than_transf
     larger batches: here the prompts' steps (up to 64 tokens) take tiles of 32 rows, split-K
     for o_proj and down_proj, and the fused gate_up + SiLU in tiles of rows; the lm_head the
     skinny kernel, which the decode graphs write their logits with; the same rule."""
-    import kernels.gate_up_silu
-    import kernels.skinny_linear as skinny
+    import specserve_kernels.gate_up_silu
+    import specserve_kernels.skinny_linear as skinny
     tiles = dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=64, NUM_STAGES=3, num_warps=4)
     monkeypatch.setattr(skinny, "ROW_CONFIGS", {
         "o_proj": ((16, skinny.CONFIG), (64, dict(tiles, SPLIT_K=2))),
         "down_proj": ((16, None), (64, dict(tiles, SPLIT_K=4))), "qkv_proj": ((16, None), (64, tiles)),
         "lm_head": ((16, skinny.CONFIG), (64, tiles))})
-    monkeypatch.setattr(kernels.gate_up_silu, "ENABLED", True)
-    monkeypatch.setattr(kernels.gate_up_silu, "ROW_CONFIGS", (kernels.gate_up_silu.ROW_CONFIGS[0], (64, tiles)))
+    monkeypatch.setattr(specserve_kernels.gate_up_silu, "ENABLED", True)
+    fused = specserve_kernels.gate_up_silu
+    monkeypatch.setattr(fused, "ROW_CONFIGS", (fused.ROW_CONFIGS[0], (64, tiles)))
     _assert_bf16_like_transformers_bf16(checkpoint, _prompts())
 
 
@@ -193,9 +194,9 @@ def _compiled_variants(clear: bool = False) -> set[tuple[str, str]]:
 
     import triton
 
-    import kernels
+    import specserve_kernels
     variants = set()
-    for info in pkgutil.iter_modules(kernels.__path__):
+    for info in pkgutil.iter_modules(specserve_kernels.__path__):
         for value in vars(importlib.import_module(f"kernels.{info.name}")).values():
             if isinstance(value, triton.runtime.JITFunction):
                 if clear:
@@ -232,16 +233,16 @@ def test_dependent_launch_gives_the_same_tokens(checkpoint, monkeypatch):
     """Launched with programmatic dependent launch, a step's Triton kernels may be scheduled
     before the kernel ahead of them ends and wait for it inside: the tokens must be the plain
     launch's, greedy and sampled, bf16, through CUDA graphs and overlapped steps."""
-    import kernels.dependent_launch
+    import specserve_kernels.dependent_launch
     from app.config import EngineConfig
     from app.engine.engine import LLMEngine
     from tests.test_overlap_scheduling import mixed_params, prompts
     batch, params = prompts(12, seed=5), mixed_params(12)
     config = EngineConfig(model=str(checkpoint), dtype="bfloat16", device="cuda", num_kv_blocks=64,
                           max_num_batched_tokens=64)
-    assert kernels.dependent_launch.ENABLED
+    assert specserve_kernels.dependent_launch.ENABLED
     dependent = LLMEngine(config).generate(batch, params)
-    monkeypatch.setattr(kernels.dependent_launch, "ENABLED", False)
+    monkeypatch.setattr(specserve_kernels.dependent_launch, "ENABLED", False)
     assert LLMEngine(config).generate(batch, params) == dependent
 
 
@@ -252,7 +253,7 @@ def test_a_program_per_split_for_small_steps_gives_the_same_tokens(checkpoint, m
     through CUDA graphs and overlapped steps, as the batch shrinks from 12 to 1."""
     from app.config import EngineConfig
     from app.engine.engine import LLMEngine
-    from kernels.backend import TUNED_16BIT_DECODE
+    from specserve_kernels.backend import TUNED_16BIT_DECODE
     from tests.test_overlap_scheduling import mixed_params, prompts
     batch, params = prompts(12, seed=7), mixed_params(12)
     config = EngineConfig(model=str(checkpoint), dtype="bfloat16", device="cuda", num_kv_blocks=64,
@@ -268,25 +269,25 @@ def test_a_program_per_split_for_small_steps_gives_the_same_tokens(checkpoint, m
 
 def test_weights_prefetched_into_l2_give_the_same_tokens(checkpoint, monkeypatch):
     """With the norms and the rotary kernel asking the next projection's weights into L2
-    (`kernels/l2_prefetch.py`: programs of their own that read nothing back), the tokens are
+    (`specserve_kernels/l2_prefetch.py`: programs of their own that read nothing back), the tokens are
     those without, greedy and sampled, bf16, through CUDA graphs and overlapped steps."""
-    import kernels.l2_prefetch
+    import specserve_kernels.l2_prefetch
     from app.config import EngineConfig
     from app.engine.engine import LLMEngine
-    from kernels.l2_prefetch import prefetch_for
+    from specserve_kernels.l2_prefetch import prefetch_for
     from tests.test_overlap_scheduling import mixed_params, prompts
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("the bulk prefetch needs sm_90")
     batch, params = prompts(12, seed=9), mixed_params(12)
     config = EngineConfig(model=str(checkpoint), dtype="bfloat16", device="cuda", num_kv_blocks=64,
                           max_num_batched_tokens=64)
-    assert not kernels.l2_prefetch.ENABLED
+    assert not specserve_kernels.l2_prefetch.ENABLED
     without = LLMEngine(config).generate(batch, params)
-    monkeypatch.setattr(kernels.l2_prefetch, "ENABLED", True)
+    monkeypatch.setattr(specserve_kernels.l2_prefetch, "ENABLED", True)
     engine = LLMEngine(config)
     o_proj = engine.runner.model.model.layers[0].self_attn.o_proj
     prefetch = prefetch_for(o_proj.weight, "attention")
-    assert (prefetch.programs, prefetch.nbytes) == (kernels.l2_prefetch.PROGRAMS, o_proj.weight.nbytes)
+    assert (prefetch.programs, prefetch.nbytes) == (specserve_kernels.l2_prefetch.PROGRAMS, o_proj.weight.nbytes)
     assert engine.generate(batch, params) == without
 
 
@@ -301,7 +302,7 @@ def test_cuda_graph_decode_matches_eager(checkpoint, context, query_lens):
     from app.config import EngineConfig
     from app.engine.cuda_graphs import CudaGraphDecodeRunner, MultiTokenSteps
     from app.engine.engine import LLMEngine
-    from kernels.reference import make_meta
+    from specserve_kernels.reference import make_meta
     from tests.triton_kernels.test_static_step_inputs import step_arrays
     engine = LLMEngine(EngineConfig(model=str(checkpoint), dtype="float32", device="cuda",
                                     num_kv_blocks=64, enable_cuda_graphs=False))

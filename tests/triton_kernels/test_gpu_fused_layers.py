@@ -15,9 +15,9 @@ BF16_TOL = dict(atol=2e-2, rtol=2e-2)
 
 def test_fused_kernels_bf16():
     from app.models.rope import RotaryEmbedding
-    from kernels.reference import rotary_write_kv_ref, silu_and_mul_ref
-    from kernels.rotary_kv_write import rotary_write_kv
-    from kernels.silu_mul import silu_and_mul
+    from specserve_kernels.reference import rotary_write_kv_ref, silu_and_mul_ref
+    from specserve_kernels.rotary_kv_write import rotary_write_kv
+    from specserve_kernels.silu_mul import silu_and_mul
     dev, bf16 = "cuda", torch.bfloat16
     x = torch.randn(33, 2 * 14336, device=dev, dtype=bf16) * 3
     torch.testing.assert_close(silu_and_mul(x), silu_and_mul_ref(x), **BF16_TOL)

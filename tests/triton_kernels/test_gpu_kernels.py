@@ -13,15 +13,15 @@ BF16_TOL = dict(atol=3e-2, rtol=3e-2)
 
 
 def _case(query_lens, context_lens, heads, kv_heads, head_dim=128, dtype=torch.bfloat16):
-    from kernels.reference import make_paged_case
+    from specserve_kernels.reference import make_paged_case
     return make_paged_case(query_lens, context_lens, heads, kv_heads, head_dim, 16, dtype,
                            seed=sum(query_lens), device="cuda")
 
 
 @pytest.mark.parametrize("heads,kv_heads", [(32, 32), (32, 8), (32, 4), (40, 8)])
 def test_decode_bf16(heads, kv_heads):
-    from kernels.decode_attention import decode_attention
-    from kernels.reference import attention_ref
+    from specserve_kernels.decode_attention import decode_attention
+    from specserve_kernels.reference import attention_ref
     case = _case([1] * 6, [0, 15, 16, 511, 1327, 4100], heads, kv_heads)
     kv, m = case.kv_cache, case.meta
     for partition in (256, 8192):
@@ -39,7 +39,7 @@ def test_decode_merged_by_the_last_program_bf16(per_split):
     """Each sequence's last program merges its states instead of the merge kernel: the same
     bits launch after launch and in a CUDA graph's replays (a state read before it was
     written, or a count left set, would change them), zeros for a padding row."""
-    from kernels.decode_attention import decode_attention
+    from specserve_kernels.decode_attention import decode_attention
     case = _case([1] * 6, [0, 15, 16, 511, 1327, 4100], 32, 8)
     kv, m = case.kv_cache, case.meta
     m.seq_lens[0] = 0
@@ -62,8 +62,8 @@ def test_decode_merged_by_the_last_program_bf16(per_split):
 
 @pytest.mark.parametrize("heads,kv_heads", [(32, 8), (40, 8), (16, 16)])
 def test_prefill_bf16(heads, kv_heads):
-    from kernels.prefill_attention import prefill_attention
-    from kernels.reference import attention_ref
+    from specserve_kernels.prefill_attention import prefill_attention
+    from specserve_kernels.reference import attention_ref
     case = _case([1, 5, 129, 700, 17], [1327, 13, 334, 0, 16], heads, kv_heads)
     kv, m = case.kv_cache, case.meta
     out = prefill_attention(case.query, kv[0], kv[1], m.block_tables, m.query_start_loc,
@@ -72,12 +72,12 @@ def test_prefill_bf16(heads, kv_heads):
 
 
 def test_write_norm_rotary_bf16():
-    from kernels.torch_attention import write_kv_cache as write_ref
+    from specserve_kernels.torch_attention import write_kv_cache as write_ref
     from app.models.rope import RotaryEmbedding
-    from kernels.kv_cache_write import write_kv_cache
-    from kernels.reference import rms_norm_ref, rotary_ref
-    from kernels.rmsnorm import rms_norm
-    from kernels.rotary import apply_rotary_
+    from specserve_kernels.kv_cache_write import write_kv_cache
+    from specserve_kernels.reference import rms_norm_ref, rotary_ref
+    from specserve_kernels.rmsnorm import rms_norm
+    from specserve_kernels.rotary import apply_rotary_
     dev, bf16 = "cuda", torch.bfloat16
     key, value = torch.randn(2, 300, 8, 128, device=dev, dtype=bf16)
     slots = torch.randperm(64 * 16, device=dev)[:300]
@@ -118,7 +118,7 @@ def test_rope_table_rows_are_the_computed_cos_sin_bit_for_bit():
 
 def test_argmax_kernel_is_torchs_on_bf16_logits():
     """bf16 logits tie often: the first index of the maximum, as torch.argmax takes it."""
-    from kernels.argmax import argmax_rows
+    from specserve_kernels.argmax import argmax_rows
     logits = (torch.randn(256, 128256, device="cuda") * 4).to(torch.bfloat16)
     argmax = torch.empty(256, dtype=torch.long, device="cuda")
     argmax_rows(logits, argmax)
@@ -128,7 +128,7 @@ def test_argmax_kernel_is_torchs_on_bf16_logits():
 
 def test_skinny_linear_bf16_at_llama_shapes():
     import torch.nn.functional as F
-    from kernels.skinny_linear import MAX_ROWS, skinny_linear
+    from specserve_kernels.skinny_linear import MAX_ROWS, skinny_linear
     for in_features, out_features in ((4096, 6144), (4096, 4096), (14336, 4096)):
         w = torch.randn(out_features, in_features, device="cuda", dtype=torch.bfloat16) / in_features ** 0.5
         bias = torch.randn(out_features, device="cuda", dtype=torch.bfloat16)
@@ -148,7 +148,7 @@ def test_skinny_linear_in_tiles_of_rows_bf16_at_llama_shapes(tiles):
     CUDA graph's replays (split-K's last part to arrive sums the parts in their order: were a
     part's sums read before they were written, or a count left set, they would differ)."""
     import torch.nn.functional as F
-    from kernels.skinny_linear import skinny_linear
+    from specserve_kernels.skinny_linear import skinny_linear
     for in_features, out_features in ((4096, 4096), (14336, 4096)):
         w = torch.randn(out_features, in_features, device="cuda", dtype=torch.bfloat16) / in_features ** 0.5
         for rows in (64, 200, 256):
@@ -170,9 +170,9 @@ def test_gate_up_silu_bf16_at_llama_shapes():
     kernel's numbers on most elements (each half is summed the same way, but two kernels
     compiled apart need not order their sums alike)."""
     import torch.nn.functional as F
-    from kernels.gate_up_silu import config_for, gate_up_silu
-    from kernels.silu_mul import silu_and_mul
-    from kernels.skinny_linear import skinny_linear
+    from specserve_kernels.gate_up_silu import config_for, gate_up_silu
+    from specserve_kernels.silu_mul import silu_and_mul
+    from specserve_kernels.skinny_linear import skinny_linear
     hidden, intermediate = 4096, 14336
     w = torch.randn(2 * intermediate, hidden, device="cuda", dtype=torch.bfloat16) / hidden ** 0.5
     for rows in (1, 5, 16, 40, 64, 200, 256):

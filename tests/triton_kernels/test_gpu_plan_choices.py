@@ -8,9 +8,9 @@ import shlex
 import pytest
 import torch
 
-import kernels.gate_up_silu as fused
-import kernels.l2_prefetch as l2_prefetch
-import kernels.skinny_linear as skinny
+import specserve_kernels.gate_up_silu as fused
+import specserve_kernels.l2_prefetch as l2_prefetch
+import specserve_kernels.skinny_linear as skinny
 from benchmarks.ab_decode import parse_args, turn_choices
 from benchmarks.linears import (CONFIGS, GATE_UP_SILU_CONFIGS, WIDE_CONFIGS, _name, choose_gate_up_silu,
                                 choose_row_tiles, choose_skinny)
@@ -81,7 +81,7 @@ def test_the_fused_choice_sets_the_tiles_of_each_row_configuration():
                                          (["--program-per-split", "16"], 16)])
 def test_the_per_split_side_sets_the_batches_that_take_it(monkeypatch, flags, up_to):
     """`--program-per-split` alone: every batch (gpu_owed.sh's sides); with a count, up to it."""
-    from kernels.backend import TUNED_16BIT_DECODE, TritonAttentionBackend
+    from specserve_kernels.backend import TUNED_16BIT_DECODE, TritonAttentionBackend
     monkeypatch.setitem(TUNED_16BIT_DECODE, "decode_options", dict(TUNED_16BIT_DECODE["decode_options"]))
     monkeypatch.setitem(TUNED_16BIT_DECODE, "program_per_split_up_to", 0)
     _turned("", *flags)

@@ -50,7 +50,7 @@ def test_kernels_compile_for_sm90_without_spills(dependent_launch):
     # it before touching memory (every kernel of a decode step but the prefill kernel's)
     waiting = {c["kernel"] for c in compiled if c["waits_first"]}
     assert waiting == (EXPECTED_KERNELS - {"_prefill_kernel"} if dependent_launch else set())
-    # the norm and rotary launches with a weight to prefetch ask L2 for it (kernels/l2_prefetch.py),
+    # the norm and rotary launches with a weight to prefetch ask L2 for it (specserve_kernels/l2_prefetch.py),
     # and only they: still waiting before they read or write (the prefetch may come first)
     prefetching = [c for c in compiled if c["l2_prefetches"]]
     assert {(c["label"], c["kernel"]) for c in prefetching} == {

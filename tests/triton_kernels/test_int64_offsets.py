@@ -6,10 +6,10 @@ only the few blocks at its top end that the test uses are ever written."""
 import pytest
 import torch
 
-from kernels.decode_attention import decode_attention
-from kernels.kv_cache_write import write_kv_cache
-from kernels.prefill_attention import prefill_attention
-from kernels.reference import attention_ref, make_meta, PagedCase
+from specserve_kernels.decode_attention import decode_attention
+from specserve_kernels.kv_cache_write import write_kv_cache
+from specserve_kernels.prefill_attention import prefill_attention
+from specserve_kernels.reference import attention_ref, make_meta, PagedCase
 
 BLOCK_SIZE, HEAD_DIM, KV_HEADS, HEADS = 16, 16, 1, 4
 NUM_BLOCKS = 2**31 // (BLOCK_SIZE * KV_HEADS * HEAD_DIM) + 64  # top blocks start past 2^31

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from kernels.torch_attention import write_kv_cache as write_ref
-from kernels.kv_cache_write import write_kv_cache
+from specserve_kernels.torch_attention import write_kv_cache as write_ref
+from specserve_kernels.kv_cache_write import write_kv_cache
 
 
 @pytest.mark.parametrize("src,cache", [(torch.float32, torch.float32), (torch.float16, torch.float16),

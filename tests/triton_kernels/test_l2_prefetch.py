@@ -1,4 +1,4 @@
-"""Weights asked into L2 by programs of their own (kernels/l2_prefetch.py), under the
+"""Weights asked into L2 by programs of their own (specserve_kernels/l2_prefetch.py), under the
 interpreter: their ranges cover the bytes asked for once, in the bulk prefetch's 16-byte
 units, and the kernels that take such programs write what they wrote without them. (Whether
 it pays is timed on a GPU; the instruction itself is compiled for sm_90 in
@@ -9,10 +9,10 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.l2_prefetch import ALIGN, NO_PREFETCH, Prefetch, prefetch_for, prefetch_ranges
-from kernels.reference import rms_norm_ref
-from kernels.rmsnorm import rms_norm
-from kernels.rotary_kv_write import rotary_write_kv
+from specserve_kernels.l2_prefetch import ALIGN, NO_PREFETCH, Prefetch, prefetch_for, prefetch_ranges
+from specserve_kernels.reference import rms_norm_ref
+from specserve_kernels.rmsnorm import rms_norm
+from specserve_kernels.rotary_kv_write import rotary_write_kv
 
 
 @triton.jit
@@ -82,7 +82,7 @@ def test_rotary_write_kv_with_prefetching_programs_writes_what_it_wrote_without(
 def test_decode_attention_with_kv_evicted_first_gives_the_same_output(dtype):
     """While weights are prefetched, decode attention's K/V loads carry L2's evict-first policy
     (an sm_90 hint, in test_hopper_compile.py): nothing else changes."""
-    from kernels.decode_attention import decode_attention
+    from specserve_kernels.decode_attention import decode_attention
     gen = torch.Generator().manual_seed(6)
     batch, heads, kv_heads, head_dim, block = 2, 4, 2, 16, 4
     caches = torch.randn(2, 8, block, kv_heads, head_dim, generator=gen).to(dtype)

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from app.models.rope import RotaryEmbedding
-from kernels.reference import rms_norm_ref, rotary_ref
-from kernels.rmsnorm import rms_norm
-from kernels.rotary import apply_rotary_
+from specserve_kernels.reference import rms_norm_ref, rotary_ref
+from specserve_kernels.rmsnorm import rms_norm
+from specserve_kernels.rotary import apply_rotary_
 
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float16: dict(atol=2e-3, rtol=2e-3)}
 

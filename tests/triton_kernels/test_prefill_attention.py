@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from kernels.prefill_attention import prefill_attention, query_tile, query_tile_lengths
-from kernels.reference import attention_ref, make_paged_case
+from specserve_kernels.prefill_attention import prefill_attention, query_tile, query_tile_lengths
+from specserve_kernels.reference import attention_ref, make_paged_case
 
 TOL = {torch.float32: 2e-5, torch.float16: 2e-3}
 GQA = [(2, 2), (4, 1), (8, 1), (10, 2)]  # (heads, kv_heads): ratios 1, 4, 8 and 5:1

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.skinny_linear import MAX_ROWS, SkinnyLinear, skinny_linear, use_skinny_linears
+from specserve_kernels.skinny_linear import MAX_ROWS, SkinnyLinear, skinny_linear, use_skinny_linears
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 SMALL_TILES = dict(BLOCK_N=16, BLOCK_K=64, NUM_STAGES=2, num_warps=4)
@@ -49,7 +49,7 @@ def test_split_k_sums_the_parts_of_k_once_and_leaves_its_counts_at_zero(rows, bl
     """K = 200 in tiles of 64: two parts of two tiles; three parts, the last one empty; four
     parts, one tile each, the last one partial. The counts must be back at zero for the next
     launch (a CUDA graph replays with the same buffer)."""
-    from kernels.arrival_counts import _COUNTS
+    from specserve_kernels.arrival_counts import _COUNTS
     x, w, b = _inputs(rows, 200, 40, True, seed=split_k)
     tiles = dict(SMALL_TILES, BLOCK_M=block_m, SPLIT_K=split_k)
     got = skinny_linear(x, w, b, tiles)
@@ -61,7 +61,7 @@ def test_split_k_sums_the_parts_of_k_once_and_leaves_its_counts_at_zero(rows, bl
 def test_the_module_takes_the_kernel_at_the_batches_its_row_configurations_give(monkeypatch):
     """Up to 16 rows in the small tiles (the default), 17-64 cuBLAS, 65-128 tiles of 64 rows,
     past the last configuration cuBLAS."""
-    import kernels.skinny_linear as module
+    import specserve_kernels.skinny_linear as module
     calls = []
     monkeypatch.setattr(module, "skinny_linear", lambda x, w, b, tiles, out: calls.append((len(x), tiles)) or F.linear(x, w, b))
     linear = nn.Linear(32, 8).half().to(DEVICE)
@@ -93,7 +93,7 @@ def test_only_the_named_16_bit_projections_are_replaced_each_with_its_row_config
 
 def test_without_row_configurations_the_module_setting_at_replacement_is_used(monkeypatch):
     """benchmarks/ab_decode.py sets ROW_CONFIGS before the engine is built."""
-    import kernels.skinny_linear as module
+    import specserve_kernels.skinny_linear as module
     monkeypatch.setattr(module, "ROW_CONFIGS", {"down_proj": ((MAX_ROWS, SMALL_TILES),)})
     model = _Layer(torch.float16)
     assert use_skinny_linears(model) == 1 and isinstance(model.down_proj, SkinnyLinear)
@@ -122,7 +122,7 @@ def test_the_product_into_a_buffer_writes_its_own_rows_only(rows, bias):
 def test_a_graphs_logits_take_the_lm_heads_replacement(monkeypatch):
     """`compute_logits(out=)`, as the decode graphs call it, runs the replaced lm_head's kernel
     into the graph's buffer, and torch's product into it where the lm_head is not replaced."""
-    import kernels.skinny_linear as module
+    import specserve_kernels.skinny_linear as module
     from app.models.config import ModelConfig
     from app.models.llama import LlamaForCausalLM
     raw = dict(model_type="llama", vocab_size=40, hidden_size=32, intermediate_size=48, num_hidden_layers=1,

@@ -23,7 +23,7 @@ from app.engine.spec.draft_worker import DraftWorker
 from app.engine.spec.proposal import DraftInput
 from app.engine.step_inputs import StepArrays
 from app.sampling_params import SamplingParams
-from kernels.reference import make_meta
+from specserve_kernels.reference import make_meta
 
 BLOCK = 16
 

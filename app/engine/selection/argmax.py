@@ -1,5 +1,5 @@
 """Each row's argmax, and a plain decode step's chosen tokens with it, as a CUDA graph's step
-takes them: on CUDA in two Triton kernels (`kernels/argmax.py` says why), elsewhere in torch."""
+takes them: on CUDA in two Triton kernels (`specserve_kernels/argmax.py` says why), elsewhere in torch."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def argmax_and_choose(logits: torch.Tensor, argmax: torch.Tensor, temperature: t
     """logits [R, V] -> argmax [R]; given the rows' temperature and drawn tokens, chosen [R]:
     the draw where the temperature is above 0, else the argmax."""
     if logits.is_cuda:
-        from kernels.argmax import argmax_rows
+        from specserve_kernels.argmax import argmax_rows
         argmax_rows(logits, argmax, temperature, drawn, chosen)
         return
     torch.argmax(logits, dim=-1, out=argmax)

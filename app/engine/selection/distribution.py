@@ -61,7 +61,7 @@ def row_probs(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tens
 def filtered_probs(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
                    top_p: torch.Tensor, min_p: torch.Tensor, needs_sort: bool) -> torch.Tensor:
     """`row_probs`, on the CPU in C++ without a sort where it builds and the logits are fp32
-    (kernels/cpu/draw.cpp's filtered_probs: 15 against ~130 us for a row of 4,096 on one thread,
+    (specserve_kernels/cpu/draw.cpp's filtered_probs: 15 against ~130 us for a row of 4,096 on one thread,
     2026-11-28). There ties at a top-k or top-p cut are all kept, as the draws keep them (the
     reference keeps an arbitrary order of them)."""
     ops = cpu_selection_ops(logits)
@@ -72,11 +72,11 @@ def filtered_probs(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch
 
 
 def cpu_selection_ops(logits: torch.Tensor):
-    """kernels/cpu's selection ops (kernels/cpu/draw.cpp) for these logits: for fp32 logits on
+    """specserve_kernels/cpu's selection ops (specserve_kernels/cpu/draw.cpp) for these logits: for fp32 logits on
     the CPU where the ops build; else None (the torch steps)."""
     if logits.device.type != "cpu" or logits.dtype != torch.float32:
         return None
-    from kernels.cpu import cpu_ops
+    from specserve_kernels.cpu import cpu_ops
     return cpu_ops()
 
 

@@ -16,8 +16,8 @@ rows of a 128k vocabulary on an H200, and 13 of 23 ms for 64 rows of 4096 on one
   often). On the CPU, where picking rows costs nothing, such rows take the reference's cuts
   on their k largest logits, in vocabulary order (faster there than the rejection steps).
 
-On CUDA this is one Triton program per row (`kernels/filtered_sampling.py`); on the CPU the same
-steps in C++ (`kernels/cpu/draw.cpp`, fp32 logits), or in torch ops where it does not build.
+On CUDA this is one Triton program per row (`specserve_kernels/filtered_sampling.py`); on the CPU the same
+steps in C++ (`specserve_kernels/cpu/draw.cpp`, fp32 logits), or in torch ops where it does not build.
 Round 0 uses the row's SAMPLE uniform, so a row without top-p draws the reference's token for
 it. Which steps a row takes depends on its own settings and the device alone, so a seeded
 request draws the same tokens alone or in any batch.
@@ -53,7 +53,7 @@ def draw_with_uniforms(logits: torch.Tensor, temperature: torch.Tensor, top_k: t
     that chooses for greedy and sampled rows alike)."""
     if not logits.is_cuda:
         return _draw_on_cpu(logits, temperature, top_k, top_p, min_p, max_top_k, u)
-    from kernels.filtered_sampling import filtered_sample
+    from specserve_kernels.filtered_sampling import filtered_sample
     floor = top_k_floor(logits, top_k, max_top_k) if max_top_k else None
     return filtered_sample(logits.contiguous(), temperature, top_p, min_p, u, floor)
 
@@ -77,7 +77,7 @@ def _draw_on_cpu(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
 
 def draw_top_p_on_cpu(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
                       min_p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """`draw_top_p_by_rejection` in one C++ pass over each row a step (kernels/cpu/draw.cpp),
+    """`draw_top_p_by_rejection` in one C++ pass over each row a step (specserve_kernels/cpu/draw.cpp),
     where it builds and the logits are fp32; the rows whose every redraw fell outside the
     nucleus are cut and drawn here, as the torch steps do. A greedy row (temperature 0) draws
     as at temperature 1, for its caller's argmax."""
@@ -96,7 +96,7 @@ def draw_top_p_on_cpu(logits: torch.Tensor, temperature: torch.Tensor, top_p: to
 def draw_top_k_on_cpu(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
                       top_p: torch.Tensor, min_p: torch.Tensor, max_top_k: int, u: torch.Tensor
                       ) -> torch.Tensor:
-    """`draw_top_k` row by row in C++ (kernels/cpu/draw.cpp) where it builds and the logits are
+    """`draw_top_k` row by row in C++ (specserve_kernels/cpu/draw.cpp) where it builds and the logits are
     fp32: each row's own k largest, partially sorted, instead of a batched topk and sorts."""
     ops = cpu_selection_ops(logits)
     if ops is None:

@@ -1,5 +1,5 @@
 """Rotary embedding applied in place to q and k in one kernel (eager PyTorch builds two
-rotate-half copies per tensor). CUDA only; the reference is `kernels.torch_rotary.apply_rotary`.
+rotate-half copies per tensor). CUDA only; the reference is `specserve_kernels.torch_rotary.apply_rotary`.
 
 cos/sin are [T, head_dim] as `RotaryEmbedding.cos_sin` returns them (the two halves equal);
 the rotation is computed in fp32 and rounded once to the activation dtype.

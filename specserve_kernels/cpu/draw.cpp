@@ -6,7 +6,7 @@
 // token can differ from the reference's only where a uniform falls within rounding of a
 // boundary of the CDF.
 //
-// Built with -ffast-math (kernels/cpu/__init__.py), which lets the compiler assume no
+// Built with -ffast-math (specserve_kernels/cpu/__init__.py), which lets the compiler assume no
 // infinities: a grammar's -inf logits are told apart by their bits, and never enter the
 // arithmetic (weight 0, never above a drawn token, never drawn).
 

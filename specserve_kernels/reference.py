@@ -1,7 +1,7 @@
 """PyTorch references for the kernels, and a builder of paged-attention cases for their tests.
 
-Attention's reference is `kernels.torch_attention` (the engine's CPU path); RMSNorm's is
-`app.models.llama.RMSNorm` and rotary's `kernels.torch_rotary.apply_rotary`, restated here only
+Attention's reference is `specserve_kernels.torch_attention` (the engine's CPU path); RMSNorm's is
+`app.models.llama.RMSNorm` and rotary's `specserve_kernels.torch_rotary.apply_rotary`, restated here only
 to add the residual the fused kernel takes; the fused rotary + KV write's is rotary followed
 by the engine's `write_kv_cache`; SiLU-and-multiply's is `app.models.llama.MLP`'s.
 """
@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from kernels.attention_interface import AttentionMetadata
-from kernels.torch_attention import paged_attention, write_kv_cache
-from kernels.torch_rotary import apply_rotary
+from specserve_kernels.attention_interface import AttentionMetadata
+from specserve_kernels.torch_attention import paged_attention, write_kv_cache
+from specserve_kernels.torch_rotary import apply_rotary
 
 
 def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernels.attention_interface import AttentionMetadata
+from specserve_kernels.attention_interface import AttentionMetadata
 
 DECODE_GROUP_SIZE = 16
 SHORT_QUERY_MAX = 16  # one sequence's speculative verification (1 + k tokens)

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.dependent_launch import dependent_launch_args, wait_for_predecessor
+from specserve_kernels.dependent_launch import dependent_launch_args, wait_for_predecessor
 
 MAX_BLOCK = 4096
 # Blocks of the row in flight while one is reduced. Triton software-pipelines only the loads of a

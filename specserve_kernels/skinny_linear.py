@@ -22,7 +22,7 @@ batch-256 decode step on an H100 (2026-11-27, the decode_b256 trace) cuBLAS read
 weights at 43% of copy (26.0 us) and down_proj's at 61% (64.8 us), against ~84% for qkv's.
 o_proj and down_proj have 4,096 features, 32 tiles of 128 x 256 rows for 132 SMs, so a tile's
 K can be cut into SPLIT_K parts, each a program that writes its fp32 sums; the tile's last
-part to arrive adds them up in the parts' order (`kernels/arrival_counts.py`). Which
+part to arrive adds them up in the parts' order (`specserve_kernels/arrival_counts.py`). Which
 projections take which tiles at which batch is `ROW_CONFIGS`; past 16 rows it names none until
 `benchmarks/linears.py` times the tiles and `benchmarks/ab_decode.py --skinny-rows-config` the
 step. The lm_head can be named too: the decode graphs write their logits into their one buffer
@@ -41,9 +41,9 @@ import triton
 import triton.language as tl
 from torch import nn
 
-from kernels.arrival_counts import arrival_counts
-from kernels.dependent_launch import dependent_launch_args, wait_for_predecessor
-from kernels.replace_linears import replace_linears
+from specserve_kernels.arrival_counts import arrival_counts
+from specserve_kernels.dependent_launch import dependent_launch_args, wait_for_predecessor
+from specserve_kernels.replace_linears import replace_linears
 
 ENABLED = True
 MAX_ROWS = 16  # one tensor-core tile of rows: a program's rows unless its tiles say (BLOCK_M)
@@ -183,7 +183,7 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 
 def launch_skinny(kernel, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor,
                   features: int, config: dict, workspace: tuple = (), **constexprs) -> None:
-    """Launch a kernel of this one's signature (also `kernels/gate_up_silu.py`'s, which has no
+    """Launch a kernel of this one's signature (also `specserve_kernels/gate_up_silu.py`'s, which has no
     split-K): SPLIT_K programs (a constexpr, 1 unless given) for each BLOCK_M rows (config's, or
     MAX_ROWS) of each BLOCK_N of `features`. `workspace`: the kernel's arguments between `out`
     and the row count."""

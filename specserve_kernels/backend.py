@@ -16,11 +16,11 @@ from collections.abc import Iterator
 
 import torch
 
-import kernels.l2_prefetch as l2_prefetch  # its ENABLED read at each launch (ab_decode.py sets it)
-from kernels.attention_interface import AttentionMetadata
-from kernels.decode_attention import DEFAULT_PARTITION_SIZE, decode_attention
-from kernels.kv_cache_write import _kv_cache_write_kernel, write_kv_cache
-from kernels.prefill_attention import prefill_attention, query_tile_lengths
+import specserve_kernels.l2_prefetch as l2_prefetch  # its ENABLED read at each launch (ab_decode.py sets it)
+from specserve_kernels.attention_interface import AttentionMetadata
+from specserve_kernels.decode_attention import DEFAULT_PARTITION_SIZE, decode_attention
+from specserve_kernels.kv_cache_write import _kv_cache_write_kernel, write_kv_cache
+from specserve_kernels.prefill_attention import prefill_attention, query_tile_lengths
 
 
 # Kernels were decorated under TRITON_INTERPRET=1 (CPU tests) or for the GPU.
@@ -33,7 +33,7 @@ def _check_device(t: torch.Tensor) -> None:
                            "set before `kernels` is imported); use attention_backend='torch'")
 
 
-# The decode configuration that benchmarks/kernels.py picked on an H100 for bf16 (batch 64 x
+# The decode configuration that benchmarks/decode_attention_sweep.py picked on an H100 for bf16 (batch 64 x
 # 4096 keys, 32/8 heads x 128, block 16, 2026-11-23: 83.2% of copy bandwidth against 77.8%
 # for the defaults). Since a split became one tile (0184a70), splits of 64 keys with 2 stages
 # beat 32 with 3 (2026-11-27: 73.2% of copy against 65.4% at 64 x 4096, 48.3% against 44.4% at
@@ -56,7 +56,7 @@ class TritonAttentionBackend:
                  decode_options: dict | None = None, program_per_split_up_to: int = 0):
         """split_size: keys per decode split and tile, the unit of its numerics (None: the
         kernel's default for the dtype). decode_options: num_warps, num_stages, head_major,
-        dots, merge_by_last_program of `decode_attention` (what benchmarks/kernels.py
+        dots, merge_by_last_program of `decode_attention` (what benchmarks/decode_attention_sweep.py
         sweeps); None keeps that function's defaults. program_per_split_up_to: decode steps of
         up to this many sequences take a program per split, larger ones a program per
         partition (the same bits; a CUDA graph's step counts its padded rows): a wide grid for

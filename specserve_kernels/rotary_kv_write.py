@@ -1,15 +1,15 @@
 """Rotary embedding on q and k fused with the KV-cache write: one kernel per layer where
 eager PyTorch runs about ten (rotate-half copies, multiplies, adds, the write). The reference
-is `kernels.reference.rotary_write_kv_ref`: `kernels.torch_rotary.apply_rotary` on q and k, then
-`kernels.torch_attention.write_kv_cache` of the rotated k and of v.
+is `specserve_kernels.reference.rotary_write_kv_ref`: `specserve_kernels.torch_rotary.apply_rotary` on q and k, then
+`specserve_kernels.torch_attention.write_kv_cache` of the rotated k and of v.
 
 One program per token. q is rotated in place (it is a view of the qkv projection's output,
 which nothing else reads); k is rotated on its way into the cache and v copied there, at the
-token's slot in the layout `kernels.kv_cache_write` writes ([num_blocks, block_size,
+token's slot in the layout `specserve_kernels.kv_cache_write` writes ([num_blocks, block_size,
 kv_heads, head_dim] per half). A negative slot (padding) writes no K/V; its q is still
 rotated. The rotation is computed in fp32 and rounded once to the activation dtype (then to
 the cache's dtype, as the unfused write does). Programs after the tokens' may prefetch the
-next weight (o_proj's) into L2 while attention runs (`kernels/l2_prefetch.py`). cos/sin are [T, head_dim] as
+next weight (o_proj's) into L2 while attention runs (`specserve_kernels/l2_prefetch.py`). cos/sin are [T, head_dim] as
 `RotaryEmbedding.cos_sin` returns them (the two halves equal), so the model's RoPE scaling
 (linear, llama3) is already in them.
 """
@@ -20,9 +20,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.dependent_launch import dependent_launch_args, wait_for_predecessor
-from kernels.l2_prefetch import NO_PREFETCH, Prefetch, launch_args, prefetch_share
-from kernels.rotary import load_cos_sin, rotate_in_place
+from specserve_kernels.dependent_launch import dependent_launch_args, wait_for_predecessor
+from specserve_kernels.l2_prefetch import NO_PREFETCH, Prefetch, launch_args, prefetch_share
+from specserve_kernels.rotary import load_cos_sin, rotate_in_place
 
 
 @triton.jit(do_not_specialize=["num_tokens"])
@@ -75,7 +75,7 @@ def rotary_write_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torc
     """q [T, heads, head_dim] rotated in place and returned; k and v [T, kv_heads, head_dim]
     (k rotated) stored at `slot_mapping` [T] (int64, -1 = no write) in k_cache/v_cache
     [num_blocks, block_size, kv_heads, head_dim]. k itself is left as it was. `prefetch`: the
-    next weight's bytes to ask into L2 meanwhile (`kernels.l2_prefetch.prefetch_for`)."""
+    next weight's bytes to ask into L2 meanwhile (`specserve_kernels.l2_prefetch.prefetch_for`)."""
     num_tokens, num_q_heads, head_dim = q.shape
     num_kv_heads = k.shape[1]
     if num_tokens == 0:

@@ -7,12 +7,12 @@ PyTorch reference runs in the same process for the ratio. Our kernel is timed as
 runs it, many calls replayed from one CUDA graph (`time_in_graph`), so a small batch's figure
 is the kernel's and not its Python launch's; up to 512 MiB of K+V, each call finds a cold L2.
 
-    python benchmarks/kernels.py                      # the staged sweep below, ~100 configs
-    python benchmarks/kernels.py --full               # the whole cross product (slow)
-    python benchmarks/kernels.py --partition 512 --split 64 --dots 16 --num-warps 4 8 \
+    python benchmarks/decode_attention_sweep.py                      # the staged sweep below, ~100 configs
+    python benchmarks/decode_attention_sweep.py --full               # the whole cross product (slow)
+    python benchmarks/decode_attention_sweep.py --partition 512 --split 64 --dots 16 --num-warps 4 8 \
         --num-stages 2 3 --grid head seq --full       # a chosen cross product
 
-Knobs of `kernels.decode_attention.decode_attention` (see its module docstring): partition
+Knobs of `specserve_kernels.decode_attention.decode_attention` (see its module docstring): partition
 (tokens per program in the default grid), split (keys per split, the unit of the numerics,
 and per tile: split / block_size pages per iteration; a power of two dividing the partition),
 programs (one per partition, or one per split: the grid small batches get; the same bits),
@@ -20,7 +20,7 @@ merge (where states need merging: a merge kernel, or each sequence's last progra
 dots (fp32 / qk16 / 16: the tiles' dtype in the two dots), grid (seq-major as before, or
 KV-head-major), num_warps, num_stages (none: Triton's default).
 
-    python benchmarks/kernels.py --batch 1 --context 256 --partition 1024 --split 32 64 \
+    python benchmarks/decode_attention_sweep.py --batch 1 --context 256 --partition 1024 --split 32 64 \
         --programs partition split --dots 16 --grid head --full   # batch 1
 
 Staged sweep (default): stage 1 crosses partition x split x programs x dots x grid
@@ -145,12 +145,12 @@ def main() -> int:
     parser.add_argument("--iters", type=int, default=20)
     args = parser.parse_args()
     if not torch.cuda.is_available():
-        print("benchmarks/kernels.py measures GPU kernels and needs CUDA; no GPU here, nothing run.")
+        print("benchmarks/decode_attention_sweep.py measures GPU kernels and needs CUDA; no GPU here, nothing run.")
         return 0
 
-    from kernels.attention_interface import AttentionMetadata
-    from kernels.torch_attention import paged_attention
-    from kernels.decode_attention import decode_attention
+    from specserve_kernels.attention_interface import AttentionMetadata
+    from specserve_kernels.torch_attention import paged_attention
+    from specserve_kernels.decode_attention import decode_attention
 
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  "
           f"triton {__import__('triton').__version__}")

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import torch
 
-from kernels.attention_interface import AttentionMetadata
-from kernels.torch_attention import SHORT_QUERY_MAX, TorchAttentionBackend, attend_sequence
+from specserve_kernels.attention_interface import AttentionMetadata
+from specserve_kernels.torch_attention import SHORT_QUERY_MAX, TorchAttentionBackend, attend_sequence
 
 
 class CpuAttentionBackend(TorchAttentionBackend):
     name = "cpu"
 
     def __init__(self, short_query_kernel):
-        """`short_query_kernel`: `kernels.cpu.paged_attention_short()`."""
+        """`short_query_kernel`: `specserve_kernels.cpu.paged_attention_short()`."""
         super().__init__()
         self.short_query_kernel = short_query_kernel
         self._plan: tuple[AttentionMetadata, torch.Tensor, list[int], list[int]] | None = None

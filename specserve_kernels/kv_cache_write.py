@@ -1,5 +1,5 @@
 """Store one step's K/V into their paged-cache slots (the Triton twin of
-`kernels.torch_attention.write_kv_cache`, which is its reference).
+`specserve_kernels.torch_attention.write_kv_cache`, which is its reference).
 
 One program per token writes all KV heads of that token; a negative slot marks a padding row
 (CUDA-graph padding, or a token whose KV is not to be kept) and writes nothing. The slot is

@@ -25,9 +25,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.dependent_launch import wait_for_predecessor
-from kernels.skinny_linear import (SIXTEEN_BIT, launch_skinny, row_and_feature_offsets, row_config_batches, tiles_for,
-                                   tiles_for_product)
+from specserve_kernels.dependent_launch import wait_for_predecessor
+from specserve_kernels.skinny_linear import (SIXTEEN_BIT, launch_skinny, row_and_feature_offsets, row_config_batches,
+                                             tiles_for, tiles_for_product)
 
 ENABLED = False
 # (up to this many rows, the tiles): untuned. A batch of up to 16 rows is one tile, and its

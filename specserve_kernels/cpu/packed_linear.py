@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from kernels.replace_linears import replace_linears
+from specserve_kernels.replace_linears import replace_linears
 
 # oneDNN picks the packed layout for a typical row count; any row count works with it.
 ROWS_HINT = 64

@@ -11,13 +11,13 @@ or in a batch). The context is cut into *splits* of a fixed `split_size` tokens,
 each, whose softmax is an unnormalised state (its max, mass and output). The splits of each
 *partition* (`partition_size` tokens, a multiple) are folded left to right, then the
 partitions are folded left to right, and the result is normalised once
-(`kernels/softmax_states.py`'s `fold` does every fold, with the same operations wherever it
+(`specserve_kernels/softmax_states.py`'s `fold` does every fold, with the same operations wherever it
 runs). A program walking many splits carries one state, as a plain online softmax does.
 Splits of several tiles carry a second one: compiled
 for sm_90 (`tests/triton_kernels/hopper_compile.py`), that kernel took 142-152 registers a
 thread, 3 programs of 4 warps per SM, against 96-112 and 4-5 with a split per tile (80-116
 before the splits). Registers did not decide the speed, though: the bf16 engine's splits of 64
-keys at 2 stages take 154 and read faster on an H100 than 32 keys at 96 (kernels/backend.py),
+keys at 2 stages take 154 and read faster on an H100 than 32 keys at 96 (specserve_kernels/backend.py),
 more bytes in flight per program.
 
 The work can be spread two ways, chosen by the caller; the bits are the same:
@@ -37,7 +37,7 @@ The work can be spread two ways, chosen by the caller; the bits are the same:
   launch; the merge's launch costs more than the wider grid gains at such contexts. Longer
   contexts are not timed yet; being free to choose is what the fixed order of folds buys.
 Either grid's states can be merged by a merge kernel or, with `merge_by_last_program`, by each
-(sequence, KV head)'s last program to arrive (`kernels/arrival_counts.py`), with the same
+(sequence, KV head)'s last program to arrive (`specserve_kernels/arrival_counts.py`), with the same
 folds (`softmax_states.merged`) and so the same bits: a kernel and a kernel boundary fewer a layer, which is
 what the per-split grid paid for at batch 1 (the merge kernel took 3.0 us a layer in the
 batch-1 trace of 2026-11-27). Off until a GPU times it (`benchmarks/ab_decode.py
@@ -45,7 +45,7 @@ batch-1 trace of 2026-11-27). Off until a GPU times it (`benchmarks/ab_decode.py
 Under a CUDA graph the grid is sized for the graph's reach (`max_seq_len`): splits past a
 sequence's end exit at once and the merge reads a sequence's own splits only.
 
-Tuning knobs (benchmarks/kernels.py sweeps them on a GPU; the defaults are the code's
+Tuning knobs (benchmarks/decode_attention_sweep.py sweeps them on a GPU; the defaults are the code's
 original choices): `split_size`, which is also the tile (keys per iteration; it changes the
 bits, so it is set once per model, never per batch); `num_warps`/`num_stages`; `head_major`,
 a grid whose fastest axis is the
@@ -72,9 +72,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.arrival_counts import arrival_counts
-from kernels.dependent_launch import dependent_launch_args, wait_for_predecessor
-from kernels.softmax_states import empty_state, fold, merged, store_output, store_state
+from specserve_kernels.arrival_counts import arrival_counts
+from specserve_kernels.dependent_launch import dependent_launch_args, wait_for_predecessor
+from specserve_kernels.softmax_states import empty_state, fold, merged, store_output, store_state
 
 DEFAULT_PARTITION_SIZE = 256  # tokens per partition (one program's keys in the default grid)
 LOG2E = 1.4426950408889634
@@ -192,7 +192,7 @@ def _decode_split_kernel(
         else:  # a split's or a partition's state, for the merge
             store_state(m, l, acc, part_acc_ptr, part_m_ptr, part_l_ptr, b, heads, unit, offs_d, g_mask,
                         d_mask, stride_pb, stride_ph, stride_ps, stride_lb, stride_lh)
-            if MERGE_LAST:  # the sequence's last unit to arrive merges (kernels/arrival_counts.py)
+            if MERGE_LAST:  # the sequence's last unit to arrive merges (specserve_kernels/arrival_counts.py)
                 tl.debug_barrier()  # every thread's part of the state written before the count says so
                 if HEAD_MAJOR:
                     count = arrivals_ptr + b * tl.num_programs(0) + kv_head
@@ -276,7 +276,7 @@ def decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
     the same bits either way). merge_by_last_program: where states need merging, the last
     program of each (sequence, KV head) merges them instead of a merge kernel (the same bits).
     kv_evict_first: K/V's lines marked first out of L2 (each is read once a step), so that the
-    weights prefetched into it (`kernels/l2_prefetch.py`) stay there (the same bits).
+    weights prefetched into it (`specserve_kernels/l2_prefetch.py`) stay there (the same bits).
     num_warps, num_stages, head_major and dots: see the module's docstring.
     """
     assert dots in DOTS, f"dots must be one of {DOTS}"

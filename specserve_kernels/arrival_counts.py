@@ -5,7 +5,7 @@ the count back to zero. One kernel instead of a kernel and a reduction after it 
 a kernel boundary fewer); the parts are read in their order, so the bits do not depend on
 which program came last.
 
-Users: split-K in `kernels/skinny_linear.py`, the decode merge in `kernels/decode_attention.py`.
+Users: split-K in `specserve_kernels/skinny_linear.py`, the decode merge in `specserve_kernels/decode_attention.py`.
 The counts live as long as the process, zeroed once, so that a CUDA graph replays with the
 buffer it captured; kernels that use them run on one stream (two launches at once would share
 them), as the engine's do.

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.decode_attention import LOG2E, dot_precision, load_kv_tile
+from specserve_kernels.decode_attention import LOG2E, dot_precision, load_kv_tile
 
 
 @triton.jit(do_not_specialize=["stride_bt"])  # the block tables' width: see _decode_split_kernel

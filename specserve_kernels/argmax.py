@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.dependent_launch import dependent_launch_args, wait_for_predecessor
+from specserve_kernels.dependent_launch import dependent_launch_args, wait_for_predecessor
 
 CHUNK = 2048  # tokens per program: 63 programs a row for a 128k vocabulary
 

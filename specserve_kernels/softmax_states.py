@@ -1,7 +1,7 @@
 """The decode kernels' softmax states: each split or partition of a sequence's keys sums to an
 unnormalised state (its running max in log2 units, its mass, its output rows), and states are
 folded left to right with explicit FMAs, so that a sequence's sum is the same whichever grid
-computed it and whichever kernel folds it (`kernels/decode_attention.py`). Here: the fold,
+computed it and whichever kernel folds it (`specserve_kernels/decode_attention.py`). Here: the fold,
 where a unit's state is stored, and the merge of a sequence's stored states."""
 
 from __future__ import annotations

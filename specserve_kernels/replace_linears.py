@@ -1,6 +1,6 @@
 """Swap a model's `nn.Linear` modules for another implementation in place, by a rule: how the
-CPU path packs its weights for oneDNN (`kernels/cpu/packed_linear.py`) and how small CUDA
-batches take the skinny kernel (`kernels/skinny_linear.py`)."""
+CPU path packs its weights for oneDNN (`specserve_kernels/cpu/packed_linear.py`) and how small CUDA
+batches take the skinny kernel (`specserve_kernels/skinny_linear.py`)."""
 
 from __future__ import annotations
 

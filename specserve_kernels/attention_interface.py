@@ -1,6 +1,6 @@
 """What the engine and the attention backends agree on: the shape of one step's flattened batch
 (`AttentionMetadata`) and the calls a backend answers (`AttentionBackend`). A leaf module: the
-engine (app/) and the kernels (kernels/) import it, it imports neither."""
+engine (app/) and the kernels (specserve_kernels/) import it, it imports neither."""
 
 from __future__ import annotations
 
@@ -46,8 +46,8 @@ class AttentionMetadata:
 
 
 class AttentionBackend(Protocol):
-    """One implementation of paged attention: plain PyTorch (kernels/torch_attention.py), the
-    CPU's C++ kernel (kernels/cpu/backend.py) or Triton on CUDA (kernels/backend.py)."""
+    """One implementation of paged attention: plain PyTorch (specserve_kernels/torch_attention.py), the
+    CPU's C++ kernel (specserve_kernels/cpu/backend.py) or Triton on CUDA (specserve_kernels/backend.py)."""
 
     name: str
 

@@ -1,6 +1,6 @@
 """SiLU(gate) * up in one pass over the gate_up projection's output (eager PyTorch runs a
 SiLU kernel and a multiply kernel, and writes the SiLU in between). The reference is
-`kernels.reference.silu_and_mul_ref`, which is `app.models.llama.MLP`'s arithmetic.
+`specserve_kernels.reference.silu_and_mul_ref`, which is `app.models.llama.MLP`'s arithmetic.
 
 Rounding follows the model: SiLU is computed in fp32 and rounded to the activation dtype, then
 multiplied by `up` and rounded again, as `F.silu(gate) * up` does in that dtype.
@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.dependent_launch import dependent_launch_args, wait_for_predecessor
+from specserve_kernels.dependent_launch import dependent_launch_args, wait_for_predecessor
 
 MAX_BLOCK = 1024
 

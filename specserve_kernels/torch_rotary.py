@@ -1,5 +1,5 @@
 """Rotary position embedding applied in plain PyTorch, as transformers applies it: the model's
-CPU path and the reference of the Triton rotary kernels (kernels/rotary.py, rotary_kv_write.py)."""
+CPU path and the reference of the Triton rotary kernels (specserve_kernels/rotary.py, rotary_kv_write.py)."""
 
 from __future__ import annotations
 

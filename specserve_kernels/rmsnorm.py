@@ -1,9 +1,9 @@
 """Fused RMSNorm (optionally with the residual add before it): one read of the row instead of
 the four or five elementwise kernels eager PyTorch runs. CUDA only; the reference is
-`kernels.reference.rms_norm_ref`, which is `app.models.llama.RMSNorm`'s arithmetic.
+`specserve_kernels.reference.rms_norm_ref`, which is `app.models.llama.RMSNorm`'s arithmetic.
 
 The norm before a projection may also prefetch that projection's weights into L2
-(`kernels/l2_prefetch.py`), in programs of its own after the rows'.
+(`specserve_kernels/l2_prefetch.py`), in programs of its own after the rows'.
 
 Rounding follows the model: the residual sum is rounded to the activation dtype, the
 normalised row is rounded to it, then multiplied by the weight and rounded again.
@@ -15,8 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.dependent_launch import dependent_launch_args, wait_for_predecessor
-from kernels.l2_prefetch import NO_PREFETCH, Prefetch, launch_args, prefetch_share
+from specserve_kernels.dependent_launch import dependent_launch_args, wait_for_predecessor
+from specserve_kernels.l2_prefetch import NO_PREFETCH, Prefetch, launch_args, prefetch_share
 
 
 @triton.jit(do_not_specialize=["n_rows"])
@@ -50,7 +50,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
              ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """x [T, hidden] -> RMSNorm(x); with `residual`, h = x + residual and returns
     (RMSNorm(h), h), h being the next layer's residual stream. `prefetch`: the next weight's
-    bytes to ask into L2 meanwhile (`kernels.l2_prefetch.prefetch_for`)."""
+    bytes to ask into L2 meanwhile (`specserve_kernels.l2_prefetch.prefetch_for`)."""
     assert x.dim() == 2 and x.stride(-1) == 1 and weight.is_contiguous()
     rows, cols = x.shape
     out = torch.empty_like(x)
