@@ -116,7 +116,7 @@ def build_app(args: dict) -> Application:
     place = placement(a.device, a.speculative_method == "draft")  # an unused draft takes no GPU
 
     hub = MetricsHub.bind()
-    tool_syntax, markup = text_conventions(model, a.tool_call_parser, a.reasoning_parser)
+    tool_syntax, reasoning_parser, markup = text_conventions(model, a.tool_call_parser, a.reasoning_parser)
     target_config = engine_config(a, model, place.device, draft_model=None, markup_tokens=markup)
     draft = None
     if with_draft:
@@ -135,21 +135,30 @@ def build_app(args: dict) -> Application:
     return Ingress.bind(target, hub, model, name, target_config.max_model_len, model_config.vocab_size,
                         api_keys(a), a.max_request_body_bytes, request_defaults(a, model),
                         model_config.eos_token_ids, target_config.scheduling_policy == "priority",
-                        a.reasoning_parser, ResponseStore.bind(a.max_stored_responses, a.max_stored_event_bytes),
+                        reasoning_parser, ResponseStore.bind(a.max_stored_responses, a.max_stored_event_bytes),
                         a.max_stored_responses, tool_syntax=tool_syntax, markup_tokens=markup)
 
 
 def text_conventions(model: str, tool_call_parser: str | None,
-                     reasoning_parser: str | None) -> tuple[ToolCallSyntax, tuple[str, ...]]:
+                     reasoning_parser: str | None) -> tuple[ToolCallSyntax, str | None, tuple[str, ...]]:
     """How the model writes tool calls (the app's `tool_call_parser`, else its chat template's),
-    and the special tokens of its tokenizer that spell their markers or, with a reasoning
+    its reasoning parser (the app's; for harmony replies "openai_gptoss", the only one that reads
+    them), and the special tokens of its tokenizer that spell their markers or, with a reasoning
     parser, its reasoning tags (deployments/markup_tokens.py)."""
     tokenizer = PreTrainedTokenizerFast.from_pretrained(model, local_files_only=True)
     template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
     syntax = tool_call_syntax(tool_call_parser, template)
+    if syntax.harmony and reasoning_parser not in (None, "openai_gptoss"):
+        raise ValueError(f"reasoning_parser {reasoning_parser!r} cannot read this model's harmony replies "
+                         "(tool_call_parser openai, or a template that writes <|channel|>); use openai_gptoss")
+    if reasoning_parser == "openai_gptoss" and not syntax.harmony:
+        raise ValueError(f"reasoning_parser openai_gptoss reads harmony replies, and this app reads "
+                         f"{syntax.name!r} tool calls; set tool_call_parser: openai")
+    if syntax.harmony:
+        return syntax, "openai_gptoss", markup_tokens(tokenizer, syntax.markers)
     tags = reasoning_tags(reasoning_parser)
     markers = syntax.markers + ((tags.start, tags.end) if reasoning_parser else ())
-    return syntax, markup_tokens(tokenizer, markers)
+    return syntax, reasoning_parser, markup_tokens(tokenizer, markers)
 
 
 def request_defaults(args: AppArgs, model: str) -> GenerationDefaults:

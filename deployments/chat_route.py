@@ -1,5 +1,6 @@
 """The body of a chat completion, whole or streamed: a reply's reasoning apart (with the app's
-`reasoning_parser`, deployments/reasoning.py), then its tool calls or its text.
+`reasoning_parser`, deployments/reasoning.py), then its tool calls or its text; a harmony reply's
+messages (gpt-oss's, deployments/harmony.py) are read for all three at once.
 
 A mixin of the Ingress deployment (deployments/ingress.py), which keeps the route itself (see
 deployments/responses_route.py for why routes stay there); it uses the Ingress's tool syntax,
@@ -8,31 +9,47 @@ token names and usage.
 
 from __future__ import annotations
 
-from typing import AsyncIterator
+from functools import partial
+from typing import AsyncIterator, Callable
 
 from deployments.choices import Choice, merge_choices, sse, usage_of
+from deployments.harmony import HarmonyReply, guided_reply
 from deployments.output_logprobs import chat_logprobs
 from deployments.protocol import ChatCompletionRequest
-from deployments.reasoning import ReasoningStream, reasoning_tags, thinks
+from deployments.reasoning import ReasoningStream, reasoning_tags, thinking_then, thinks
 from deployments.responses import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
                                    ChatCompletionResponse, ChatLogprobs, CompletionTokensDetails, DeltaMessage,
                                    UsageInfo)
-from deployments.tool_call_stream import CallPiece, ToolStream, parse_calls
-from deployments.tool_protocol import FunctionCallDelta, ToolCallDelta
+from deployments.tool_call_stream import HarmonyCallStream, ToolStream, call_stream
+from deployments.tool_protocol import FunctionCallDelta, ToolCall, ToolCallDelta, ToolDefinition
+from deployments.written_call import CallPiece
 
 
 class ChatRoutes:
     def _thinks(self, body: ChatCompletionRequest) -> bool:
         return thinks(self.reasoning_parser, body.template_variables)
 
-    def _reasoning_stream(self, thinking: bool) -> ReasoningStream:
+    def _reasoning_stream(self, thinking: bool) -> ReasoningStream | HarmonyReply:
+        """The reader that splits a reply's reasoning from its answer."""
+        if self.tool_syntax.harmony:
+            return HarmonyReply()
         return ReasoningStream(thinking, self.tokenizer.decode, reasoning_tags(self.reasoning_parser))
 
+    def _call_stream(self, split: ReasoningStream | HarmonyReply,
+                     tools: list[ToolDefinition] | None) -> ToolStream | HarmonyCallStream:
+        """The reader of the calls in the answer that `split` gives (or of a harmony reply's, its own)."""
+        return call_stream(self.tool_syntax, tools, split if isinstance(split, HarmonyReply) else None)
+
+    def _guided_whole(self, calls: bool, thinking: bool) -> Callable[[str], str] | None:
+        """Where a guided format (`calls`: the tool calls') sits in the whole output: in a harmony
+        reply's messages (the calls' regex holds their own headers), after the reasoning, or alone."""
+        if self.tool_syntax.harmony:
+            return None if calls else guided_reply
+        return partial(thinking_then, tags=reasoning_tags(self.reasoning_parser)) if thinking else None
+
     def _chat_message(self, body: ChatCompletionRequest, reasoning: str, text: str, thinking: bool,
-                      calls_possible: bool = False) -> AssistantMessage:
-        """A whole reply from its reasoning and answer: its text (before its tool calls, if any)
-        and its calls."""
-        text, calls = parse_calls(text, self.tool_syntax, body.tools) if calls_possible else (text, None)
+                      calls: list[ToolCall] | None = None) -> AssistantMessage:
+        """A whole reply from its reasoning, its text (before its tool calls, if any) and its calls."""
         written = body.echoed_text + text
         return AssistantMessage(content=(written or None) if calls or reasoning else written, tool_calls=calls,
                                 reasoning=reasoning if thinking and body.include_reasoning else None)
@@ -48,12 +65,19 @@ class ChatRoutes:
     async def _whole_chat(self, request_id: str, created: int, body: ChatCompletionRequest,
                           choices: list[Choice], calls_possible: bool, thinking: bool) -> ChatCompletionResponse:
         splits = {c.index: self._reasoning_stream(thinking) for c in choices}
+        streams = {i: self._call_stream(split, body.tools) for i, split in splits.items()} if calls_possible else {}
         reasoning, answers = {c.index: "" for c in choices}, {c.index: "" for c in choices}
+        calls: dict[int, list[ToolCall] | None] = {c.index: None for c in choices}
         logprobs: dict[int, list] = {c.index: [] for c in choices}
         async for event in merge_choices(choices):
             i = event.choice.index
             more_reasoning, more_answer = splits[i].take(event.text, event.finish_reason is not None,
                                                          event.token_ids)
+            if i in streams:  # what its stream would send: the same reader
+                more_answer, _ = streams[i].feed(more_answer)
+                if event.finish_reason is not None:
+                    held, calls[i] = streams[i].finish()
+                    more_answer += held
             reasoning[i] += more_reasoning
             answers[i] += more_answer
             lp = chat_logprobs(event.logprobs, self._token_names(body))
@@ -61,7 +85,7 @@ class ChatRoutes:
                 logprobs[i].extend(lp.content)
         out = []
         for c in choices:
-            message = self._chat_message(body, reasoning[c.index], answers[c.index], thinking, calls_possible)
+            message = self._chat_message(body, reasoning[c.index], answers[c.index], thinking, calls[c.index])
             out.append(ChatChoice(
                 index=c.index, message=message,
                 logprobs=ChatLogprobs(content=logprobs[c.index]) if body.logprobs else None,
@@ -71,7 +95,7 @@ class ChatRoutes:
         return ChatCompletionResponse(id=request_id, created=created, model=self.model_name, usage=usage, choices=out)
 
     @staticmethod
-    def _call_delta(stream: ToolStream, piece: CallPiece) -> ToolCallDelta:
+    def _call_delta(stream: ToolStream | HarmonyCallStream, piece: CallPiece) -> ToolCallDelta:
         """OpenAI's shape: a call's first delta has its id, type and name."""
         if not piece.opens:
             return ToolCallDelta(index=piece.index, function=FunctionCallDelta(arguments=piece.arguments))
@@ -88,8 +112,8 @@ class ChatRoutes:
             return sse(ChatCompletionChunk(id=request_id, created=created, model=self.model_name,
                                             choices=choice_list, usage=usage))
 
-        streams = {c.index: ToolStream(self.tool_syntax, body.tools) for c in choices} if calls_possible else {}
         splits = {c.index: self._reasoning_stream(thinking) for c in choices}
+        streams = {i: self._call_stream(split, body.tools) for i, split in splits.items()} if calls_possible else {}
         yield chunk([ChatChunkChoice(index=c.index, delta=DeltaMessage(role="assistant", content=""))
                      for c in choices])
         if body.echoed_text:

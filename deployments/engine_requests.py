@@ -23,11 +23,12 @@ class EngineRequest:
 
 def engine_requests(req, prompts: list[list[int]], max_tokens: int | None, logprobs: int | None,
                     prompt_logprobs: int | None, prompt_param: str, max_model_len: int, vocab_size: int,
-                    defaults: GenerationDefaults, bad_words_token_ids: list[list[int]] | None = None
-                    ) -> list[EngineRequest]:
+                    defaults: GenerationDefaults, bad_words_token_ids: list[list[int]] | None = None,
+                    reply_end_ids: tuple[int, ...] = ()) -> list[EngineRequest]:
     """`req` with the model's defaults already in; `max_tokens` as the route reads it (None: as
     many as the context holds, or the model's `max_new_tokens`); `bad_words_token_ids`: its
-    `bad_words`, tokenized."""
+    `bad_words`, tokenized; `reply_end_ids`: tokens that end every reply of this model, with its
+    own `stop_token_ids` (harmony's `<|call|>` and `<|return|>`: deployments/harmony.py)."""
     limit = max_model_len
     bias = req.token_bias
     for field, token_ids in (("logit_bias", bias), ("allowed_token_ids", req.allowed_token_ids)):
@@ -57,7 +58,8 @@ def engine_requests(req, prompts: list[list[int]], max_tokens: int | None, logpr
                     max_tokens=wanted, temperature=req.temperature, top_p=req.top_p,
                     top_k=req.top_k, min_p=req.min_p, min_tokens=req.min_tokens,
                     seed=None if req.seed is None else req.seed + j,
-                    stop_token_ids=list(req.stop_token_ids or []), ignore_eos=req.ignore_eos,
+                    stop_token_ids=list(dict.fromkeys([*(req.stop_token_ids or []), *reply_end_ids])),
+                    ignore_eos=req.ignore_eos,
                     logprobs=logprobs, prompt_logprobs=prompt_logprobs,
                     speculative_decoding=req.speculative_decoding, cache_salt=req.cache_salt, priority=req.priority,
                     presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,

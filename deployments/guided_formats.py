@@ -14,11 +14,10 @@ knows (app/guided/output_format.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from app.guided.compiler import regex_for_format
 from app.guided.output_format import OutputFormat
-from deployments.reasoning import ReasoningTags, thinking_then
 
 
 class FormatRequestError(ValueError):
@@ -34,12 +33,13 @@ class RequestedFormat:
     param: str  # the request field it came from (named in errors)
     format: dict[str, Any]
 
-    def output_format(self, reasoning: ReasoningTags | None = None) -> OutputFormat:
+    def output_format(self, around: Callable[[str], str] | None = None) -> OutputFormat:
         """The canonical form; GuidedFormatError (a ValueError) for a format that cannot be one.
-        `reasoning`: the output starts with a reasoning in these tags, which the format does not
-        cover (deployments/reasoning.py)."""
+        `around`: the whole output's regex from the format's, where the output holds more than the
+        format: a reasoning first (deployments/reasoning.py: thinking_then), or a harmony reply's
+        messages (deployments/harmony.py: guided_reply)."""
         regex = regex_for_format(self.format)
-        return OutputFormat(thinking_then(regex, reasoning) if reasoning is not None else regex)
+        return OutputFormat(around(regex) if around is not None else regex)
 
 
 def _json_schema(schema: Any) -> dict[str, Any]:

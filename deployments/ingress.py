@@ -45,11 +45,11 @@ from deployments.echo import echo_logprobs, joined, vllm_prompt_logprobs
 from deployments.output_logprobs import completion_logprobs, token_id_text
 from deployments.errors import remote_cause
 from deployments.http_app import app
+from deployments.harmony import reply_end_ids
 from deployments.guided_formats import FormatRequestError, RequestedFormat, requested_format
 from deployments.request_gate import DEFAULT_MAX_BODY_BYTES, GateSettings
 from deployments.metrics import IngressMetrics
 from deployments.prefix_router import RoutingCollector
-from deployments.reasoning import reasoning_tags
 from deployments.markup_tokens import skipped_special_ids
 from deployments.tool_calls import PLAIN, ToolCallSyntax, requested_tool_format, template_knows_tools
 from deployments.tokenize_protocol import (DetokenizeRequest, DetokenizeResponse, TokenizeChatRequest,
@@ -101,6 +101,7 @@ class Ingress(ChatRoutes, ResponsesRoutes):
         template = template if isinstance(template, str) else None
         self.tool_syntax = tool_syntax  # the builder's: the app's tool_call_parser, else the template's
         self.skipped_special_ids = skipped_special_ids(self.tokenizer, markup_tokens)  # all but the markup's
+        self.reply_end_ids = reply_end_ids(self.tokenizer) if tool_syntax.harmony else ()
         self.native_tools = template_knows_tools(template)
         self.metrics = IngressMetrics(metrics_hub, served_model_name)
         self.metrics.registry.register(RoutingCollector(served_model_name, self.metrics.replica))
@@ -148,8 +149,8 @@ class Ingress(ChatRoutes, ResponsesRoutes):
         if requested is None:
             return None, None
         try:  # JSON schema to regex: in a thread, so that a huge schema does not hold the loop
-            reasoning = reasoning_tags(self.reasoning_parser) if thinking else None
-            return await asyncio.to_thread(requested.output_format, reasoning), requested.param
+            around = self._guided_whole(requested is tools, thinking)
+            return await asyncio.to_thread(requested.output_format, around), requested.param
         except GuidedFormatError as exc:
             raise OpenAIError(400, str(exc), param=requested.param) from None
 
@@ -168,7 +169,7 @@ class Ingress(ChatRoutes, ResponsesRoutes):
                                    "serves requests first come, first served (priority 0)", param="priority")
         bad_words = bad_words_token_ids(self.tokenizer, req.bad_words) if req.bad_words else None
         started = engine_requests(req, prompts, max_tokens, logprobs, prompt_logprobs, prompt_param,
-                                  self.max_model_len, self.vocab_size, self.defaults, bad_words)
+                                  self.max_model_len, self.vocab_size, self.defaults, bad_words, self.reply_end_ids)
         output_format, format_param = await self._guide(req, tools, thinking)
         guided = {} if output_format is None else {"output_format": output_format}
 

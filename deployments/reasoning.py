@@ -20,6 +20,8 @@ The parsers:
 - "glm45", "glm47" (GLM-4.5 to 4.7), "kimi_k2" (Kimi K2 Thinking) and "holo2" (Holo2): thinking,
   unless the request sets `thinking` or `enable_thinking` and neither is true (vLLM 0.32's
   switch for them).
+- "openai_gptoss" (gpt-oss): its reasoning is a harmony reply's analysis messages, read with the rest
+  of the reply by deployments/harmony.py; an app whose replies are harmony has it unless it names another.
 Newlines just after `</think>` are dropped: templates write them when a reply is fed back.
 Usage counts as reasoning the output tokens up to the one that completed `</think>`.
 
@@ -62,6 +64,7 @@ THINKING_SWITCHES = {
     "glm47": _thinking_unless_either_switch_is_off,
     "kimi_k2": _thinking_unless_either_switch_is_off,
     "holo2": _thinking_unless_either_switch_is_off,
+    "openai_gptoss": _always_thinking,
 }
 REASONING_PARSERS = tuple(THINKING_SWITCHES)
 RECENT_TOKENS = 16  # enough to spell `</think>` however the tokenizer splits it

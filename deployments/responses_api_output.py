@@ -26,6 +26,7 @@ from typing import Any, AsyncIterator
 from pydantic_core import to_jsonable_python
 
 from deployments.choices import Event, stream_failure_message
+from deployments.harmony import HarmonyReply
 from deployments.reasoning import ReasoningStream
 from deployments.request_ids import new_id
 from deployments.responses import ChatTokenLogprob
@@ -38,7 +39,7 @@ from deployments.tool_protocol import ToolCall
 class ResponseOutput:
     """The output of one response as it grows: reasoning, text and its logprobs, then the calls."""
 
-    def __init__(self, with_logprobs: bool, reasoning_stream: ReasoningStream | None = None):
+    def __init__(self, with_logprobs: bool, reasoning_stream: ReasoningStream | HarmonyReply | None = None):
         """`reasoning_stream`: how the output splits into reasoning and answer (all answer without)."""
         self.reasoning_stream = reasoning_stream or ReasoningStream(thinking=False)
         self.reasoning_id = new_id("rs", "_")

@@ -33,7 +33,8 @@ from deployments.responses_api_output import ResponseEvents, ResponseOutput, fin
 from deployments.responses_api_protocol import (InputTokensDetails, OutputTokensDetails, ResponseObject,
                                                 ResponsesRequest, ResponseUsage)
 from deployments.responses_truncation import truncated_to_fit
-from deployments.tool_call_stream import CallPiece, ToolStream
+from deployments.tool_call_stream import HarmonyCallStream, ToolStream
+from deployments.written_call import CallPiece
 from deployments.tool_calls import requested_tool_format
 from deployments.tool_protocol import ToolDefinition
 
@@ -151,7 +152,7 @@ class ResponsesRoutes(BackgroundRuns):
         response is to be kept."""
         yield events.event("response.created", response=response)
         yield events.event("response.in_progress", response=response)
-        calls = ToolStream(self.tool_syntax, call_tools) if call_tools is not None else None
+        calls = self._call_stream(output.reasoning_stream, call_tools) if call_tools is not None else None
         held_logprobs, reasoning_open, message = [], False, "unopened"
         async for event in merge_choices([choice]):
             first_reasoning = not output.reasoning
@@ -206,7 +207,8 @@ class ResponsesRoutes(BackgroundRuns):
         yield events.event(f"response.{final.status}", response=final)
 
     @staticmethod
-    def _call_events(events: ResponseEvents, output: ResponseOutput, calls: ToolStream, piece: CallPiece) -> list[str]:
+    def _call_events(events: ResponseEvents, output: ResponseOutput, calls: ToolStream | HarmonyCallStream,
+                     piece: CallPiece) -> list[str]:
         """A call's piece as events; a call that opens closes the one before it."""
         out = []
         if piece.opens:

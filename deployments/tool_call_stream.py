@@ -6,7 +6,8 @@ Calls are JSON objects written under the call grammar (deployments/tool_calls.py
 parameters, read by deployments/xml_tool_call_reader.py, or JSON arguments after a name
 between markers, read by deployments/named_tool_call_reader.py, or Python calls, read by
 deployments/pythonic_tool_call_reader.py; text between them at the top level is
-the syntax's prefix, separators and suffix. Where the syntax opens calls
+the syntax's prefix, separators and suffix. A harmony reply's calls are messages of their own, read
+with the rest of the reply by deployments/harmony.py. Where the syntax opens calls
 with a tag (`<tool_call>`), text may come first: the answer's content, up to the tag. A call's
 arguments are its arguments value as the model wrote it, spacing included. An output cut while
 writing a call (`max_tokens`) still reports the calls whose names were complete, with the
@@ -18,21 +19,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from deployments.harmony import HarmonyReply
 from deployments.reasoning import partial_suffix
 from deployments.named_tool_call_reader import NamedCallReader
 from deployments.pythonic_tool_call_reader import PythonicCallReader
 from deployments.tool_calls import ToolCallSyntax
 from deployments.tool_protocol import FunctionCall, ToolCall, ToolDefinition
-from deployments.written_call import WrittenCall, written_arguments
+from deployments.written_call import CallPiece, WrittenCall, written_arguments
 from deployments.xml_tool_call_reader import XmlCallReader
-
-
-@dataclass(frozen=True)
-class CallPiece:
-    """More of call `index`: its first piece (`opens`) goes out with the call's id and name."""
-    index: int
-    arguments: str
-    opens: bool = False
 
 
 @dataclass
@@ -183,11 +177,38 @@ class ToolStream:
         return self.scanner.calls[index].call
 
 
+class HarmonyCallStream:
+    """The calls of a harmony reply (deployments/harmony.py), with a ToolStream's face. `reply`: the
+    route's, which has taken the reply apart already, so what it is fed (its content) passes through;
+    without one, it reads the whole reply itself and gives its content (its reasoning left out)."""
+
+    def __init__(self, reply: HarmonyReply | None = None):
+        self.reads_the_reply = reply is None
+        self.reply = reply or HarmonyReply()
+
+    def feed(self, text: str) -> tuple[str, list[CallPiece]]:
+        content = self.reply.take(text, last=False)[1] if self.reads_the_reply else text
+        return content, self.reply.pieces()
+
+    def finish(self) -> tuple[str, list[ToolCall] | None]:
+        held = self.reply.take("", last=True)[1] if self.reads_the_reply else ""
+        return held, self.reply.whole_calls()
+
+    def call(self, index: int) -> ToolCall:
+        return self.reply.calls[index].call
+
+
+def call_stream(syntax: ToolCallSyntax, tools: list[ToolDefinition] | None = None,
+                reply: HarmonyReply | None = None) -> ToolStream | HarmonyCallStream:
+    """The reader of an answer's calls in `syntax` (`reply`: a harmony reply's reader, whose calls they are)."""
+    return HarmonyCallStream(reply) if syntax.harmony else ToolStream(syntax, tools)
+
+
 def parse_calls(text: str, syntax: ToolCallSyntax,
                 tools: list[ToolDefinition] | None = None) -> tuple[str, list[ToolCall] | None]:
     """(the text before the calls, the calls) of a whole output written in `syntax`, or (the
     output, None) if it holds no call: what its stream would have sent."""
-    stream = ToolStream(syntax, tools)
+    stream = call_stream(syntax, tools)
     content, _ = stream.feed(text)
     held, calls = stream.finish()
     return content + held, calls

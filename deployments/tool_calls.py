@@ -8,7 +8,8 @@ docs/tool_calling.md): a JSON object in tags or in a list (Hermes' `<tool_call>\
 parameters (Qwen3-Coder, GLM-4.5+, MiniMax-M2, Seed-OSS, Step 3: deployments/xml_tool_calls.py),
 JSON arguments after a name between markers (DeepSeek V3 and V3.1, Kimi K2:
 deployments/named_tool_calls.py), or Python calls (Llama 3.2+ under its pythonic templates, OLMo 3:
-deployments/pythonic_tool_calls.py); for templates with no tool convention (the default model)
+deployments/pythonic_tool_calls.py), or messages of their own (gpt-oss's harmony replies:
+deployments/harmony.py); for templates with no tool convention (the default model)
 `{"name": ..., "arguments": {...}}`, one per line. The app's `tool_call_parser` (vLLM's names)
 chooses one instead of the template's.
 
@@ -30,6 +31,7 @@ import json
 from dataclasses import dataclass
 
 from app.guided.compiler import escape_literal, regex_for_format
+from deployments import harmony
 from deployments.named_tool_calls import (DEEPSEEK_V3_CALL, DEEPSEEK_V31_CALL, KIMI_K2_CALL, NamedJsonCall,
                                           named_call_regex)
 from deployments.pythonic_tool_calls import pythonic_call_regex, render_call
@@ -53,21 +55,27 @@ class ToolCallSyntax:
     named: NamedJsonCall | None = None  # a call's name outside its JSON arguments, not a key of one
     pythonic: bool = False  # a call is Python, `name(key=value, ...)`, not a JSON object
     name_is_key: bool = False  # a call is `{"name": {arguments}}`, not `{"name": ..., "arguments": ...}`
+    harmony: bool = False  # a call is a message of a harmony reply (deployments/harmony.py)
 
     def __post_init__(self):
         if self.tag[:1] and self.tag[0] in self.tag[1:]:
             raise ValueError(f"{self.tag!r}: a tag's first character must not recur in it (text_without)")
-        if not self.tag and len(self.start) != 1:  # `auto`'s text cannot begin with it (tool_format)
+        # `auto`'s text cannot begin with it (tool_format)
+        if not self.tag and not self.harmony and len(self.start) != 1:
             raise ValueError(f"{self.name}: a syntax without a tag opens its calls with one character")
 
     @property
     def start(self) -> str:
         """What every output that holds calls begins with (the call's own start when no prefix)."""
+        if self.harmony:
+            return harmony.CHANNEL
         return self.prefix or (self.xml.function_open if self.xml else self.named.call_open if self.named else "{")
 
     @property
     def markers(self) -> tuple[str, ...]:
         """The text this convention writes around calls and their parts (deployments/markup_tokens.py)."""
+        if self.harmony:
+            return harmony.MARKERS
         parts = dataclasses.astuple(self.xml or self.named) if self.xml or self.named else ()
         strings = (self.prefix, self.separator, self.suffix, self.tag, *parts)
         return tuple(m for m in strings if m and isinstance(m, str))
@@ -84,6 +92,9 @@ class ToolCallSyntax:
             return self.named.render(name, arguments, number)
         if self.pythonic:
             return render_call(name, arguments)
+        if self.harmony:
+            return harmony.call_header(name) + (arguments if isinstance(arguments, str)
+                                                else json.dumps(arguments, ensure_ascii=False))
         call = {name: arguments} if self.name_is_key else {"name": name, self.arguments_key: arguments}
         return json.dumps(call, ensure_ascii=False)
 
@@ -124,6 +135,8 @@ PLAIN = ToolCallSyntax("json", "", "\n", "", "arguments")
 DEEPSEEK_V31 = ToolCallSyntax("deepseek_v31", "<｜tool▁calls▁begin｜>", "", "<｜tool▁calls▁end｜>", "arguments",
                               tag="<｜tool▁calls▁begin｜>", named=DEEPSEEK_V31_CALL)
 DEEPSEEK_V3 = dataclasses.replace(DEEPSEEK_V31, name="deepseek_v3", separator="\n", named=DEEPSEEK_V3_CALL)
+# Calls one after another: each ends the reply (`<|call|>`, EOS) and the next is the next reply's.
+HARMONY = ToolCallSyntax("openai", "", "<|call|><|start|>assistant", "", "arguments", harmony=True)
 KIMI_K2 = ToolCallSyntax("kimi_k2", "<|tool_calls_section_begin|>", "", "<|tool_calls_section_end|>",
                          "arguments", tag="<|tool_calls_section_begin|>", named=KIMI_K2_CALL)
 # The app's `tool_call_parser`, by vLLM's parser names (Hunyuan A13B writes Jamba's tags).
@@ -132,7 +145,7 @@ KIMI_K2 = ToolCallSyntax("kimi_k2", "<|tool_calls_section_begin|>", "", "<|tool_
 TOOL_CALL_PARSERS = {s.name: s for s in (
     HERMES, QWEN3_CODER, GLM45, GLM47, MINIMAX_M2, SEED_OSS, STEP3, MISTRAL, GRANITE, GRANITE_20B_FC, XLAM, PHI4_MINI,
     APERTUS, INTERNLM, JAMBA, MINIMAX_M1, LONGCAT, LLAMA3, PYTHONIC, OLMO3, DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2,
-    PLAIN)} | {
+    HARMONY, PLAIN)} | {
     "hunyuan_a13b": JAMBA, "qwen3_xml": QWEN3_CODER, "llama4_pythonic": PYTHONIC, "ernie45": HERMES}
 
 
@@ -142,7 +155,7 @@ TOOL_CALL_PARSERS = {s.name: s for s in (
 # its arguments where V3.1 does not, and the pythonic templates hold Llama 3's `ipython`.
 TEMPLATE_MARKERS = (
     (("<｜tool▁sep｜>", "```json"), DEEPSEEK_V3), (("<｜tool▁sep｜>",), DEEPSEEK_V31),
-    (("<|tool_calls_section_begin|>",), KIMI_K2), (("<minimax:tool_call>",), MINIMAX_M2),
+    (("<|channel|>",), HARMONY), (("<|tool_calls_section_begin|>",), KIMI_K2), (("<minimax:tool_call>",), MINIMAX_M2),
     (("<steptml:invoke",), STEP3), (("<function_calls>",), OLMO3), (("<seed:tool_call>",), SEED_OSS),
     (("<function=",), QWEN3_CODER), (("</arg_key><arg_value>",), GLM47), (("<arg_key>",), GLM45),
     (("<tool_call>",), HERMES), (("[TOOL_CALLS]",), MISTRAL), (("<|tool_call|>",), GRANITE),
@@ -194,6 +207,8 @@ def tool_format(tools: list[ToolDefinition], choice, parallel: bool,
         tools, most = [t for t in tools if t.function.name == choice.function.name], 1
     else:
         most = MAX_PARALLEL_CALLS if parallel else 1
+    if syntax.harmony:  # one call a reply, whatever `parallel`: `<|call|>` ends it
+        return {"type": "regex", "pattern": _harmony_reply(tools, choice)}
     call = (xml_call_regex(tools, syntax.xml) if syntax.xml else named_call_regex(tools, syntax.named) if syntax.named
             else pythonic_call_regex(tools) if syntax.pythonic else call_regex(tools, syntax))
     calls = (escape_literal(syntax.prefix) + f"(?:{call})"
@@ -206,6 +221,16 @@ def tool_format(tools: list[ToolDefinition], choice, parallel: bool,
     elif choice == "auto":  # no tag: `start` is one character (`{`, or the pythonic list's `[`)
         calls = f"(?:{calls}|{not_char(syntax.start)}[\\s\\S]*)"
     return {"type": "regex", "pattern": calls}
+
+
+def _harmony_reply(tools: list[ToolDefinition], choice) -> str:
+    """A harmony reply with one call of any of `tools`, or with `auto` that or a final answer
+    (deployments/harmony.py)."""
+    call = harmony.calls_regex([(t.function.name, regex_for_format(
+        {"type": "json_schema", "json_schema": {"schema": t.function.schema_}})) for t in tools])
+    if choice == "auto":
+        call = f"(?:{call}|{escape_literal(harmony.FINAL_HEADER)}{text_without('<|', empty=False)})"
+    return harmony.guided_reply(call, header="")
 
 
 def render_messages(messages, tools: list[ToolDefinition] | None, syntax: ToolCallSyntax,
@@ -222,8 +247,8 @@ def render_messages(messages, tools: list[ToolDefinition] | None, syntax: ToolCa
             item["tool_call_id"] = m.tool_call_id
         if m.name is not None:
             item["name"] = m.name
-        if m.reasoning is not None:  # as both names: templates read `reasoning_content` (Qwen3's, Kimi's)
-            item["reasoning_content"] = item["reasoning"] = m.reasoning
+        if m.reasoning is not None:  # by each name templates read: Qwen3's and Kimi's, gpt-oss's `thinking`
+            item["reasoning_content"] = item["reasoning"] = item["thinking"] = m.reasoning
         if m.tool_calls:
             calls = [(c.function.name, _loads_or_text(c.function.arguments)) for c in m.tool_calls]
             if native:

@@ -11,6 +11,14 @@ from dataclasses import dataclass
 from deployments.tool_protocol import ToolCall
 
 
+@dataclass(frozen=True)
+class CallPiece:
+    """More of call `index`: its first piece (`opens`) goes out with the call's id and name."""
+    index: int
+    arguments: str
+    opens: bool = False
+
+
 @dataclass
 class WrittenCall:
     name: str | None = None

@@ -37,9 +37,9 @@ async def steps(outputs):
         yield out
 
 
-async def chunks(routes: Routes, body: ChatCompletionRequest, choice: Choice) -> list[dict]:
+async def chunks(routes: Routes, body: ChatCompletionRequest, choice: Choice, thinking: bool = False) -> list[dict]:
     return [json.loads(sse.removeprefix("data: ")) async for sse in
-            routes._stream_chat("chatcmpl-1", 0, body, [choice], True, False) if sse.startswith("data: {")]
+            routes._stream_chat("chatcmpl-1", 0, body, [choice], True, thinking) if sse.startswith("data: {")]
 
 
 def test_two_calls_written_in_one_step_go_out_in_two_chunks():

@@ -37,9 +37,9 @@ def test_the_markers_special_tokens_are_markup_and_no_others(tokenizer):
 
 def test_the_app_keeps_the_reasoning_tags_only_with_a_reasoning_parser(tmp_path):
     path = write_tokenizer_with_special_tokens(tmp_path, DEFAULT_TARGET, ["<think>", "</think>", "<tool_call>"])
-    assert text_conventions(str(path), "hermes", "qwen3") == (HERMES, ("</think>", "<think>", "<tool_call>"))
-    assert text_conventions(str(path), "hermes", None) == (HERMES, ("<tool_call>",))
-    assert text_conventions(str(path), None, "deepseek_r1") == (PLAIN, ("</think>", "<think>"))
+    assert text_conventions(str(path), "hermes", "qwen3") == (HERMES, "qwen3", ("</think>", "<think>", "<tool_call>"))
+    assert text_conventions(str(path), "hermes", None) == (HERMES, None, ("<tool_call>",))
+    assert text_conventions(str(path), None, "deepseek_r1") == (PLAIN, "deepseek_r1", ("</think>", "<think>"))
 
 
 def test_a_markup_token_is_written_as_its_text_and_opens_a_required_call(tokenizer):

@@ -12,7 +12,8 @@ import pytest
 
 from app.guided.compiler import compile_regex, regex_for_format
 from app.guided.vocabulary import load_guided_vocabulary
-from deployments.tool_call_stream import CallPiece, ToolStream, parse_calls
+from deployments.tool_call_stream import ToolStream, parse_calls
+from deployments.written_call import CallPiece
 from deployments.tool_calls import DEEPSEEK_V31, HERMES, KIMI_K2, PLAIN, requested_tool_format
 from tests.checkpoints import DEFAULT_TARGET
 from tests.guided.test_string_formats import distances_to_final, walk

@@ -61,7 +61,8 @@ def request(**kwargs) -> ChatCompletionRequest:
 
 
 TOOL_DEFINITIONS = request().tools  # what a call written as XML parameters is read against
-SYNTAXES = list(dict.fromkeys(TOOL_CALL_PARSERS.values()))  # every convention the app knows, once
+# every convention the app knows, once; harmony replies are messages, not text and calls: tests/test_harmony.py
+SYNTAXES = [s for s in dict.fromkeys(TOOL_CALL_PARSERS.values()) if not s.harmony]
 TAGGED = [s for s in SYNTAXES if s.tag]
 
 
