@@ -12,6 +12,7 @@ from transformers import AutoTokenizer
 from deployments.chat_prompt import chat_prompt_ids
 from deployments.protocol import ChatCompletionRequest
 from deployments.tokenize_protocol import TokenizeChatRequest
+from deployments.tool_calls import PLAIN
 from tests.checkpoints import DEFAULT_TARGET
 
 # The default target's template, plus a Qwen3-style switch for the thinking block.
@@ -31,7 +32,7 @@ def tokenizer():
 
 
 def prompt_text(tokenizer, request_class, body: dict) -> str:
-    ids = chat_prompt_ids(tokenizer, request_class.model_validate(body), None, native_tools=False)
+    ids = chat_prompt_ids(tokenizer, request_class.model_validate(body), PLAIN, native_tools=False)
     return tokenizer.decode(ids)
 
 
@@ -78,7 +79,7 @@ def test_documents_reach_the_template_and_special_tokens_are_added_only_when_ask
     monkeypatch.setattr(tokenizer, "encode", lambda text, add_special_tokens: asked.append(add_special_tokens)
                         or encode(text, add_special_tokens=add_special_tokens))
     for given in ({}, {"add_special_tokens": True}):
-        chat_prompt_ids(tokenizer, request_class.model_validate({"messages": USER, **given}), None, native_tools=False)
+        chat_prompt_ids(tokenizer, request_class.model_validate({"messages": USER, **given}), PLAIN, native_tools=False)
     assert asked == [False, True]
 
 
