@@ -1,21 +1,21 @@
 """A Responses API answer, built from the one chat choice the ingress ran for it: whole, or as
 the stream of events OpenAI sends (`response.created`, ..., `response.completed`).
 
-Output items come in the order the model wrote them: its reasoning (a thinking model's, with
-the app's `reasoning_parser`), a message with the text (when there is text, or when there are no
-calls: an empty message), then one `function_call` item per call.
+Output items come in the order the model wrote them: reasoning (a thinking model's, with the app's
+`reasoning_parser`), messages (text), and one `function_call` item per call. A thinking model
+reasons, then answers; a harmony reply (gpt-oss's) may write more: an analysis, a preamble, more
+analysis, then a call is four items. An output with no item is an empty message.
 An output cut at `max_output_tokens` makes the response `incomplete` with that reason, as
 OpenAI reports it.
 
-The stream: `response.created` and `response.in_progress`; the reasoning item, its part and its
-`response.reasoning_text.delta`s, closed when the answer begins; the message item and its text part
+The stream: `response.created` and `response.in_progress`; then each item as it is written: a
+reasoning item, its part and its `response.reasoning_text.delta`s; a message item and its text part
 opened when its first text is known not to open a call (deployments/tool_call_stream.py:
-ToolStream), then `response.output_text.delta` per step, and the message closed when the first
-call opens or the output ends; each call as an item opened once its name is known, its arguments
-as `response.function_call_arguments.delta`s as they are written, and the item closed when the
-next call opens or the output ends; then `response.completed` (or
-`response.incomplete`) with the whole response. Every event has its `sequence_number`. An error
-after the stream began ends it with `response.failed`.
+ToolStream), then `response.output_text.delta` per step; a call as an item opened once its name is
+known, its arguments as `response.function_call_arguments.delta`s as they are written. An item is
+done when the next begins or the output ends; then `response.completed` (or `response.incomplete`)
+with the whole response. Every event has its `sequence_number`. An error after the stream began
+ends it with `response.failed`.
 """
 
 from __future__ import annotations
@@ -37,76 +37,44 @@ from deployments.tool_protocol import ToolCall
 
 
 class ResponseOutput:
-    """The output of one response as it grows: reasoning, text and its logprobs, then the calls."""
+    """The output of one response as it grows: its items in the order the model wrote them, the last
+    one still being written until another begins or the output ends."""
 
     def __init__(self, with_logprobs: bool, reasoning_stream: ReasoningStream | HarmonyReply | None = None):
         """`reasoning_stream`: how the output splits into reasoning and answer (all answer without)."""
         self.reasoning_stream = reasoning_stream or ReasoningStream(thinking=False)
-        self.reasoning_id = new_id("rs", "_")
-        self.reasoning = ""
-        self.message_id = new_id("msg", "_")
-        self.text = ""
-        self.logprobs: list[ChatTokenLogprob] | None = [] if with_logprobs else None
-        self.calls: list[FunctionToolCall] = []
+        self.with_logprobs = with_logprobs
+        self.written: list[ReasoningItem | OutputMessage | FunctionToolCall] = []
+        self.call_places: list[int] = []  # the calls' places among them, as the call stream numbers the calls
+        self.writing = False  # the last item is not yet done
 
     def split(self, event: Event) -> tuple[str, str]:
-        """An event's (reasoning, answer) text; the reasoning is kept."""
-        reasoning, answer = self.reasoning_stream.take(event.text, event.finish_reason is not None, event.token_ids)
-        self.reasoning += reasoning
-        return reasoning, answer
+        """An event's (reasoning, answer) text."""
+        return self.reasoning_stream.take(event.text, event.finish_reason is not None, event.token_ids)
 
     @property
     def reasoning_tokens(self) -> int:
         return self.reasoning_stream.reasoning_tokens
 
-    def add(self, text: str, logprobs: list[ChatTokenLogprob]) -> None:
-        self.text += text
-        if self.logprobs is not None:
-            self.logprobs.extend(logprobs)
-
-    def open_call(self, call: ToolCall) -> None:
-        """A call whose name is known; its arguments follow (`add_arguments`)."""
-        self.calls.append(FunctionToolCall(id=f"fc_{call.id.removeprefix('call_')}", call_id=call.id,
-                                           name=call.function.name, arguments=""))
-
-    def add_arguments(self, k: int, text: str) -> None:
-        self.calls[k].arguments += text
-
-    @property
-    def has_message(self) -> bool:
-        """Text, or nothing else: a reply cut while reasoning has its reasoning item only."""
-        return bool(self.text) or not (self.calls or self.reasoning)
-
-    @property
-    def message_index(self) -> int:
-        """The message's place among the output items: after the reasoning, when there is one."""
-        return int(bool(self.reasoning))
-
-    def call_index(self, k: int) -> int:
-        """Call `k`'s place among the output items: after the reasoning and the message."""
-        return self.message_index + int(self.has_message) + k
-
-    def reasoning_item(self, status: str) -> ReasoningItem:
-        return ReasoningItem(id=self.reasoning_id, status=status, content=[ReasoningText(text=self.reasoning)])
-
-    def message(self, status: str) -> OutputMessage:
-        return OutputMessage(id=self.message_id, status=status,
-                             content=[OutputText(text=self.text, logprobs=self.logprobs)])
+    def writing_a(self, kind: type) -> bool:
+        return self.writing and isinstance(self.written[-1], kind)
 
     def items(self, status: str) -> list[OutputItem]:
-        return (([self.reasoning_item(status)] if self.reasoning else [])
-                + ([self.message(status)] if self.has_message else [])
-                + [c.model_copy(update={"status": status}) for c in self.calls])
+        return [item.model_copy(update={"status": status}) for item in self.written]
+
+
+def response_status(finish_reason: str | None) -> str:
+    """A response cut at max_output_tokens (finish_reason "length") is incomplete."""
+    return "incomplete" if finish_reason == "length" else "completed"
 
 
 def finished(response: ResponseObject, output: ResponseOutput, finish_reason: str | None,
              usage: ResponseUsage) -> ResponseObject:
-    """The response once its choice ended (`finish_reason` "length": cut at max_output_tokens)."""
-    cut = finish_reason == "length"
-    status = "incomplete" if cut else "completed"
+    """The response once its choice ended and its output was written (ResponseEvents.finish)."""
+    status = response_status(finish_reason)
     return response.model_copy(update={
         "status": status, "output": output.items(status), "usage": usage,
-        "incomplete_details": IncompleteDetails(reason="max_output_tokens") if cut else None})
+        "incomplete_details": IncompleteDetails(reason="max_output_tokens") if status == "incomplete" else None})
 
 
 def failed(response: ResponseObject, message: str) -> ResponseObject:
@@ -116,7 +84,9 @@ def failed(response: ResponseObject, message: str) -> ResponseObject:
 
 
 class ResponseEvents:
-    """The numbered SSE events of one streamed response."""
+    """The numbered SSE events of one streamed response; each writing method adds to its output too.
+    An item of another kind than the one being written (reasoning after text, text after a call)
+    closes that one and opens a new item after it."""
 
     def __init__(self):
         self.sequence_number = 0
@@ -126,61 +96,82 @@ class ResponseEvents:
         self.sequence_number += 1
         return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
-    def open_reasoning(self, output: ResponseOutput) -> list[str]:
-        return [self.event("response.output_item.added", output_index=0, item=output.reasoning_item("in_progress")
-                           .model_copy(update={"content": []})),
-                self.event("response.content_part.added", item_id=output.reasoning_id, output_index=0,
-                           content_index=0, part=ReasoningText(text=""))]
+    def reasoning(self, output: ResponseOutput, text: str) -> list[str]:
+        out = [] if output.writing_a(ReasoningItem) else self._begin(
+            output, ReasoningItem(id=new_id("rs", "_"), status="in_progress", content=[ReasoningText(text="")]))
+        item = output.written[-1]
+        item.content[0].text += text
+        return out + [self.event("response.reasoning_text.delta", item_id=item.id, output_index=len(output.written) - 1,
+                                 content_index=0, delta=text)]
 
-    def reasoning_delta(self, output: ResponseOutput, text: str) -> str:
-        return self.event("response.reasoning_text.delta", item_id=output.reasoning_id, output_index=0,
-                          content_index=0, delta=text)
+    def text(self, output: ResponseOutput, text: str, logprobs: list[ChatTokenLogprob]) -> list[str]:
+        out = [] if output.writing_a(OutputMessage) else self._begin_message(output)
+        part = output.written[-1].content[0]
+        part.text += text
+        if part.logprobs is not None:
+            part.logprobs.extend(logprobs)
+        return out + [self.event("response.output_text.delta", item_id=output.written[-1].id,
+                                 output_index=len(output.written) - 1, content_index=0, delta=text,
+                                 logprobs=logprobs)]
 
-    def close_reasoning(self, output: ResponseOutput, status: str = "completed") -> list[str]:
-        item = output.reasoning_item(status)
-        return [self.event("response.reasoning_text.done", item_id=output.reasoning_id, output_index=0,
-                           content_index=0, text=output.reasoning),
-                self.event("response.content_part.done", item_id=output.reasoning_id, output_index=0,
-                           content_index=0, part=item.content[0]),
-                self.event("response.output_item.done", output_index=0, item=item)]
-
-    def open_message(self, output: ResponseOutput) -> list[str]:
-        index = output.message_index
-        return [self.event("response.output_item.added", output_index=index, item=output.message("in_progress")
-                           .model_copy(update={"content": []})),
-                self.event("response.content_part.added", item_id=output.message_id, output_index=index,
-                           content_index=0, part=OutputText(text="", logprobs=[] if output.logprobs is not None else None))]
-
-    def text_delta(self, output: ResponseOutput, text: str, logprobs: list[ChatTokenLogprob]) -> str:
-        return self.event("response.output_text.delta", item_id=output.message_id, output_index=output.message_index,
-                          content_index=0, delta=text, logprobs=logprobs)
-
-    def close_message(self, output: ResponseOutput, status: str) -> list[str]:
-        message, index = output.message(status), output.message_index
-        part = message.content[0]
-        return [self.event("response.output_text.done", item_id=output.message_id, output_index=index,
-                           content_index=0, text=output.text, logprobs=part.logprobs or []),
-                self.event("response.content_part.done", item_id=output.message_id, output_index=index,
-                           content_index=0, part=part),
-                self.event("response.output_item.done", output_index=index, item=message)]
-
-    def open_call(self, output: ResponseOutput, k: int) -> str:
-        call = output.calls[k]
-        return self.event("response.output_item.added", output_index=output.call_index(k),
-                          item=call.model_copy(update={"arguments": "", "status": "in_progress"}))
+    def call(self, output: ResponseOutput, call: ToolCall) -> list[str]:
+        """A call whose name is known; its arguments follow (`call_arguments`)."""
+        item = FunctionToolCall(id=f"fc_{call.id.removeprefix('call_')}", call_id=call.id, name=call.function.name,
+                                arguments="", status="in_progress")
+        output.call_places.append(len(output.written))
+        return self._begin(output, item)
 
     def call_arguments(self, output: ResponseOutput, k: int, delta: str) -> str:
-        return self.event("response.function_call_arguments.delta", item_id=output.calls[k].id,
-                          output_index=output.call_index(k), delta=delta)
+        index = output.call_places[k]
+        call = output.written[index]
+        call.arguments += delta
+        return self.event("response.function_call_arguments.delta", item_id=call.id, output_index=index, delta=delta)
 
-    def close_call(self, output: ResponseOutput, k: int, status: str) -> list[str]:
-        call, index = output.calls[k].model_copy(update={"status": status}), output.call_index(k)
-        return [self.event("response.function_call_arguments.done", item_id=call.id, output_index=index,
-                           name=call.name, arguments=call.arguments),
-                self.event("response.output_item.done", output_index=index, item=call)]
+    def finish(self, output: ResponseOutput, status: str, logprobs: list[ChatTokenLogprob]) -> list[str]:
+        """The end of the output (`logprobs`: of tokens that wrote no text, for its message): the last
+        item is done; an output with no item is an empty message."""
+        out = [] if output.written else self._begin_message(output)
+        if logprobs and output.writing_a(OutputMessage) and output.written[-1].content[0].logprobs is not None:
+            output.written[-1].content[0].logprobs.extend(logprobs)
+        return out + self._end(output, status)
 
     def failed(self, response: ResponseObject, message: str) -> str:
         return self.event("response.failed", response=failed(response, message))
+
+    def _begin_message(self, output: ResponseOutput) -> list[str]:
+        part = OutputText(text="", logprobs=[] if output.with_logprobs else None)
+        return self._begin(output, OutputMessage(id=new_id("msg", "_"), status="in_progress", content=[part]))
+
+    def _begin(self, output: ResponseOutput, item: ReasoningItem | OutputMessage | FunctionToolCall) -> list[str]:
+        out = self._end(output, "completed")
+        output.written.append(item)
+        output.writing = True
+        index = len(output.written) - 1
+        if isinstance(item, FunctionToolCall):
+            return out + [self.event("response.output_item.added", output_index=index, item=item)]
+        return out + [self.event("response.output_item.added", output_index=index,
+                                 item=item.model_copy(update={"content": []})),
+                      self.event("response.content_part.added", item_id=item.id, output_index=index,
+                                 content_index=0, part=item.content[0].model_copy(deep=True))]
+
+    def _end(self, output: ResponseOutput, status: str) -> list[str]:
+        if not output.writing:
+            return []
+        output.writing = False
+        index = len(output.written) - 1
+        item = output.written[index]
+        item.status = status
+        if isinstance(item, FunctionToolCall):
+            return [self.event("response.function_call_arguments.done", item_id=item.id, output_index=index,
+                               name=item.name, arguments=item.arguments),
+                    self.event("response.output_item.done", output_index=index, item=item)]
+        part = item.content[0]
+        done = ("response.reasoning_text.done", {}) if isinstance(item, ReasoningItem) else \
+            ("response.output_text.done", {"logprobs": part.logprobs or []})
+        return [self.event(done[0], item_id=item.id, output_index=index, content_index=0, text=part.text, **done[1]),
+                self.event("response.content_part.done", item_id=item.id, output_index=index, content_index=0,
+                           part=part),
+                self.event("response.output_item.done", output_index=index, item=item)]
 
 
 async def guarded_events(events: ResponseEvents, response: ResponseObject, body: AsyncIterator[str],

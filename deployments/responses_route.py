@@ -29,7 +29,8 @@ from deployments.response_items import item_page, referenced_ids, request_items,
 from deployments.responses_api_input import as_responses_error, chat_request
 from deployments.responses_background import BackgroundRuns, check_background, outside_the_http_request
 from deployments.request_ids import response_ids
-from deployments.responses_api_output import ResponseEvents, ResponseOutput, finished, guarded_events
+from deployments.responses_api_output import (ResponseEvents, ResponseOutput, finished, guarded_events,
+                                              response_status)
 from deployments.responses_api_protocol import (InputTokensDetails, OutputTokensDetails, ResponseObject,
                                                 ResponsesRequest, ResponseUsage)
 from deployments.responses_truncation import truncated_to_fit
@@ -133,7 +134,7 @@ class ResponsesRoutes(BackgroundRuns):
 
     @staticmethod
     def _output_logprobs(output: ResponseOutput, event: Event, names: Callable[[int], str]) -> list:
-        if output.logprobs is None or not event.logprobs:
+        if not output.with_logprobs or not event.logprobs:
             return []
         return chat_logprobs(event.logprobs, names).content
 
@@ -147,27 +148,17 @@ class ResponsesRoutes(BackgroundRuns):
     async def _response_events(self, events: ResponseEvents, response: ResponseObject, output: ResponseOutput,
                                choice: Choice, call_tools: list[ToolDefinition] | None, names: Callable[[int], str],
                                input_items: list[dict] | None) -> AsyncIterator[str]:
-        """The response's events as its output grows: its reasoning, its text, then its calls; the
-        message is closed when the first call opens. `input_items`: the request's, when the
-        response is to be kept."""
+        """The response's events as its output grows, its items in the order they are written.
+        `input_items`: the request's, when the response is to be kept."""
         yield events.event("response.created", response=response)
         yield events.event("response.in_progress", response=response)
         calls = self._call_stream(output.reasoning_stream, call_tools) if call_tools is not None else None
-        held_logprobs, reasoning_open, message = [], False, "unopened"
+        held_logprobs = []
         async for event in merge_choices([choice]):
-            first_reasoning = not output.reasoning
             reasoning, text = output.split(event)
             held_logprobs += self._output_logprobs(output, event, names)
-            if reasoning:
-                if first_reasoning:
-                    for e in events.open_reasoning(output):
-                        yield e
-                    reasoning_open = True
-                yield events.reasoning_delta(output, reasoning)
-            if text and reasoning_open:
-                for e in events.close_reasoning(output):
-                    yield e
-                reasoning_open = False
+            for e in events.reasoning(output, reasoning) if reasoning else []:
+                yield e
             pieces = []
             if calls is not None:
                 text, pieces = calls.feed(text)
@@ -175,33 +166,15 @@ class ResponsesRoutes(BackgroundRuns):
                     held, _ = calls.finish()
                     text += held
             if text:
-                if message == "unopened":
-                    for e in events.open_message(output):
-                        yield e
-                    message = "open"
-                output.add(text, held_logprobs)
-                yield events.text_delta(output, text, held_logprobs)
+                for e in events.text(output, text, held_logprobs):
+                    yield e
                 held_logprobs = []
             for piece in pieces:  # a call's tokens' logprobs have no place in the output
-                if piece.opens and piece.index == 0 and message == "open":
-                    for e in events.close_message(output, "completed"):
-                        yield e
-                    message = "closed"
                 for e in self._call_events(events, output, calls, piece):
                     yield e
-        if held_logprobs and not output.calls:  # tokens with no text of their own at the end
-            output.add("", held_logprobs)
+        for e in events.finish(output, response_status(choice.finish_reason), held_logprobs):
+            yield e
         final = finished(response, output, choice.finish_reason, self._response_usage(choice, output))
-        if reasoning_open:  # the output ended while reasoning
-            for e in events.close_reasoning(output, final.status):
-                yield e
-        if output.has_message and message != "closed":
-            for e in (events.open_message(output) if message == "unopened" else []) + \
-                    events.close_message(output, final.status):
-                yield e
-        if output.calls:
-            for e in events.close_call(output, len(output.calls) - 1, final.status):
-                yield e
         if input_items is not None:  # before the last event: a client may continue it at once
             await self.response_store.put.remote(StoredResponse(final, input_items))
         yield events.event(f"response.{final.status}", response=final)
@@ -209,14 +182,8 @@ class ResponsesRoutes(BackgroundRuns):
     @staticmethod
     def _call_events(events: ResponseEvents, output: ResponseOutput, calls: ToolStream | HarmonyCallStream,
                      piece: CallPiece) -> list[str]:
-        """A call's piece as events; a call that opens closes the one before it."""
-        out = []
-        if piece.opens:
-            if piece.index:
-                out += events.close_call(output, piece.index - 1, "completed")
-            output.open_call(calls.call(piece.index))
-            out.append(events.open_call(output, piece.index))
+        """A call's piece as events."""
+        out = events.call(output, calls.call(piece.index)) if piece.opens else []
         if piece.arguments:
-            output.add_arguments(piece.index, piece.arguments)
             out.append(events.call_arguments(output, piece.index, piece.arguments))
         return out

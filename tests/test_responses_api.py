@@ -5,6 +5,7 @@ real `openai` client's stream accumulator takes (it checks their order and ident
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from openai.lib.streaming.responses._responses import ResponseStreamState
@@ -19,7 +20,7 @@ from deployments.response_store import StoredResponse
 from deployments.responses import ChatTokenLogprob
 from deployments.reasoning import ReasoningStream
 from deployments.responses_api_input import chat_request
-from deployments.responses_api_output import ResponseEvents, ResponseOutput, finished
+from deployments.responses_api_output import ResponseEvents, ResponseOutput, finished, response_status
 from deployments.responses_api_protocol import ResponseObject, ResponsesRequest, ResponseUsage
 from deployments.tool_protocol import FunctionCall, ToolCall
 
@@ -123,43 +124,32 @@ def accumulate(chunks: list[str]):
     return state, [json.loads(c.split("\n")[1].removeprefix("data: ")) for c in chunks]
 
 
-def stream_of(output: ResponseOutput, deltas: list[str], calls: list[ToolCall], finish: str,
-              reasoning: list[str] = ()) -> list[str]:
-    """The events the ingress writes for an output that came as `reasoning`, `deltas`, then `calls`."""
+def stream_of(output: ResponseOutput, written: list[tuple[str, Any]], finish: str) -> list[str]:
+    """The events the ingress writes for an output written as `written`, in order: ("reasoning",
+    text), ("text", text), ("call", ToolCall: its arguments in two pieces)."""
     events = ResponseEvents()
     response = ResponseObject(id="resp_1", model="m")
     chunks = [events.event("response.created", response=response),
               events.event("response.in_progress", response=response)]
-    for i, piece in enumerate(reasoning):
-        chunks += events.open_reasoning(output) if i == 0 else []
-        output.reasoning += piece
-        chunks.append(events.reasoning_delta(output, piece))
-    answered = bool(deltas or calls)
-    chunks += events.close_reasoning(output) if reasoning and answered else []
-    for i, text in enumerate(deltas):
-        if i == 0:
-            chunks += events.open_message(output)
-        lp = [ChatTokenLogprob(token=text, logprob=-0.5)] if output.logprobs is not None else []
-        output.add(text, lp)
-        chunks.append(events.text_delta(output, text, lp))
-    for k, call in enumerate(calls):  # each call's arguments in two pieces
-        chunks += events.close_call(output, k - 1, "completed") if k else []
-        output.open_call(call)
-        chunks.append(events.open_call(output, k))
-        half = len(call.function.arguments) // 2
-        for piece in (call.function.arguments[:half], call.function.arguments[half:]):
-            output.add_arguments(k, piece)
-            chunks.append(events.call_arguments(output, k, piece))
+    for kind, what in written:
+        if kind == "reasoning":
+            chunks += events.reasoning(output, what)
+        elif kind == "text":
+            chunks += events.text(output, what, [ChatTokenLogprob(token=what, logprob=-0.5)] if output.with_logprobs
+                                  else [])
+        else:
+            chunks += events.call(output, what)
+            half = len(what.function.arguments) // 2
+            for piece in (what.function.arguments[:half], what.function.arguments[half:]):
+                chunks.append(events.call_arguments(output, len(output.call_places) - 1, piece))
+    chunks += events.finish(output, response_status(finish), [])
     final = finished(response, output, finish, ResponseUsage(input_tokens=3, output_tokens=2, total_tokens=5))
-    chunks += events.close_reasoning(output, final.status) if reasoning and not answered else []
-    if output.has_message:
-        chunks += ([] if deltas else events.open_message(output)) + events.close_message(output, final.status)
-    chunks += events.close_call(output, len(calls) - 1, final.status) if calls else []
     return chunks + [events.event(f"response.{final.status}", response=final)]
 
 
 def test_a_streamed_text_answer_is_what_the_client_accumulates():
-    state, payloads = accumulate(stream_of(ResponseOutput(with_logprobs=True), ["Hel", "lo"], [], "stop"))
+    written = [("text", "Hel"), ("text", "lo")]
+    state, payloads = accumulate(stream_of(ResponseOutput(with_logprobs=True), written, "stop"))
     assert [p["sequence_number"] for p in payloads] == list(range(len(payloads)))
     final = state._completed_response
     assert final.status == "completed" and final.output_text == "Hello"
@@ -169,35 +159,35 @@ def test_a_streamed_text_answer_is_what_the_client_accumulates():
 
 def test_calls_follow_the_message_and_an_answer_cut_short_is_incomplete():
     call = ToolCall(function=FunctionCall(name="get_weather", arguments='{"city": "Oslo"}'))
-    state, payloads = accumulate(stream_of(ResponseOutput(with_logprobs=False), [], [call], "stop"))
+    state, payloads = accumulate(stream_of(ResponseOutput(with_logprobs=False), [("call", call)], "stop"))
     [item] = state._completed_response.output
     assert (item.type, item.call_id, item.name, item.arguments) == ("function_call", call.id, "get_weather",
                                                                     '{"city": "Oslo"}')
     assert item.id != item.call_id
     assert not any(p["type"].startswith("response.output_text") for p in payloads)
 
-    cut = stream_of(ResponseOutput(with_logprobs=False), ["Hel"], [], "length")
+    cut = stream_of(ResponseOutput(with_logprobs=False), [("text", "Hel")], "length")
     final = json.loads(cut[-1].split("\n")[1].removeprefix("data: "))
     assert final["type"] == "response.incomplete"
     assert final["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
     assert final["response"]["output"][0]["status"] == "incomplete"
 
-    _, payloads = accumulate(stream_of(ResponseOutput(with_logprobs=False), [], [call], "length"))
+    _, payloads = accumulate(stream_of(ResponseOutput(with_logprobs=False), [("call", call)], "length"))
     [item] = payloads[-1]["response"]["output"]
     assert (item["status"], item["arguments"]) == ("incomplete", '{"city": "Oslo"}')
     assert payloads[-2]["type"] == "response.output_item.done" and payloads[-2]["item"] == item
 
 
 def test_an_empty_answer_is_an_empty_message():
-    state, _ = accumulate(stream_of(ResponseOutput(with_logprobs=False), [], [], "stop"))
+    state, _ = accumulate(stream_of(ResponseOutput(with_logprobs=False), [], "stop"))
     assert state._completed_response.output_text == ""
     assert [i.type for i in state._completed_response.output] == ["message"]
 
 
 def test_reasoning_comes_first_and_the_client_accumulates_every_item_in_place():
     call = ToolCall(function=FunctionCall(name="get_weather", arguments='{"city": "Oslo"}'))
-    state, payloads = accumulate(stream_of(ResponseOutput(with_logprobs=False), ["Let me look."], [call], "stop",
-                                           reasoning=["Oslo is ", "in Norway."]))
+    state, payloads = accumulate(stream_of(ResponseOutput(with_logprobs=False), [
+        ("reasoning", "Oslo is "), ("reasoning", "in Norway."), ("text", "Let me look."), ("call", call)], "stop"))
     reasoning, message, function_call = state._completed_response.output
     assert reasoning.type == "reasoning" and reasoning.status == "completed"
     assert [c.text for c in reasoning.content] == ["Oslo is in Norway."]
@@ -208,8 +198,30 @@ def test_reasoning_comes_first_and_the_client_accumulates_every_item_in_place():
     assert deltas == ["Oslo is ", "in Norway."]
 
 
+def test_items_are_in_the_order_written_and_a_kind_after_another_is_an_item_of_its_own():
+    """A harmony reply: an analysis, a preamble, more analysis, then a call; and text after a call."""
+    call = ToolCall(function=FunctionCall(name="get_weather", arguments='{"city": "Oslo"}'))
+    state, payloads = accumulate(stream_of(ResponseOutput(with_logprobs=True), [
+        ("reasoning", "Weather asked."), ("text", "Let me look."), ("reasoning", "Oslo, "), ("reasoning", "then."),
+        ("call", call), ("text", "Done.")], "stop"))
+    output = state._completed_response.output
+    assert [(i.type, i.status) for i in output] == [("reasoning", "completed"), ("message", "completed"),
+                                                   ("reasoning", "completed"), ("function_call", "completed"),
+                                                   ("message", "completed")]
+    assert [output[0].content[0].text, output[1].content[0].text, output[2].content[0].text] == [
+        "Weather asked.", "Let me look.", "Oslo, then."]
+    assert (output[3].name, output[3].arguments, output[4].content[0].text) == ("get_weather", '{"city": "Oslo"}',
+                                                                                "Done.")
+    assert [lp.token for lp in output[4].content[0].logprobs] == ["Done."]
+    assert [p["output_index"] for p in payloads if p["type"] == "response.output_item.added"] == [0, 1, 2, 3, 4]
+    done = [(p["output_index"], p["item"]["type"]) for p in payloads if p["type"] == "response.output_item.done"]
+    assert done == [(0, "reasoning"), (1, "message"), (2, "reasoning"), (3, "function_call"), (4, "message")]
+    assert len({i.id for i in output}) == 5
+    assert [i["id"] for i in payloads[-1]["response"]["output"]] == [i.id for i in output]
+
+
 def test_a_reply_cut_while_reasoning_is_its_reasoning_item_only():
-    _, payloads = accumulate(stream_of(ResponseOutput(with_logprobs=False), [], [], "length", reasoning=["Hmm"]))
+    _, payloads = accumulate(stream_of(ResponseOutput(with_logprobs=False), [("reasoning", "Hmm")], "length"))
     assert payloads[-1]["type"] == "response.incomplete"
     [item] = payloads[-1]["response"]["output"]
     assert item["type"] == "reasoning" and item["status"] == "incomplete"
@@ -231,7 +243,7 @@ def test_a_continued_conversation_follows_the_instructions_and_names_earlier_cal
 
 def test_a_response_cut_while_reasoning_is_continued_after_an_assistant_turn_of_reasoning():
     output = ResponseOutput(with_logprobs=False)
-    output.reasoning = "Let me think"
+    ResponseEvents().reasoning(output, "Let me think")
     cut = finished(ResponseObject(id="resp_1", model="m"), output, "length",
                    ResponseUsage(input_tokens=3, output_tokens=4, total_tokens=7))
     stored = StoredResponse(cut, request_items("Hi"))
