@@ -79,9 +79,9 @@ def calls_regex(names_and_arguments: list[tuple[str, str]]) -> str:
 def _where(header: str) -> tuple[str | None, str | None]:
     """(where a body goes: "reasoning", "content", "call" or None, the call's name) by its header."""
     role, _, after = header.partition(CHANNEL)
-    words = (role + " " + after.replace(CONSTRAIN, " ")).split()
-    channel = after.split()[0] if after.split() else ""
-    recipient = next((w.removeprefix("to=") for w in words if w.startswith("to=")), None)
+    after_channel = after.replace(CONSTRAIN, " ").split()
+    channel = after_channel[0] if after_channel else ""
+    recipient = next((w.removeprefix("to=") for w in role.split() + after_channel if w.startswith("to=")), None)
     if recipient is not None and recipient.startswith(FUNCTIONS):
         return "call", recipient.removeprefix(FUNCTIONS)
     if channel == "analysis":
@@ -100,13 +100,13 @@ class HarmonyReply:
         self.held = ""  # the header so far, or the body's end that may begin a marker
         self.where: str | None = None  # the body's
         self.messages = 0
-        self.written = {"reasoning": False, "content": False}  # a newline before the next body of the kind
+        self.kinds_written: set[str] = set()  # "reasoning", "content": a newline before the next body of the kind
         self.calls: list[TranslatedCall] = []
         self.new_pieces: list[CallPiece] = []
         self.reasoning_tokens = 0  # output tokens of messages whose bodies went to reasoning, headers included
         self.header_tokens = 0  # those of the header being read: counted once its body's place is known
         self.everything = ""  # the text until the first message, all of a reply that holds none
-        self.newline_before: str | None = None  # the kind of the body being read, when one came before
+        self.newline_before = False  # the body being read follows one of its kind
 
     def take(self, text: str, last: bool, token_ids: Sequence[int] = ()) -> tuple[str, str]:
         """More of the reply (`last`: the end of it); `token_ids`: the tokens that wrote `text`."""
@@ -161,7 +161,7 @@ class HarmonyReply:
             call.call = ToolCall(function=FunctionCall(name=name, arguments=""))
             self.calls.append(call)
             self.new_pieces.append(CallPiece(len(self.calls) - 1, "", opens=True))
-        self.newline_before = self.where if self.written.get(self.where) else None
+        self.newline_before = self.where in self.kinds_written
 
     def _body(self, text: str, out: dict) -> None:
         if not text or self.where is None:
@@ -171,10 +171,10 @@ class HarmonyReply:
             call.json_arguments += text
             self.new_pieces.append(CallPiece(len(self.calls) - 1, text))
             return
-        if self.newline_before == self.where:
-            text, self.newline_before = "\n" + text, None
+        if self.newline_before:
+            text, self.newline_before = "\n" + text, False
         out[self.where] += text
-        self.written[self.where] = True
+        self.kinds_written.add(self.where)
 
     def _finish(self, out: dict) -> None:
         """The reply ended: a body's held end is its text; a reply with no message is all content."""

@@ -66,9 +66,8 @@ class ToolCallSyntax:
 
     @property
     def start(self) -> str:
-        """What every output that holds calls begins with (the call's own start when no prefix)."""
-        if self.harmony:
-            return harmony.CHANNEL
+        """What every output that holds calls begins with (the call's own start when no prefix); a
+        harmony reply has no such start (its calls are messages: deployments/harmony.py)."""
         return self.prefix or (self.xml.function_open if self.xml else self.named.call_open if self.named else "{")
 
     @property
