@@ -27,13 +27,15 @@ compiler (string formats included), so every call's arguments parse and validate
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import string
 from dataclasses import dataclass
 
 from app.guided.compiler import escape_literal, regex_for_format
 from deployments import harmony
-from deployments.named_tool_calls import (DEEPSEEK_V3_CALL, DEEPSEEK_V31_CALL, KIMI_K2_CALL, NamedJsonCall,
-                                          named_call_regex)
+from deployments.named_tool_calls import (DEEPSEEK_V3_CALL, DEEPSEEK_V31_CALL, KIMI_K2_CALL, MISTRAL_ARGS_CALL,
+                                          MISTRAL_CALL_ID_CALL, NamedJsonCall, named_call_regex)
 from deployments.pythonic_tool_calls import pythonic_call_regex, render_call
 from deployments.text_regex import not_char, text_without
 from deployments.tool_protocol import NamedToolChoice, ToolDefinition
@@ -101,6 +103,10 @@ class ToolCallSyntax:
 HERMES = ToolCallSyntax("hermes", "<tool_call>\n", "\n</tool_call>\n<tool_call>\n",
                         "\n</tool_call>", "arguments", tag="<tool_call>")
 MISTRAL = ToolCallSyntax("mistral", "[TOOL_CALLS][", ", ", "]", "arguments", tag="[TOOL_CALLS]")
+MISTRAL_ARGS = ToolCallSyntax("mistral_args", "", "", "", "arguments", tag="[TOOL_CALLS]", named=MISTRAL_ARGS_CALL)
+MISTRAL_CALL_ID = dataclasses.replace(MISTRAL_ARGS, name="mistral_call_id", named=MISTRAL_CALL_ID_CALL)
+MISTRAL_FORMS = (MISTRAL, MISTRAL_ARGS, MISTRAL_CALL_ID)  # vLLM's `mistral` parser reads them all
+ALPHANUMERIC = string.ascii_letters + string.digits
 QWEN3_CODER = ToolCallSyntax("qwen3_coder", HERMES.prefix, HERMES.separator, HERMES.suffix, "arguments",
                              tag="<tool_call>", xml=QWEN3_PARAMETERS)
 # GLM's calls are each a <tool_call> element, its name first: the XML's own start.
@@ -138,13 +144,14 @@ DEEPSEEK_V3 = dataclasses.replace(DEEPSEEK_V31, name="deepseek_v3", separator="\
 HARMONY = ToolCallSyntax("openai", "", "<|call|><|start|>assistant", "", "arguments", harmony=True)
 KIMI_K2 = ToolCallSyntax("kimi_k2", "<|tool_calls_section_begin|>", "", "<|tool_calls_section_end|>",
                          "arguments", tag="<|tool_calls_section_begin|>", named=KIMI_K2_CALL)
-# The app's `tool_call_parser`, by vLLM's parser names (Hunyuan A13B writes Jamba's tags).
+# The app's `tool_call_parser`, by vLLM's parser names (Hunyuan A13B writes Jamba's tags), and Mistral's later
+# forms by names of their own (vLLM's `mistral` names them all: tool_call_syntax).
 # vLLM's qwen3_xml reads what its qwen3_coder reads, its llama4_pythonic what its pythonic reads; ERNIE 4.5 writes
 # Hermes' calls.
 TOOL_CALL_PARSERS = {s.name: s for s in (
-    HERMES, QWEN3_CODER, GLM45, GLM47, MINIMAX_M2, SEED_OSS, STEP3, MISTRAL, GRANITE, GRANITE_20B_FC, XLAM, PHI4_MINI,
-    APERTUS, INTERNLM, JAMBA, MINIMAX_M1, LONGCAT, LLAMA3, PYTHONIC, OLMO3, DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2,
-    HARMONY, PLAIN)} | {
+    HERMES, QWEN3_CODER, GLM45, GLM47, MINIMAX_M2, SEED_OSS, STEP3, *MISTRAL_FORMS, GRANITE, GRANITE_20B_FC, XLAM,
+    PHI4_MINI, APERTUS, INTERNLM, JAMBA, MINIMAX_M1, LONGCAT, LLAMA3, PYTHONIC, OLMO3, DEEPSEEK_V3, DEEPSEEK_V31,
+    KIMI_K2, HARMONY, PLAIN)} | {
     "hunyuan_a13b": JAMBA, "qwen3_xml": QWEN3_CODER, "llama4_pythonic": PYTHONIC, "ernie45": HERMES}
 
 
@@ -157,7 +164,8 @@ TEMPLATE_MARKERS = (
     (("<|channel|>",), HARMONY), (("<|tool_calls_section_begin|>",), KIMI_K2), (("<minimax:tool_call>",), MINIMAX_M2),
     (("<steptml:invoke",), STEP3), (("<function_calls>",), OLMO3), (("<seed:tool_call>",), SEED_OSS),
     (("<function=",), QWEN3_CODER), (("</arg_key><arg_value>",), GLM47), (("<arg_key>",), GLM45),
-    (("<tool_call>",), HERMES), (("[TOOL_CALLS]",), MISTRAL), (("<|tool_call|>",), GRANITE),
+    (("<tool_call>",), HERMES), (("[CALL_ID]",), MISTRAL_CALL_ID), (("[ARGS]",), MISTRAL_ARGS),
+    (("[TOOL_CALLS]",), MISTRAL), (("<|tool_call|>",), GRANITE),
     (("<|function_call_library|>",), GRANITE_20B_FC), (("<tool_calls>", "MiniMax"), MINIMAX_M1),
     (("<tool_calls>",), JAMBA), (("functools",), PHI4_MINI), (("<|tools_prefix|>",), APERTUS),
     (("<|plugin|>",), INTERNLM), (("[func_name1(",), PYTHONIC), (("<|python_tag|>",), LLAMA3),
@@ -171,8 +179,12 @@ def syntax_for_template(template: str | None) -> ToolCallSyntax:
 
 
 def tool_call_syntax(parser: str | None, template: str | None) -> ToolCallSyntax:
-    """The convention the app's `tool_call_parser` names, else the template's."""
-    return TOOL_CALL_PARSERS[parser] if parser else syntax_for_template(template)
+    """The convention the app's `tool_call_parser` names, else the template's; "mistral" is the
+    form of Mistral's that the template writes, as vLLM's `mistral` parser reads every form."""
+    from_template = syntax_for_template(template)
+    if parser == "mistral" and from_template in MISTRAL_FORMS:
+        return from_template
+    return TOOL_CALL_PARSERS[parser] if parser else from_template
 
 
 def template_knows_tools(template: str | None) -> bool:
@@ -240,10 +252,11 @@ def render_messages(messages, tools: list[ToolDefinition] | None, syntax: ToolCa
     DeepSeek's) and `tool` messages as they are; for one that does not, calls become the
     assistant's text in `syntax` and the tools are described in a system message."""
     out = []
+    call_id = mistral_call_id if syntax in MISTRAL_FORMS else str
     for m in messages:
         item = {"role": m.role, "content": m.text()}
         if m.role == "tool" and m.tool_call_id is not None:
-            item["tool_call_id"] = m.tool_call_id
+            item["tool_call_id"] = call_id(m.tool_call_id)
         if m.name is not None:
             item["name"] = m.name
         if m.reasoning is not None:  # by each name templates read: Qwen3's and Kimi's, gpt-oss's `thinking`
@@ -251,7 +264,7 @@ def render_messages(messages, tools: list[ToolDefinition] | None, syntax: ToolCa
         if m.tool_calls:
             calls = [(c.function.name, _loads_or_text(c.function.arguments)) for c in m.tool_calls]
             if native:
-                item["tool_calls"] = [{"id": c.id, "type": "function", "function": {
+                item["tool_calls"] = [{"id": call_id(c.id), "type": "function", "function": {
                     "name": n, "arguments": c.function.arguments if arguments_as_text else a}}
                     for c, (n, a) in zip(m.tool_calls, calls)]
             else:
@@ -260,6 +273,16 @@ def render_messages(messages, tools: list[ToolDefinition] | None, syntax: ToolCa
     if tools and not native:
         out.insert(0, {"role": "system", "content": describe_tools(tools, syntax)})
     return out
+
+
+def mistral_call_id(call_id: str) -> str:
+    """A call's id as Mistral's templates require it, nine letters and digits: the id itself where it
+    is one, else nine drawn from its hash, the same for the call and the tool message that answers it
+    (a client's ids are OpenAI's `call_...`, or this server's)."""
+    if len(call_id) == 9 and call_id.isascii() and call_id.isalnum():
+        return call_id
+    number = int.from_bytes(hashlib.sha256(call_id.encode()).digest()[:8], "big")
+    return "".join(ALPHANUMERIC[number // len(ALPHANUMERIC) ** k % len(ALPHANUMERIC)] for k in range(9))
 
 
 def _loads_or_text(arguments: str):

@@ -14,7 +14,8 @@ from app.guided.compiler import compile_regex, regex_for_format
 from app.guided.vocabulary import load_guided_vocabulary
 from deployments.tool_call_stream import ToolStream, parse_calls
 from deployments.written_call import CallPiece
-from deployments.tool_calls import DEEPSEEK_V31, HERMES, KIMI_K2, PLAIN, requested_tool_format
+from deployments.tool_calls import (DEEPSEEK_V31, HERMES, KIMI_K2, MISTRAL_ARGS, MISTRAL_CALL_ID, PLAIN,
+                                    requested_tool_format)
 from tests.checkpoints import DEFAULT_TARGET
 from tests.guided.test_string_formats import distances_to_final, walk
 from tests.test_tool_calls import SYNTAXES, TAGGED, TOOL_DEFINITIONS, TOOLS, request
@@ -167,3 +168,15 @@ def test_a_kimi_call_is_named_by_its_id():
     assert [(c.id, c.function.name) for c in calls] == [("functions.get_weather:0", "get_weather"),
                                                         ("functions.now:1", "now")]
     assert parse_calls(DEEPSEEK_V31.render([("now", {})]), DEEPSEEK_V31)[1][0].id.startswith("call")
+
+
+def test_mistral_small_32_calls_carry_the_ids_the_model_wrote():
+    text = ('Let me check. [TOOL_CALLS]get_weather[CALL_ID]a1B2c3D4e[ARGS]{"city": "Oslo"}'
+            "[TOOL_CALLS]now[CALL_ID]Z9y8X7w6v[ARGS]{}")
+    content, calls = parse_calls(text, MISTRAL_CALL_ID, TOOL_DEFINITIONS)
+    assert content == "Let me check. "
+    assert [(c.id, c.function.name, c.function.arguments) for c in calls] == [
+        ("a1B2c3D4e", "get_weather", '{"city": "Oslo"}'), ("Z9y8X7w6v", "now", "{}")]
+    content, calls = parse_calls(text.replace("[CALL_ID]a1B2c3D4e", "").replace("[CALL_ID]Z9y8X7w6v", ""),
+                                 MISTRAL_ARGS, TOOL_DEFINITIONS)  # Devstral's: no id, so the server makes one
+    assert [(c.function.name, c.id[:5]) for c in calls] == [("get_weather", "call_"), ("now", "call_")]

@@ -22,11 +22,12 @@ from deployments.chat_prompt import chat_prompt_ids
 from deployments.protocol import ChatCompletionRequest
 from deployments.tool_call_stream import parse_calls
 from deployments.tool_calls import (APERTUS, DEEPSEEK_V3, DEEPSEEK_V31, GLM45, GLM47, GRANITE, GRANITE_20B_FC, HERMES,
-                                    INTERNLM, JAMBA, KIMI_K2, LLAMA3, MINIMAX_M1, MINIMAX_M2, MISTRAL, OLMO3, PHI4_MINI,
-                                    PLAIN, PYTHONIC, QWEN3_CODER, SEED_OSS, STEP3, XLAM, TEMPLATE_MARKERS,
-                                    TOOL_CALL_PARSERS, ToolCallSyntax, render_messages, requested_tool_format,
-                                    syntax_for_template, tool_call_syntax)
+                                    INTERNLM, JAMBA, KIMI_K2, LLAMA3, MINIMAX_M1, MINIMAX_M2, MISTRAL, MISTRAL_ARGS,
+                                    MISTRAL_CALL_ID, OLMO3, PHI4_MINI, PLAIN, PYTHONIC, QWEN3_CODER, SEED_OSS, STEP3,
+                                    XLAM, TEMPLATE_MARKERS, TOOL_CALL_PARSERS, ToolCallSyntax, mistral_call_id,
+                                    render_messages, requested_tool_format, syntax_for_template, tool_call_syntax)
 from deployments.guided_formats import FormatRequestError
+from deployments.openai_errors import OpenAIError
 from tests.checkpoints import DEFAULT_TARGET
 from tests.guided.test_string_formats import CHECKER, accepts, distances_to_final, walk
 
@@ -183,6 +184,8 @@ def test_syntax_follows_the_template():
     assert syntax_for_template(QWEN35_TEMPLATE) is QWEN3_CODER  # its calls open with <tool_call> too
     assert syntax_for_template(GLM45_TEMPLATE) is GLM45 and syntax_for_template(GLM47_TEMPLATE) is GLM47
     assert syntax_for_template("[TOOL_CALLS]") is MISTRAL
+    assert syntax_for_template(MISTRAL_ARGS_TEMPLATE) is MISTRAL_ARGS  # Devstral's, Magistral's, Ministral 3's
+    assert syntax_for_template(MISTRAL_CALL_ID_TEMPLATE) is MISTRAL_CALL_ID  # Mistral Small 3.2's
     assert syntax_for_template("<|python_tag|>") is LLAMA3
     # vLLM's Llama 3.2 and Llama 4 pythonic templates teach the list in prose and hold `ipython` too
     pythonic = ("{{- \"the format of [func_name1(params_name1=params_value1, params_name2=params_value2...), "
@@ -224,6 +227,43 @@ def test_the_apps_tool_call_parser_wins_over_the_template(monkeypatch):
     assert builder.build_app({"model": "checkpoints/tiny-target"})._bound_deployment.init_kwargs["tool_syntax"] is PLAIN
     assert tool_call_syntax("granite", "{{ '<tool_call>' }}") is GRANITE
     assert tool_call_syntax(None, "{{ '<tool_call>' }}") is HERMES
+
+
+def test_tool_call_parser_mistral_reads_the_form_of_mistrals_that_the_template_writes():
+    assert tool_call_syntax("mistral", MISTRAL_ARGS_TEMPLATE) is MISTRAL_ARGS
+    assert tool_call_syntax("mistral", MISTRAL_CALL_ID_TEMPLATE) is MISTRAL_CALL_ID
+    assert tool_call_syntax("mistral", "[TOOL_CALLS]") is tool_call_syntax("mistral", None) is MISTRAL
+    assert tool_call_syntax("mistral", "{{ '<tool_call>' }}") is MISTRAL
+    assert tool_call_syntax("mistral_args", None) is MISTRAL_ARGS
+
+
+MISTRAL_ARGS_TEMPLATE = "{{- '[TOOL_CALLS]' + tool['function']['name'] + '[ARGS]' + arguments }}"
+MISTRAL_CALL_ID_TEMPLATE = ("{{- '[TOOL_CALLS]' + tool_call.function.name }}{{- '[CALL_ID]' + tool_call.id }}"
+                            "{{- '[ARGS]' + tool_call['function']['arguments']|tojson }}")
+# Mistral Small 3.2's and Mistral Nemo's check of call ids, and the calls and results around it (written here)
+MISTRAL_TEMPLATE = (
+    "{%- for m in messages %}{%- if m.role == 'user' %}[INST]{{ m.content }}[/INST]"
+    "{%- elif m.tool_calls %}{%- for c in m.tool_calls %}"
+    "{%- if c.id is not string or c.id|length != 9 %}{{ raise_exception('Tool call IDs should be alphanumeric strings"
+    " with length 9!') }}{% endif %}[TOOL_CALLS]{{ c.function.name }}[CALL_ID]{{ c.id }}[ARGS]"
+    "{{ c.function.arguments | tojson }}{% endfor %}</s>"
+    "{%- elif m.role == 'tool' %}{%- if m.tool_call_id|length != 9 %}{{ raise_exception('Tool call IDs should be "
+    "alphanumeric strings with length 9!') }}{% endif %}[TOOL_RESULTS]{{ m.tool_call_id }}[TOOL_CONTENT]"
+    "{{ m.content }}[/TOOL_RESULTS]{%- endif %}{%- endfor %}")
+
+
+def test_mistral_templates_get_call_ids_of_nine_letters_and_digits_the_same_for_a_call_and_its_result():
+    """A client's ids are OpenAI's `call_...` (or this server's), which Mistral's templates refuse."""
+    tok = AutoTokenizer.from_pretrained(DEFAULT_TARGET)
+    tok.chat_template = MISTRAL_TEMPLATE
+    text = tok.decode(chat_prompt_ids(tok, conversation(), MISTRAL_CALL_ID, native_tools=True))
+    short = mistral_call_id("call_1")
+    assert len(short) == 9 and short.isascii() and short.isalnum()
+    assert f"[CALL_ID]{short}[ARGS]" in text and f"[TOOL_RESULTS]{short}[TOOL_CONTENT]" in text
+    assert mistral_call_id("a1B2c3D4e") == "a1B2c3D4e"  # already one: as the model wrote it
+    assert len({mistral_call_id(f"call_{n}") for n in range(1000)}) == 1000
+    with pytest.raises(OpenAIError, match="length 9"):  # another convention's ids are the client's
+        chat_prompt_ids(tok, conversation(), HERMES, native_tools=True)
 
 
 def conversation() -> ChatCompletionRequest:
