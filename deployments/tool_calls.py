@@ -120,6 +120,7 @@ STEP3 = ToolCallSyntax("step3", "<｜tool_calls_begin｜>\n", "\n", "\n<｜tool_
                        tag="<｜tool_calls_begin｜>", xml=STEP3_PARAMETERS)
 GRANITE = ToolCallSyntax("granite", "<|tool_call|>[", ", ", "]", "arguments", tag="<|tool_call|>")
 JAMBA = ToolCallSyntax("jamba", "<tool_calls>[", ", ", "]</tool_calls>", "arguments", tag="<tool_calls>")
+NEMOTRON_V2 = ToolCallSyntax("nemotron_v2", "<TOOLCALL>[", ", ", "]</TOOLCALL>", "arguments", tag="<TOOLCALL>")
 XLAM = ToolCallSyntax("xlam", "[", ", ", "]", "arguments")
 PHI4_MINI = ToolCallSyntax("phi4_mini_json", "functools[", ", ", "]", "arguments", tag="functools")
 MINIMAX_M1 = ToolCallSyntax("minimax", "<tool_calls>\n", "\n", "\n</tool_calls>", "arguments", tag="<tool_calls>")
@@ -136,6 +137,8 @@ LLAMA3 = ToolCallSyntax("llama3_json", "", "; ", "", "parameters")
 PYTHONIC = ToolCallSyntax("pythonic", "[", ", ", "]", "arguments", pythonic=True)
 OLMO3 = ToolCallSyntax("olmo3", "<function_calls>\n", "\n", "\n</function_calls>", "arguments",
                        tag="<function_calls>", pythonic=True)
+LFM2 = ToolCallSyntax("lfm2", "<|tool_call_start|>[", ", ", "]<|tool_call_end|>", "arguments",
+                      tag="<|tool_call_start|>", pythonic=True)
 PLAIN = ToolCallSyntax("json", "", "\n", "", "arguments")
 DEEPSEEK_V31 = ToolCallSyntax("deepseek_v31", "<｜tool▁calls▁begin｜>", "", "<｜tool▁calls▁end｜>", "arguments",
                               tag="<｜tool▁calls▁begin｜>", named=DEEPSEEK_V31_CALL)
@@ -150,24 +153,27 @@ KIMI_K2 = ToolCallSyntax("kimi_k2", "<|tool_calls_section_begin|>", "", "<|tool_
 # Hermes' calls.
 TOOL_CALL_PARSERS = {s.name: s for s in (
     HERMES, QWEN3_CODER, GLM45, GLM47, MINIMAX_M2, SEED_OSS, STEP3, *MISTRAL_FORMS, GRANITE, GRANITE_20B_FC, XLAM,
-    PHI4_MINI, APERTUS, INTERNLM, JAMBA, MINIMAX_M1, LONGCAT, LLAMA3, PYTHONIC, OLMO3, DEEPSEEK_V3, DEEPSEEK_V31,
-    KIMI_K2, HARMONY, PLAIN)} | {
+    PHI4_MINI, APERTUS, INTERNLM, JAMBA, NEMOTRON_V2, MINIMAX_M1, LONGCAT, LLAMA3, PYTHONIC, OLMO3, LFM2,
+    DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2, HARMONY, PLAIN)} | {
     "hunyuan_a13b": JAMBA, "qwen3_xml": QWEN3_CODER, "llama4_pythonic": PYTHONIC, "ernie45": HERMES}
 
 
 # What a chat template holds -> the convention it teaches: the first entry whose strings are all in
 # the template. Order matters where one convention's markers hold another's: Seed-OSS's and
 # Qwen3-Coder's calls open with <tool_call> too, GLM's are <tool_call> elements, DeepSeek V3 fences
-# its arguments where V3.1 does not, and the pythonic templates hold Llama 3's `ipython`.
+# its arguments where V3.1 does not, the pythonic templates hold Llama 3's `ipython`, and Apriel
+# 1.5's asks for <tool_call> tags in its instructions and writes Jamba's <tool_calls>[...] list.
+# LFM2's first templates write no calls, only the tools between <|tool_list_start|> and its end.
 TEMPLATE_MARKERS = (
     (("<｜tool▁sep｜>", "```json"), DEEPSEEK_V3), (("<｜tool▁sep｜>",), DEEPSEEK_V31),
     (("<|channel|>",), HARMONY), (("<|tool_calls_section_begin|>",), KIMI_K2), (("<minimax:tool_call>",), MINIMAX_M2),
     (("<steptml:invoke",), STEP3), (("<function_calls>",), OLMO3), (("<seed:tool_call>",), SEED_OSS),
     (("<function=",), QWEN3_CODER), (("</arg_key><arg_value>",), GLM47), (("<arg_key>",), GLM45),
-    (("<tool_call>",), HERMES), (("[CALL_ID]",), MISTRAL_CALL_ID), (("[ARGS]",), MISTRAL_ARGS),
-    (("[TOOL_CALLS]",), MISTRAL), (("<|tool_call|>",), GRANITE),
+    (("<tool_calls>[",), JAMBA), (("<tool_call>",), HERMES), (("[CALL_ID]",), MISTRAL_CALL_ID),
+    (("[ARGS]",), MISTRAL_ARGS), (("[TOOL_CALLS]",), MISTRAL), (("<|tool_call|>",), GRANITE),
     (("<|function_call_library|>",), GRANITE_20B_FC), (("<tool_calls>", "MiniMax"), MINIMAX_M1),
-    (("<tool_calls>",), JAMBA), (("functools",), PHI4_MINI), (("<|tools_prefix|>",), APERTUS),
+    (("<tool_calls>",), JAMBA), (("<TOOLCALL>",), NEMOTRON_V2), (("<|tool_call_start|>",), LFM2),
+    (("<|tool_list_start|>",), LFM2), (("functools",), PHI4_MINI), (("<|tools_prefix|>",), APERTUS),
     (("<|plugin|>",), INTERNLM), (("[func_name1(",), PYTHONIC), (("<|python_tag|>",), LLAMA3),
     (("ipython",), LLAMA3),
 )

@@ -22,10 +22,11 @@ from deployments.chat_prompt import chat_prompt_ids
 from deployments.protocol import ChatCompletionRequest
 from deployments.tool_call_stream import parse_calls
 from deployments.tool_calls import (APERTUS, DEEPSEEK_V3, DEEPSEEK_V31, GLM45, GLM47, GRANITE, GRANITE_20B_FC, HERMES,
-                                    INTERNLM, JAMBA, KIMI_K2, LLAMA3, MINIMAX_M1, MINIMAX_M2, MISTRAL, MISTRAL_ARGS,
-                                    MISTRAL_CALL_ID, OLMO3, PHI4_MINI, PLAIN, PYTHONIC, QWEN3_CODER, SEED_OSS, STEP3,
-                                    XLAM, TEMPLATE_MARKERS, TOOL_CALL_PARSERS, ToolCallSyntax, mistral_call_id,
-                                    render_messages, requested_tool_format, syntax_for_template, tool_call_syntax)
+                                    INTERNLM, JAMBA, KIMI_K2, LFM2, LLAMA3, MINIMAX_M1, MINIMAX_M2, MISTRAL,
+                                    MISTRAL_ARGS, MISTRAL_CALL_ID, NEMOTRON_V2, OLMO3, PHI4_MINI, PLAIN, PYTHONIC,
+                                    QWEN3_CODER, SEED_OSS, STEP3, XLAM, TEMPLATE_MARKERS, TOOL_CALL_PARSERS,
+                                    ToolCallSyntax, mistral_call_id, render_messages, requested_tool_format,
+                                    syntax_for_template, tool_call_syntax)
 from deployments.guided_formats import FormatRequestError
 from deployments.openai_errors import OpenAIError
 from tests.checkpoints import DEFAULT_TARGET
@@ -193,6 +194,12 @@ def test_syntax_follows_the_template():
     assert syntax_for_template(pythonic) is PYTHONIC
     assert syntax_for_template("{{- '<|tool_call|>' + message.tool_calls | tojson }}") is GRANITE
     assert syntax_for_template("<tool_calls>{{ calls }}</tool_calls>") is JAMBA
+    apriel = ("Return all function calls as a list of json objects within <tool_call></tool_call> XML tags."
+              "{{- '\\n<tool_calls>[' -}}")  # Apriel 1.5's: it asks for one form and writes the other
+    assert syntax_for_template(apriel) is JAMBA
+    assert syntax_for_template("{{- '<TOOLCALL>[' -}}{{- ']</TOOLCALL>' -}}") is NEMOTRON_V2
+    assert syntax_for_template('{{- "<|tool_call_start|>[" + calls + "]<|tool_call_end|>" -}}') is LFM2
+    assert syntax_for_template('"List of tools: <|tool_list_start|>["') is LFM2  # LFM2's first: no calls written
     assert syntax_for_template("ai name=MiniMax AI\n<tool_calls>\n{{ call | tojson }}\n</tool_calls>") is MINIMAX_M1
     assert syntax_for_template("<|function_call_library|>{{ tools | tojson }}") is GRANITE_20B_FC
     assert syntax_for_template("prefix function calls with functools marker") is PHI4_MINI
