@@ -22,6 +22,8 @@ The parsers:
   switch for them).
 - "openai_gptoss" (gpt-oss): its reasoning is a harmony reply's analysis messages, read with the rest
   of the reply by deployments/harmony.py; an app whose replies are harmony has it unless it names another.
+- "mistral" (Magistral, Ministral 3 Reasoning): reasoning only when the model opens it, `[THINK]` first
+  and `[/THINK]` after; an output that does not begin with `[THINK]` is all answer (as vLLM reads them).
 Newlines just after `</think>` are dropped: templates write them when a reply is fed back.
 Usage counts as reasoning the output tokens up to the one that completed `</think>`.
 
@@ -65,6 +67,7 @@ THINKING_SWITCHES = {
     "kimi_k2": _thinking_unless_either_switch_is_off,
     "holo2": _thinking_unless_either_switch_is_off,
     "openai_gptoss": _always_thinking,
+    "mistral": _always_thinking,  # may think: the model decides (ReasoningTags.optional)
 }
 REASONING_PARSERS = tuple(THINKING_SWITCHES)
 RECENT_TOKENS = 16  # enough to spell `</think>` however the tokenizer splits it
@@ -75,15 +78,17 @@ class ReasoningTags:
     """What opens a model's reasoning (it may be the template's, not written) and what ends it."""
     start: str = "<think>"
     end: str = "</think>"
+    optional: bool = False  # the model writes `start` when it reasons; an output without it is all answer
 
     def __post_init__(self):
-        for tag in (self.start, self.end):  # without_closing_tag: one '<', the first character
-            if not re.fullmatch(r"</?[\w:]+>", tag):
-                raise ValueError(f"{tag!r}: a reasoning tag is `<name>` or `</name>`")
+        for tag in (self.start, self.end):  # without_closing_tag: the first character, once
+            if not re.fullmatch(r"</?[\w:]+>|\[/?\w+\]", tag):
+                raise ValueError(f"{tag!r}: a reasoning tag is `<name>`, `</name>`, `[NAME]` or `[/NAME]`")
 
 
 THINK = ReasoningTags()
-TAGS = {"seed_oss": ReasoningTags("<seed:think>", "</seed:think>")}  # the others': THINK
+TAGS = {"seed_oss": ReasoningTags("<seed:think>", "</seed:think>"),
+        "mistral": ReasoningTags("[THINK]", "[/THINK]", optional=True)}  # the others': THINK
 
 
 def reasoning_tags(parser: str | None) -> ReasoningTags:
@@ -97,20 +102,24 @@ def thinks(parser: str | None, template_variables: dict | None) -> bool:
 
 @cache
 def without_closing_tag(end: str = THINK.end) -> str:
-    """A regex for any text in which the tag `end` does not occur. The tag's only '<' is its
-    first character, so once a '<' is read the text either goes on spelling the tag, starts
-    over with another '<', or leaves it (any other character) for free text again."""
-    partials = [end[1:i] for i in range(1, len(end))]  # "", "/", "/t", ..., "/think"
-    spelled = "(?:" + "|".join(partials[1:]) + ")?"  # after the '<', so far
-    left = "|".join(f"{p}[^<{end[i + 1]}]" for i, p in enumerate(partials))
-    after_lt = f"(?:{spelled}<)*"
-    return f"(?:[^<]|<{after_lt}(?:{left}))*(?:<{after_lt}{spelled})?"
+    """A regex for any text in which the tag `end` does not occur. The tag's first character (its
+    '<' or '[') is not in the rest of it, so once that is read the text either goes on spelling
+    the tag, starts over with another, or leaves it (any other character) for free text again."""
+    first = re.escape(end[0])
+    partials = [re.escape(end[1:i]) for i in range(1, len(end))]  # "", "/", "/t", ..., "/think"
+    spelled = "(?:" + "|".join(partials[1:]) + ")?"  # after the first character, so far
+    left = "|".join(f"{p}[^{first}{re.escape(end[i + 1])}]" for i, p in enumerate(partials))
+    after_first = f"(?:{spelled}{first})*"
+    return f"(?:[^{first}]|{first}{after_first}(?:{left}))*(?:{first}{after_first}{spelled})?"
 
 
 def thinking_then(answer_regex: str, tags: ReasoningTags = THINK) -> str:
     """The whole output's regex when the answer must fullmatch `answer_regex`: reasoning first,
-    free but for its closing tag, which ends it."""
-    return f"(?:{tags.start})?{without_closing_tag(tags.end)}{tags.end}\n{{0,2}}(?:{answer_regex})"
+    free but for its closing tag, which ends it (where the model opens its reasoning or not, any)."""
+    start, end = re.escape(tags.start), re.escape(tags.end)
+    if tags.optional:
+        return f"(?:{start}{without_closing_tag(tags.end)}{end}\n{{0,2}})?(?:{answer_regex})"
+    return f"(?:{start})?{without_closing_tag(tags.end)}{end}\n{{0,2}}(?:{answer_regex})"
 
 
 class ReasoningStream:
@@ -127,6 +136,8 @@ class ReasoningStream:
         self.reasoning_tokens = 0  # output tokens written before the reasoning ended, `</think>`'s included
         self.decode = decode
         self.recent_ids: list[int] = []  # the last tokens, to find the tag's end among new ones
+        self.reasoned = False  # the output began with reasoning (an optional one was opened)
+        self.undecided_tokens = 0  # tokens that may yet open an optional reasoning
 
     def feed(self, text: str) -> tuple[str, str]:
         self.held += text
@@ -134,8 +145,10 @@ class ReasoningStream:
         if self.phase == "start":
             if self.tags.start.startswith(self.held):
                 return "", ""  # maybe the opening tag: wait
+            opened = self.held.startswith(self.tags.start)
             self.held = self.held.removeprefix(self.tags.start)
-            self.phase = "reasoning"
+            self.phase = "reasoning" if opened or not self.tags.optional else "answer"
+            self.reasoned = self.phase == "reasoning"
         if self.phase == "reasoning":
             end = self.held.find(self.tags.end)
             if end < 0:
@@ -165,8 +178,13 @@ class ReasoningStream:
         if last:
             held_reasoning, held_answer = self.finish()
             reasoning, answer = reasoning + held_reasoning, answer + held_answer
+        if was_thinking and self.phase == "start" and self.tags.optional:
+            self.undecided_tokens += len(token_ids)  # reasoning's if it opens, else the answer's
+        elif was_thinking and (self.thinking or self.reasoned):
+            counted = len(token_ids) if self.thinking else self._written_by_the_tag_end(token_ids)
+            self.reasoning_tokens += self.undecided_tokens + counted
+            self.undecided_tokens = 0
         if was_thinking:
-            self.reasoning_tokens += len(token_ids) if self.thinking else self._written_by_the_tag_end(token_ids)
             self.recent_ids = (self.recent_ids + list(token_ids))[-RECENT_TOKENS:]
         return reasoning, answer
 
@@ -180,6 +198,8 @@ class ReasoningStream:
     def finish(self) -> tuple[str, str]:
         """What is still held once the output ended: unfinished reasoning stays reasoning."""
         held, self.held = self.held, ""
+        if self.phase == "start" and self.tags.optional:  # not opened: answer
+            return "", held
         if self.phase in ("start", "reasoning"):
             return held, ""
         return "", held if self.phase == "answer" else ""

@@ -107,13 +107,13 @@ def test_who_thinks():
     assert not thinks("glm45", with_effort[0].template_variables)
 
 
-@pytest.mark.parametrize("end", ["</think>", "</seed:think>"])
+@pytest.mark.parametrize("end", ["</think>", "</seed:think>", "[/THINK]"])
 def test_the_free_reasoning_regex_is_exactly_text_without_the_closing_tag(end):
     free = re.compile(without_closing_tag(end), re.DOTALL)
     alphabet = sorted(set(end)) + ["x"]
     texts = ["".join(t) for n in range(5) for t in itertools.product(alphabet, repeat=n)]
     rng = random.Random(0)
-    pieces = [end, end[:-1], end[:5], "<", "</", end[2:], "a", "\n", ">", "/"]
+    pieces = [end, end[:-1], end[:5], "<", "</", end[2:], "a", "\n", ">", "/", end[0], end[:2]]
     texts += ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 12))) for _ in range(5000)]
     for text in texts:
         assert (free.fullmatch(text) is not None) == (end not in text), repr(text)
@@ -135,7 +135,33 @@ def test_seed_oss_reasons_in_its_own_tags_and_thinks_unless_switched_off():
     assert whole.fullmatch("<seed:think>hmm </think></seed:think>\nno") and whole.fullmatch("plan</seed:think>yes")
     assert not whole.fullmatch("plan</think>yes") and not whole.fullmatch("a</seed:think>b</seed:think>yes")
     with pytest.raises(ValueError):
-        ReasoningTags("[THINK]", "[/THINK]")
+        ReasoningTags("{think}", "{/think}")
+
+
+MISTRAL = reasoning_tags("mistral")
+MISTRAL_SPLITS = [  # output -> (reasoning, answer): reasoning only where the output opens it
+    ("[THINK]plan it[/THINK]The answer.", ("plan it", "The answer.")),
+    ("The answer, [THINK] and all.", ("", "The answer, [THINK] and all.")),
+    ("[THINK]a [/THINK b[/THINK]\nc", ("a [/THINK b", "c")),
+    ("[THINK]cut while thinking", ("cut while thinking", "")),
+    ("[THI", ("", "[THI")),
+    ("", ("", "")),
+]
+
+
+@pytest.mark.parametrize("text, expected", MISTRAL_SPLITS)
+def test_mistral_reasons_only_when_it_opens_its_reasoning(text, expected):
+    assert MISTRAL == ReasoningTags("[THINK]", "[/THINK]", optional=True) and thinks("mistral", None)
+    for cut in range(len(text) + 1):
+        stream = ReasoningStream(tags=MISTRAL)
+        sent = [stream.take(text[:cut], last=False, token_ids=[1]), stream.take(text[cut:], last=True, token_ids=[2])]
+        assert ("".join(r for r, _ in sent), "".join(a for _, a in sent)) == expected, cut
+        if not expected[0] and not text.startswith("[THINK]"):
+            assert stream.reasoning_tokens == 0, cut  # an answer's tokens are not reasoning's
+    whole = re.compile(thinking_then("yes|no", MISTRAL), re.DOTALL)
+    assert whole.fullmatch("yes") and whole.fullmatch("[THINK]a < b [/THIN[/THINK]\n\nno")
+    assert not whole.fullmatch("plan[/THINK]no") and not whole.fullmatch("[THINK]plan") and \
+        not whole.fullmatch("[THINK]a[/THINK]b[/THINK]yes")
 
 
 def test_the_answer_format_holds_only_after_the_reasoning():
@@ -146,7 +172,8 @@ def test_the_answer_format_holds_only_after_the_reasoning():
         assert not whole.fullmatch(text), text
 
 
-@pytest.mark.parametrize("tags", [ReasoningTags(), ReasoningTags("<seed:think>", "</seed:think>")])
+@pytest.mark.parametrize("tags", [ReasoningTags(), ReasoningTags("<seed:think>", "</seed:think>"),
+                                  ReasoningTags("[THINK]", "[/THINK]", optional=True)])
 def test_outlines_core_compiles_it_and_frees_the_reasoning_then_masks_the_answer(tags):
     tokenizer = AutoTokenizer.from_pretrained(TINY_TARGET)
     vocab = build_guided_vocabulary(tokenizer)
