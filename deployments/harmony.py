@@ -19,10 +19,8 @@ not write harmony) is all content. The app reads replies so when its tool-call c
 with the reasoning parser "openai_gptoss", which such an app has unless it names another.
 
 Guided answers (deployments/guided_formats.py, deployments/tool_calls.py) follow the reply's own
-shape: messages free but for `<|` may come first, then the answer. Before a final message holding
-an output format, one analysis; before one call's message holding its arguments (or, with tool_choice
-"auto", before that or a final message), any analysis messages and preambles (commentary with no
-recipient), as gpt-oss writes them in a tool loop. The call is the reply's last message (`<|call|>`
+shape: an analysis message, free but for `<|`, may come first; then a final message holding the
+format, or one call's message holding its arguments. The call is the reply's last message (`<|call|>`
 ends the reply), so `required` makes one call and never more.
 """
 
@@ -55,20 +53,15 @@ def call_header(name: str) -> str:
     return f"{CHANNEL}commentary to={FUNCTIONS}{name} {CONSTRAIN}json{MESSAGE}"
 
 
-def _message(channel: str) -> str:
-    """A whole message on `channel` with no recipient, and the next one's start."""
-    return f"{escape_literal(CHANNEL + channel + MESSAGE)}{text_without('<|')}{escape_literal(END + START)}assistant"
-
-
 FINAL_HEADER = f"{CHANNEL}final{MESSAGE}"
-ANALYSIS = f"(?:{_message('analysis')})?"  # before an output format's final message, which is the whole content
-ANALYSIS_AND_PREAMBLES = f"(?:{_message('analysis')}|{_message('commentary')})*"  # before a tool call
+ANALYSIS = (f"(?:{escape_literal(CHANNEL + 'analysis' + MESSAGE)}{text_without('<|')}"
+            f"{escape_literal(END + START)}assistant)?")
 
 
-def guided_reply(answer_regex: str, header: str = FINAL_HEADER, before: str = ANALYSIS) -> str:
-    """The reply's regex when its answer must fullmatch `answer_regex`: the messages `before` it, then
-    the answer's message (`header`: "" when `answer_regex` holds its own headers, as the calls' does)."""
-    return f"{before}{escape_literal(header)}(?:{answer_regex})"
+def guided_reply(answer_regex: str, header: str = FINAL_HEADER) -> str:
+    """The reply's regex when its answer must fullmatch `answer_regex`: any analysis, then the answer's
+    message (`header`: "" when `answer_regex` holds its own headers, as the calls' regex does)."""
+    return f"{ANALYSIS}{escape_literal(header)}(?:{answer_regex})"
 
 
 def calls_regex(names_and_arguments: list[tuple[str, str]]) -> str:

@@ -241,13 +241,13 @@ def tool_format(tools: list[ToolDefinition], choice, parallel: bool,
 
 
 def _harmony_reply(tools: list[ToolDefinition], choice) -> str:
-    """A harmony reply with one call of any of `tools`, or with `auto` that or a final answer, after any
-    analysis and preambles (deployments/harmony.py)."""
+    """A harmony reply with one call of any of `tools`, or with `auto` that or a final answer
+    (deployments/harmony.py)."""
     call = harmony.calls_regex([(t.function.name, regex_for_format(
         {"type": "json_schema", "json_schema": {"schema": t.function.schema_}})) for t in tools])
     if choice == "auto":
         call = f"(?:{call}|{escape_literal(harmony.FINAL_HEADER)}{text_without('<|', empty=False)})"
-    return harmony.guided_reply(call, header="", before=harmony.ANALYSIS_AND_PREAMBLES)
+    return harmony.guided_reply(call, header="")
 
 
 def render_messages(messages, tools: list[ToolDefinition] | None, syntax: ToolCallSyntax,

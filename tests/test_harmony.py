@@ -126,13 +126,13 @@ def test_sampled_replies_hold_one_valid_call_or_with_auto_an_answer(vocab, choic
             assert choice == "auto" and content and text.split("<|channel|>")[-1].startswith("final"), text
             kinds.add("answer")
             continue
-        [(name, arguments)] = calls  # one call a reply, after any preambles (the content)
-        assert name == "book_meeting" or not isinstance(choice, dict)
+        [(name, arguments)] = calls  # one call a reply
+        assert content == "" and (name == "book_meeting" or not isinstance(choice, dict))
         jsonschema.validate(json.loads(arguments), SCHEMAS[name], format_checker=CHECKER)
         kinds.add("call")
     assert kinds == ({"call", "answer"} if choice == "auto" else {"call"})
 
-def test_the_call_grammar_lets_analyses_and_preambles_come_first_and_nothing_after_the_call(vocab):
+def test_the_call_grammar_lets_an_analysis_come_first_and_nothing_after_the_call(vocab):
     """Checked on the compiled automaton: uniform walks seldom take the analysis."""
     def index(choice):
         fmt = requested_tool_format(request(tool_choice=choice), HARMONY).format
@@ -146,13 +146,8 @@ def test_the_call_grammar_lets_analyses_and_preambles_come_first_and_nothing_aft
                  TWO_CALLS, CALL,  # CALL alone: the prompt's `<|start|>assistant` again
                  call_first.replace("Oslo", "Oslo, Norway, NO")]:  # longer than the schema's maxLength
         assert not accepts(required, vocab, text), text
-    preamble = "<|channel|>commentary<|message|>Let me look.<|end|>"
-    for text in [preamble + CALL, ANALYSIS + "<|start|>assistant" + preamble + "<|start|>assistant" + ANALYSIS + CALL]:
-        assert accepts(required, vocab, text) and accepts(auto, vocab, text), text
-        assert read(text)[:3] == ("\n".join(["The user wants the weather."] * text.count("analysis")), "Let me look.",
-                                  [("get_weather", '{"city": "Oslo", "unit": "celsius"}')]), text
-    assert accepts(auto, vocab, preamble + FINAL) and not accepts(auto, vocab, "It is sunny.")
-    assert not accepts(required, vocab, preamble.replace("commentary", "commentary to=functions.get_weather") + CALL)
+    preamble = "<|channel|>commentary<|message|>Let me look.<|end|>" + CALL
+    assert not accepts(auto, vocab, preamble) and not accepts(auto, vocab, "It is sunny.")
 
 def test_a_guided_answer_is_a_final_message_after_any_analysis(vocab):
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
@@ -164,9 +159,6 @@ def test_a_guided_answer_is_a_final_message_after_any_analysis(vocab):
         reasoning, content, calls, _ = read(text)
         assert calls == [] and "<|" not in reasoning
         jsonschema.validate(json.loads(content), schema)
-    preamble = "<|channel|>commentary<|message|>Here it is.<|end|><|start|>assistant"  # it would join the content
-    assert accepts(index, vocab, '<|channel|>final<|message|>{"n": 1}')
-    assert not accepts(index, vocab, preamble + '<|channel|>final<|message|>{"n": 1}')
 
 def test_an_app_reading_harmony_has_the_openai_gptoss_reasoning_parser_and_its_markers_as_text():
     # the default tokenizer holds `<|end|>` as a special token, so it is markup here
