@@ -39,8 +39,9 @@ from deployments.named_tool_calls import (DEEPSEEK_V3_CALL, DEEPSEEK_V31_CALL, K
 from deployments.pythonic_tool_calls import pythonic_call_regex, render_call
 from deployments.text_regex import not_char, text_without
 from deployments.tool_protocol import NamedToolChoice, ToolDefinition
-from deployments.xml_tool_calls import (GLM45_PARAMETERS, GLM47_PARAMETERS, MINIMAX_M2_PARAMETERS, QWEN3_PARAMETERS,
-                                        SEED_OSS_PARAMETERS, STEP3_PARAMETERS, XmlParameters, xml_call_regex)
+from deployments.xml_tool_calls import (DEEPSEEK_V32_PARAMETERS, GLM45_PARAMETERS, GLM47_PARAMETERS,
+                                        MINIMAX_M2_PARAMETERS, QWEN3_PARAMETERS, SEED_OSS_PARAMETERS, STEP3_PARAMETERS,
+                                        XmlParameters, xml_call_regex)
 
 MAX_PARALLEL_CALLS = 4
 
@@ -116,6 +117,8 @@ MINIMAX_M2 = ToolCallSyntax("minimax_m2", "<minimax:tool_call>\n", "\n", "\n</mi
                             tag="<minimax:tool_call>", xml=MINIMAX_M2_PARAMETERS)
 SEED_OSS = ToolCallSyntax("seed_oss", "<seed:tool_call>\n", "\n</seed:tool_call>\n<seed:tool_call>\n",
                           "\n</seed:tool_call>", "arguments", tag="<seed:tool_call>", xml=SEED_OSS_PARAMETERS)
+DEEPSEEK_V32 = ToolCallSyntax("deepseek_v32", "<｜DSML｜function_calls>\n", "\n", "\n</｜DSML｜function_calls>",
+                              "arguments", tag="<｜DSML｜function_calls>", xml=DEEPSEEK_V32_PARAMETERS)
 STEP3 = ToolCallSyntax("step3", "<｜tool_calls_begin｜>\n", "\n", "\n<｜tool_calls_end｜>", "arguments",
                        tag="<｜tool_calls_begin｜>", xml=STEP3_PARAMETERS)
 GRANITE = ToolCallSyntax("granite", "<|tool_call|>[", ", ", "]", "arguments", tag="<|tool_call|>")
@@ -152,9 +155,9 @@ KIMI_K2 = ToolCallSyntax("kimi_k2", "<|tool_calls_section_begin|>", "", "<|tool_
 # vLLM's qwen3_xml reads what its qwen3_coder reads, its llama4_pythonic what its pythonic reads; ERNIE 4.5 writes
 # Hermes' calls.
 TOOL_CALL_PARSERS = {s.name: s for s in (
-    HERMES, QWEN3_CODER, GLM45, GLM47, MINIMAX_M2, SEED_OSS, STEP3, *MISTRAL_FORMS, GRANITE, GRANITE_20B_FC, XLAM,
-    PHI4_MINI, APERTUS, INTERNLM, JAMBA, NEMOTRON_V2, MINIMAX_M1, LONGCAT, LLAMA3, PYTHONIC, OLMO3, LFM2,
-    DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2, HARMONY, PLAIN)} | {
+    HERMES, QWEN3_CODER, GLM45, GLM47, MINIMAX_M2, SEED_OSS, STEP3, DEEPSEEK_V32, *MISTRAL_FORMS, GRANITE,
+    GRANITE_20B_FC, XLAM, PHI4_MINI, APERTUS, INTERNLM, JAMBA, NEMOTRON_V2, MINIMAX_M1, LONGCAT, LLAMA3, PYTHONIC,
+    OLMO3, LFM2, DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2, HARMONY, PLAIN)} | {
     "hunyuan_a13b": JAMBA, "qwen3_xml": QWEN3_CODER, "llama4_pythonic": PYTHONIC, "ernie45": HERMES}
 
 
@@ -164,8 +167,9 @@ TOOL_CALL_PARSERS = {s.name: s for s in (
 # its arguments where V3.1 does not, the pythonic templates hold Llama 3's `ipython`, and Apriel
 # 1.5's asks for <tool_call> tags in its instructions and writes Jamba's <tool_calls>[...] list.
 # LFM2's first templates write no calls, only the tools between <|tool_list_start|> and its end.
+# DeepSeek V3.2's templates spell their markers from a `｜DSML｜` piece.
 TEMPLATE_MARKERS = (
-    (("<｜tool▁sep｜>", "```json"), DEEPSEEK_V3), (("<｜tool▁sep｜>",), DEEPSEEK_V31),
+    (("｜DSML｜",), DEEPSEEK_V32), (("<｜tool▁sep｜>", "```json"), DEEPSEEK_V3), (("<｜tool▁sep｜>",), DEEPSEEK_V31),
     (("<|channel|>",), HARMONY), (("<|tool_calls_section_begin|>",), KIMI_K2), (("<minimax:tool_call>",), MINIMAX_M2),
     (("<steptml:invoke",), STEP3), (("<function_calls>",), OLMO3), (("<seed:tool_call>",), SEED_OSS),
     (("<function=",), QWEN3_CODER), (("</arg_key><arg_value>",), GLM47), (("<arg_key>",), GLM45),

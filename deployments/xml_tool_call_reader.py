@@ -17,8 +17,9 @@ from deployments.xml_tool_calls import XmlParameters, is_text_parameter, nullabl
 
 
 class XmlCallReader:
-    """One choice's calls, from the first call's open on; a value's type is its parameter's in the
-    request's tools (text where they do not say, as vLLM reads it)."""
+    """One choice's calls, from the first call's open on; a value's type is what its name's end says
+    (DeepSeek V3.2's `string="true"`), else its parameter's in the request's tools (text where they
+    do not say, as vLLM reads it)."""
 
     def __init__(self, xml: XmlParameters, tools: list[ToolDefinition] | None):
         self.xml, self.text, self.at, self.state = xml, "", 0, "between"
@@ -61,16 +62,21 @@ class XmlCallReader:
                 return self._to("between", at + len(tag))
             return self._to("parameter name", at + len(tag))
         if self.state == "parameter name":
-            end = self.text.find(xml.parameter_name_end, self.at)
-            if end < 0:
+            found = [(at, tag) for tag in (xml.parameter_name_end, xml.json_name_end)
+                     if tag and (at := self.text.find(tag, self.at)) >= 0]
+            if not found:
                 return False
+            end, tag = min(found)
             key = self.text[self.at:end]
             schema = self.properties.get(call.name, {}).get(key)
-            self.value_kind = ("text" if schema is None or is_text_parameter(schema)
-                               else "nullable" if nullable_text(schema) is not None else "json")
+            if xml.json_name_end:  # the name's end says
+                self.value_kind = "json" if tag == xml.json_name_end else "text"
+            else:
+                self.value_kind = ("text" if schema is None or is_text_parameter(schema)
+                                   else "nullable" if nullable_text(schema) is not None else "json")
             call.json_arguments += (", " if call.json_arguments else "{") + json.dumps(key, ensure_ascii=False) \
                 + ": " + ('"' if self.value_kind == "text" else "")
-            return self._to("value", end + len(xml.parameter_name_end))
+            return self._to("value", end + len(tag))
         end = self.text.find(xml.value_end, self.at)  # in a value
         known = end if end >= 0 else len(self.text) - partial_suffix(self.text[self.at:], xml.value_end)
         value = self.text[self.at:known]

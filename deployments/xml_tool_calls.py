@@ -36,6 +36,15 @@ around it:
     </function>
     </seed:tool_call>
 
+DeepSeek V3.2 (`deepseek_v32`), each parameter saying whether its value is text or JSON:
+
+    <｜DSML｜function_calls>
+    <｜DSML｜invoke name="get_weather">
+    <｜DSML｜parameter name="city" string="true">Oslo</｜DSML｜parameter>
+    <｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>
+    </｜DSML｜invoke>
+    </｜DSML｜function_calls>
+
 and Step 3 (`step3`), each call between marker tokens, as SGLang's step3 detector lays it out:
 
     <｜tool_calls_begin｜>
@@ -80,13 +89,17 @@ class XmlParameters:
     value_end: str  # its first character must not recur in it (text_without)
     after_value: str
     function_end: str
+    json_name_end: str = ""  # the name's end before a JSON value, where it is not the one before text
+
+    def name_end_before(self, text: bool) -> str:
+        return self.parameter_name_end if text or not self.json_name_end else self.json_name_end
 
     def render(self, name: str, arguments: dict | str) -> str:
         """A call as the chat templates write it (`| string` for strings, `| tojson` else);
         arguments that were not a JSON object go in as the client sent them."""
         if isinstance(arguments, dict):
-            body = "".join(self.parameter_open + key + self.parameter_name_end + _value_text(value)
-                           + self.value_end + self.after_value for key, value in arguments.items())
+            body = "".join(self.parameter_open + key + self.name_end_before(isinstance(value, str))
+                           + _value_text(value) + self.value_end + self.after_value for key, value in arguments.items())
         else:
             body = arguments
         return self.function_open + name + self.name_end + body + self.function_end
@@ -101,6 +114,9 @@ GLM47_PARAMETERS = XmlParameters("<tool_call>", "", "<arg_key>", "</arg_key><arg
 MINIMAX_M2_PARAMETERS = XmlParameters('<invoke name="', '">\n', '<parameter name="', '">', "</parameter>", "\n",
                                       "</invoke>")
 SEED_OSS_PARAMETERS = XmlParameters("<function=", ">\n", "<parameter=", ">", "</parameter>", "\n", "</function>")
+DEEPSEEK_V32_PARAMETERS = XmlParameters('<｜DSML｜invoke name="', '">\n', '<｜DSML｜parameter name="',
+                                        '" string="true">', "</｜DSML｜parameter>", "\n", "</｜DSML｜invoke>",
+                                        json_name_end='" string="false">')
 STEP3_PARAMETERS = XmlParameters('<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="', '">\n',
                                  '<steptml:parameter name="', '">', "</steptml:parameter>", "\n",
                                  "</steptml:invoke><｜tool_call_end｜>")
@@ -158,24 +174,28 @@ def _text_regex(schema: dict, xml: XmlParameters, where: str) -> str:
 
 
 def _value_regex(schema, root: dict, xml: XmlParameters, where: str) -> str:
+    """A value, after the end of its parameter's name (which may say which kind of value it is)."""
+    text_end, json_end = escape_literal(xml.name_end_before(True)), escape_literal(xml.name_end_before(False))
     if is_text_parameter(schema):
-        return _text_regex(schema, xml, where)
+        return text_end + _text_regex(schema, xml, where)
     if (text := nullable_text(schema)) is not None:
-        return f"(?:null|{_text_regex(text, xml, where)})"
-    return regex_for_format({"type": "json_schema", "json_schema": {"schema": with_definitions(schema, root)}})
+        return f"(?:{json_end}null|{text_end}{_text_regex(text, xml, where)})" if xml.json_name_end else \
+            f"{text_end}(?:null|{_text_regex(text, xml, where)})"
+    schema = with_definitions(schema, root)
+    return json_end + regex_for_format({"type": "json_schema", "json_schema": {"schema": schema}})
 
 
 def _parameter(name: str, value: str, xml: XmlParameters) -> str:
-    """One parameter element, from the regexes of its name and its value."""
-    return (escape_literal(xml.parameter_open) + name + escape_literal(xml.parameter_name_end) + value
-            + escape_literal(xml.value_end + xml.after_value))
+    """One parameter element, from the regexes of its name and of its value with its name's end."""
+    return escape_literal(xml.parameter_open) + name + value + escape_literal(xml.value_end + xml.after_value)
 
 
 def _parameters_regex(function: FunctionDefinition, xml: XmlParameters) -> str:
     schema, name = object_parameters(function, "XML parameters"), function.name
     properties = schema.get("properties")
     if lists_no_parameters(schema):
-        return f"(?:{_parameter(FREE_PARAMETER_NAME, text_without(xml.value_end), xml)})*"
+        free_text = escape_literal(xml.name_end_before(True)) + text_without(xml.value_end)
+        return f"(?:{_parameter(FREE_PARAMETER_NAME, free_text, xml)})*"
     required = set(schema.get("required", []))
     out = ""
     for key, sub in (properties or {}).items():

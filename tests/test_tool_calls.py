@@ -21,12 +21,12 @@ from app.guided.vocabulary import load_guided_vocabulary
 from deployments.chat_prompt import chat_prompt_ids
 from deployments.protocol import ChatCompletionRequest
 from deployments.tool_call_stream import parse_calls
-from deployments.tool_calls import (APERTUS, DEEPSEEK_V3, DEEPSEEK_V31, GLM45, GLM47, GRANITE, GRANITE_20B_FC, HERMES,
-                                    INTERNLM, JAMBA, KIMI_K2, LFM2, LLAMA3, MINIMAX_M1, MINIMAX_M2, MISTRAL,
-                                    MISTRAL_ARGS, MISTRAL_CALL_ID, NEMOTRON_V2, OLMO3, PHI4_MINI, PLAIN, PYTHONIC,
-                                    QWEN3_CODER, SEED_OSS, STEP3, XLAM, TEMPLATE_MARKERS, TOOL_CALL_PARSERS,
-                                    ToolCallSyntax, mistral_call_id, render_messages, requested_tool_format,
-                                    syntax_for_template, tool_call_syntax)
+from deployments.tool_calls import (APERTUS, DEEPSEEK_V3, DEEPSEEK_V31, DEEPSEEK_V32, GLM45, GLM47, GRANITE,
+                                    GRANITE_20B_FC, HERMES, INTERNLM, JAMBA, KIMI_K2, LFM2, LLAMA3, MINIMAX_M1,
+                                    MINIMAX_M2, MISTRAL, MISTRAL_ARGS, MISTRAL_CALL_ID, NEMOTRON_V2, OLMO3, PHI4_MINI,
+                                    PLAIN, PYTHONIC, QWEN3_CODER, SEED_OSS, STEP3, XLAM, TEMPLATE_MARKERS,
+                                    TOOL_CALL_PARSERS, ToolCallSyntax, mistral_call_id, render_messages,
+                                    requested_tool_format, syntax_for_template, tool_call_syntax)
 from deployments.guided_formats import FormatRequestError
 from deployments.openai_errors import OpenAIError
 from tests.checkpoints import DEFAULT_TARGET
@@ -215,6 +215,7 @@ def test_syntax_follows_the_template():
     assert syntax_for_template("{{ '<seed:tool_call>\\n<function=' + tool_call.function.name }}") is SEED_OSS
     step3 = "<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name=\"{{ name }}\">"
     assert syntax_for_template(step3) is STEP3
+    assert syntax_for_template("{%- set dsml_token = '｜DSML｜' -%}{{ '<' + dsml_token + 'invoke' }}") is DEEPSEEK_V32
     assert {name: s.name for name, s in TOOL_CALL_PARSERS.items() if name != s.name} == {"hunyuan_a13b": "jamba",
                                                                                           "qwen3_xml": "qwen3_coder",
                                                                                           "llama4_pythonic": "pythonic",

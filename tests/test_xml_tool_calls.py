@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 from deployments.guided_formats import FormatRequestError
 from deployments.protocol import ChatCompletionRequest
 from deployments.tool_call_stream import ToolStream, parse_calls
-from deployments.tool_calls import (GLM45, GLM47, QWEN3_CODER, SEED_OSS, STEP3, render_messages,
+from deployments.tool_calls import (DEEPSEEK_V32, GLM45, GLM47, QWEN3_CODER, SEED_OSS, STEP3, render_messages,
                                     requested_tool_format)
 from tests.checkpoints import DEFAULT_TARGET
 from tests.test_tool_calls import GLM45_TEMPLATE, GLM47_TEMPLATE, QWEN35_TEMPLATE, TOOL_DEFINITIONS, WEATHER, accepts, auto_index, conversation, vocab  # noqa: F401
@@ -153,9 +153,13 @@ def test_glm_writes_each_call_as_a_tool_call_element(syntax):
     assert calls[0] == "Let me see." and [c.function.name for c in calls[1]] == ["get_weather", "now"]
 
 
-# What Seed-OSS-36B-Instruct wrote (vLLM's tests of its seed_oss parser), and Step 3's calls as SGLang's
-# step3 detector lays them out.
+# What Seed-OSS-36B-Instruct wrote (vLLM's tests of its seed_oss parser), Step 3's calls as SGLang's
+# step3 detector lays them out, and DeepSeek V3.2's as its template (llama.cpp's, checked by hand) writes them.
 WRITTEN_BY_THE_MODEL = {
+    "deepseek_v32": ('<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n'
+                     '<｜DSML｜parameter name="city" string="true">Oslo</｜DSML｜parameter>\n'
+                     '<｜DSML｜parameter name="unit" string="true">celsius</｜DSML｜parameter>\n'
+                     "</｜DSML｜invoke>\n</｜DSML｜function_calls>"),
     "seed_oss": ("<seed:tool_call>\n<function=get_weather>\n<parameter=city>Oslo</parameter>\n"
                  "<parameter=unit>celsius</parameter>\n</function>\n</seed:tool_call>"),
     "step3": ('<｜tool_calls_begin｜>\n<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="get_weather">\n'
@@ -165,13 +169,34 @@ WRITTEN_BY_THE_MODEL = {
 }
 
 
-@pytest.mark.parametrize("syntax", [SEED_OSS, STEP3], ids=lambda s: s.name)
+@pytest.mark.parametrize("syntax", [SEED_OSS, STEP3, DEEPSEEK_V32], ids=lambda s: s.name)
 def test_calls_are_written_and_read_as_the_model_writes_them(syntax, vocab):
     written = WRITTEN_BY_THE_MODEL[syntax.name]
     assert syntax.render([("get_weather", OSLO)]) == written
     content, [call] = parse_calls("Checking. " + written, syntax, TOOL_DEFINITIONS)
     assert (content, call.function.name, json.loads(call.function.arguments)) == ("Checking. ", "get_weather", OSLO)
     assert accepts(auto_index(syntax, vocab), vocab, written)
+
+
+def test_deepseek_v32_says_of_each_value_whether_it_is_text_or_json(vocab):
+    """As vLLM's deepseek_v32 parser reads them, the attribute decides; the grammar writes what the schema says."""
+    text = DEEPSEEK_V32.render([("f", {"note": "3", "n": 2, "tags": ["a"], "none": None})])
+    assert '<｜DSML｜parameter name="note" string="true">3</｜DSML｜parameter>' in text
+    assert '<｜DSML｜parameter name="n" string="false">2</｜DSML｜parameter>' in text
+    schema = {"type": "object", "properties": {"note": {"type": "string"}, "n": {"type": "integer"},
+                                               "tags": {"type": "array", "items": {"type": "string"}},
+                                               "none": {"type": ["string", "null"]}}}
+    [call] = parse_calls(text, DEEPSEEK_V32, tools_request(schema).tools)[1]
+    assert json.loads(call.function.arguments) == {"note": "3", "n": 2, "tags": ["a"], "none": None}
+    untyped = parse_calls(text.replace('"n" string="false">2', '"n" string="true">2'), DEEPSEEK_V32)[1][0]
+    assert json.loads(untyped.function.arguments)["n"] == "2"  # the model said text
+    from app.guided.compiler import compile_regex, regex_for_format
+    fmt = requested_tool_format(tools_request({**schema, "required": ["note", "n"]}), DEEPSEEK_V32).format
+    index = compile_regex(regex_for_format(fmt), vocab)
+    assert accepts(index, vocab, DEEPSEEK_V32.render([("f", {"note": "3", "n": 2})]))
+    assert not accepts(index, vocab, DEEPSEEK_V32.render([("f", {"note": "3", "n": "2"})]))  # n as text
+    assert accepts(index, vocab, DEEPSEEK_V32.render([("f", {"note": "3", "n": 2, "none": None})]))
+    assert accepts(index, vocab, DEEPSEEK_V32.render([("f", {"note": "3", "n": 2, "none": "x"})]))
 
 
 def test_a_template_without_tools_is_shown_the_xml_convention():
