@@ -42,7 +42,7 @@ from deployments.text_regex import one_of
 from deployments.tool_protocol import ToolDefinition
 
 CALL_NUMBER = "(?:0|[1-9][0-9]{0,3})"  # Kimi's count of calls in the conversation, which its model keeps
-MISTRAL_CALL_ID = "[A-Za-z0-9]{9}"  # what Mistral's templates require of a call's id
+MISTRAL_ID_REGEX = "[A-Za-z0-9]{9}"  # what Mistral's templates require of a call's id
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ MISTRAL_CALL_ID_CALL = NamedJsonCall("[TOOL_CALLS]", "[ARGS]", "", id_marker="[C
 def named_call_regex(tools: list[ToolDefinition], form: NamedJsonCall) -> str:
     """One call of any of `tools`; GuidedFormatError for a schema that cannot compile."""
     number = ":" + CALL_NUMBER if form.numbered else ""
-    call_id = escape_literal(form.id_marker) + MISTRAL_CALL_ID if form.id_marker else ""
+    call_id = escape_literal(form.id_marker) + MISTRAL_ID_REGEX if form.id_marker else ""
     calls = [escape_literal(form.call_open + form.name_prefix + t.function.name) + number + call_id
              + escape_literal(form.name_end)
              + regex_for_format({"type": "json_schema", "json_schema": {"schema": t.function.schema_}})
