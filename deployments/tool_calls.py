@@ -59,6 +59,7 @@ class ToolCallSyntax:
     pythonic: bool = False  # a call is Python, `name(key=value, ...)`, not a JSON object
     name_is_key: bool = False  # a call is `{"name": {arguments}}`, not `{"name": ..., "arguments": ...}`
     harmony: bool = False  # a call is a message of a harmony reply (deployments/harmony.py)
+    one_call: bool = False  # a reply holds one call at most (the template writes only the first)
 
     def __post_init__(self):
         if self.tag[:1] and self.tag[0] in self.tag[1:]:
@@ -122,6 +123,8 @@ DEEPSEEK_V32 = ToolCallSyntax("deepseek_v32", "<｜DSML｜function_calls>\n", "\
 STEP3 = ToolCallSyntax("step3", "<｜tool_calls_begin｜>\n", "\n", "\n<｜tool_calls_end｜>", "arguments",
                        tag="<｜tool_calls_begin｜>", xml=STEP3_PARAMETERS)
 GRANITE = ToolCallSyntax("granite", "<|tool_call|>[", ", ", "]", "arguments", tag="<|tool_call|>")
+GIGACHAT31 = ToolCallSyntax("gigachat31", "<|function_call|>", "", "", "arguments", tag="<|function_call|>",
+                            one_call=True)
 JAMBA = ToolCallSyntax("jamba", "<tool_calls>[", ", ", "]</tool_calls>", "arguments", tag="<tool_calls>")
 NEMOTRON_V2 = ToolCallSyntax("nemotron_v2", "<TOOLCALL>[", ", ", "]</TOOLCALL>", "arguments", tag="<TOOLCALL>")
 XLAM = ToolCallSyntax("xlam", "[", ", ", "]", "arguments")
@@ -156,8 +159,8 @@ KIMI_K2 = ToolCallSyntax("kimi_k2", "<|tool_calls_section_begin|>", "", "<|tool_
 # Hermes' calls.
 TOOL_CALL_PARSERS = {s.name: s for s in (
     HERMES, QWEN3_CODER, GLM45, GLM47, MINIMAX_M2, SEED_OSS, STEP3, DEEPSEEK_V32, *MISTRAL_FORMS, GRANITE,
-    GRANITE_20B_FC, XLAM, PHI4_MINI, APERTUS, INTERNLM, JAMBA, NEMOTRON_V2, MINIMAX_M1, LONGCAT, LLAMA3, PYTHONIC,
-    OLMO3, LFM2, DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2, HARMONY, PLAIN)} | {
+    GRANITE_20B_FC, XLAM, PHI4_MINI, APERTUS, INTERNLM, GIGACHAT31, JAMBA, NEMOTRON_V2, MINIMAX_M1, LONGCAT, LLAMA3,
+    PYTHONIC, OLMO3, LFM2, DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2, HARMONY, PLAIN)} | {
     "hunyuan_a13b": JAMBA, "qwen3_xml": QWEN3_CODER, "llama4_pythonic": PYTHONIC, "ernie45": HERMES}
 
 
@@ -176,8 +179,9 @@ TEMPLATE_MARKERS = (
     (("<tool_calls>[",), JAMBA), (("<tool_call>",), HERMES), (("[CALL_ID]",), MISTRAL_CALL_ID),
     (("[ARGS]",), MISTRAL_ARGS), (("[TOOL_CALLS]",), MISTRAL), (("<|tool_call|>",), GRANITE),
     (("<|function_call_library|>",), GRANITE_20B_FC), (("<tool_calls>", "MiniMax"), MINIMAX_M1),
-    (("<tool_calls>",), JAMBA), (("<TOOLCALL>",), NEMOTRON_V2), (("<|tool_call_start|>",), LFM2),
-    (("<|tool_list_start|>",), LFM2), (("functools",), PHI4_MINI), (("<|tools_prefix|>",), APERTUS),
+    (("<tool_calls>",), JAMBA), (("<TOOLCALL>",), NEMOTRON_V2), (("<|function_call|>",), GIGACHAT31),
+    (("<|tool_call_start|>",), LFM2), (("<|tool_list_start|>",), LFM2), (("functools",), PHI4_MINI),
+    (("<|tools_prefix|>",), APERTUS),
     (("<|plugin|>",), INTERNLM), (("[func_name1(",), PYTHONIC), (("<|python_tag|>",), LLAMA3),
     (("ipython",), LLAMA3),
 )
@@ -227,7 +231,7 @@ def tool_format(tools: list[ToolDefinition], choice, parallel: bool,
     if isinstance(choice, NamedToolChoice):
         tools, most = [t for t in tools if t.function.name == choice.function.name], 1
     else:
-        most = MAX_PARALLEL_CALLS if parallel else 1
+        most = MAX_PARALLEL_CALLS if parallel and not syntax.one_call else 1
     if syntax.harmony:  # one call a reply, whatever `parallel`: `<|call|>` ends it
         return {"type": "regex", "pattern": _harmony_reply(tools, choice)}
     call = (xml_call_regex(tools, syntax.xml) if syntax.xml else named_call_regex(tools, syntax.named) if syntax.named

@@ -21,12 +21,12 @@ from app.guided.vocabulary import load_guided_vocabulary
 from deployments.chat_prompt import chat_prompt_ids
 from deployments.protocol import ChatCompletionRequest
 from deployments.tool_call_stream import parse_calls
-from deployments.tool_calls import (APERTUS, DEEPSEEK_V3, DEEPSEEK_V31, DEEPSEEK_V32, GLM45, GLM47, GRANITE,
-                                    GRANITE_20B_FC, HERMES, INTERNLM, JAMBA, KIMI_K2, LFM2, LLAMA3, MINIMAX_M1,
-                                    MINIMAX_M2, MISTRAL, MISTRAL_ARGS, MISTRAL_CALL_ID, NEMOTRON_V2, OLMO3, PHI4_MINI,
-                                    PLAIN, PYTHONIC, QWEN3_CODER, SEED_OSS, STEP3, XLAM, TEMPLATE_MARKERS,
-                                    TOOL_CALL_PARSERS, ToolCallSyntax, mistral_call_id, render_messages,
-                                    requested_tool_format, syntax_for_template, tool_call_syntax)
+from deployments.tool_calls import (APERTUS, DEEPSEEK_V3, DEEPSEEK_V31, DEEPSEEK_V32, GIGACHAT31, GLM45, GLM47,
+                                    GRANITE, GRANITE_20B_FC, HERMES, INTERNLM, JAMBA, KIMI_K2, LFM2, LLAMA3,
+                                    MINIMAX_M1, MINIMAX_M2, MISTRAL, MISTRAL_ARGS, MISTRAL_CALL_ID, NEMOTRON_V2,
+                                    OLMO3, PHI4_MINI, PLAIN, PYTHONIC, QWEN3_CODER, SEED_OSS, STEP3, XLAM,
+                                    TEMPLATE_MARKERS, TOOL_CALL_PARSERS, ToolCallSyntax, mistral_call_id,
+                                    render_messages, requested_tool_format, syntax_for_template, tool_call_syntax)
 from deployments.guided_formats import FormatRequestError
 from deployments.openai_errors import OpenAIError
 from tests.checkpoints import DEFAULT_TARGET
@@ -122,7 +122,9 @@ def test_auto_with_a_tag_is_text_then_calls(vocab, syntax):
     for text in ["Sunny, I think.", "Let me check.\n", "a " + tag[:-1] + " b", tag[0] * 3 + tag[1:-1],
                  "\u00e9" + tag[0] + tag[2:], tag[:-1], tag[0]]:
         assert accepts(index, vocab, text) and accepts(index, vocab, text + call), text
-    assert accepts(index, vocab, call) and accepts(index, vocab, two) and accepts(index, vocab, "Sure. " + two)
+    several = not syntax.one_call  # GigaChat 3.1's: one call a reply
+    assert accepts(index, vocab, call) and accepts(index, vocab, two) is several
+    assert accepts(index, vocab, "Sure. " + two) is several and accepts(index, vocab, "Sure. " + call)
     for text in ["", "a " + tag + " b", tag[0] + tag + "oops", call + " and then text",
                  syntax.render([("get_weather", {"city": "Oslo"})])]:
         assert not accepts(index, vocab, text), text
@@ -141,6 +143,14 @@ def test_parallel_calls_are_bounded_and_single_when_off():
     call = json.dumps({"name": "now", "arguments": {}})
     assert re.fullmatch(many, "\n".join([call] * 4)) and not re.fullmatch(many, "\n".join([call] * 5))
     assert re.fullmatch(one, call) and not re.fullmatch(one, call + "\n" + call)
+
+
+
+def test_a_convention_whose_template_writes_one_call_makes_one_whatever_parallel_tool_calls():
+    """GigaChat 3.1's template writes only a message's first call."""
+    pattern = requested_tool_format(request(tool_choice="required", parallel_tool_calls=True), GIGACHAT31).format
+    call = '<|function_call|>{"name": "now", "arguments": {}}'
+    assert re.fullmatch(pattern["pattern"], call) and not re.fullmatch(pattern["pattern"], call + call[17:])
 
 
 @pytest.mark.parametrize("kwargs, param, message", [
@@ -200,6 +210,7 @@ def test_syntax_follows_the_template():
     assert syntax_for_template("{{- '<TOOLCALL>[' -}}{{- ']</TOOLCALL>' -}}") is NEMOTRON_V2
     assert syntax_for_template('{{- "<|tool_call_start|>[" + calls + "]<|tool_call_end|>" -}}') is LFM2
     assert syntax_for_template('"List of tools: <|tool_list_start|>["') is LFM2  # LFM2's first: no calls written
+    assert syntax_for_template('function_call="<|function_call|>"') is GIGACHAT31
     assert syntax_for_template("ai name=MiniMax AI\n<tool_calls>\n{{ call | tojson }}\n</tool_calls>") is MINIMAX_M1
     assert syntax_for_template("<|function_call_library|>{{ tools | tojson }}") is GRANITE_20B_FC
     assert syntax_for_template("prefix function calls with functools marker") is PHI4_MINI
