@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,6 +124,24 @@ def start_ray_serve(num_cpus: int = 4) -> int:
     return port
 
 
+def wait_for_route(url: str, timeout_s: float = 60.0) -> None:
+    """Wait until the HTTP proxy routes `url` to the app. `serve.run` returns once the app is
+    RUNNING, but HAProxy learns its targets by long poll afterwards and answers an empty 404
+    until then (a CI run, 2026-12-07: a module's first two requests got it)."""
+    import requests
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if requests.get(url, timeout=10).status_code != 404:  # 401 under an api_key is routed too
+                return
+        except requests.ConnectionError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url} not routed within {timeout_s} s of serve.run")
+        time.sleep(0.2)
+
+
 def deploy_app(name: str, args: dict, port: int) -> ServeApp:
     """`serve.run(build_app(args))` at route "/" of the running Serve; returns a ServeApp."""
     from ray import serve
@@ -130,6 +149,7 @@ def deploy_app(name: str, args: dict, port: int) -> ServeApp:
     from deployments.builder import build_app
 
     serve.run(build_app(args), name=name, route_prefix="/")
+    wait_for_route(f"http://127.0.0.1:{port}/v1/models")
     model = Path(args["model"]).name
     return ServeApp(name, f"http://127.0.0.1:{port}", args.get("served_model_name") or model,
                     Path(args["model"]), args)
