@@ -10,29 +10,21 @@ from __future__ import annotations
 import json
 
 from deployments.pythonic_tool_calls import PYTHON_NAMES
-from deployments.written_call import TranslatedCall
+from deployments.written_call import CharacterReader, TranslatedCall
 
 JSON_NAMES = {python: json.dumps(value) for value, python in PYTHON_NAMES.items()}
 
 
-class PythonicCallReader:
+class PythonicCallReader(CharacterReader):
     """One choice's calls, from the syntax's prefix on (the list's `[`, OLMo 3's tag), read a
     character at a time: between calls, spacing and commas; what else cannot begin a name begins
     the suffix (`]`, OLMo 3's closing tag), after which nothing is read."""
 
     def __init__(self, prefix: str):
-        self.text, self.state, self.word = "", "prefix" if prefix else "between", ""
+        super().__init__()
+        self.state, self.word = "prefix" if prefix else "between", ""
         self.prefix_left = len(prefix)
-        self.calls: list[TranslatedCall] = []
         self.depth, self.in_string, self.escaped = 0, False, False
-
-    def read(self, more: str) -> None:
-        self.text += more
-        for c in more:
-            self._char(c)
-
-    def arguments(self, call: TranslatedCall, after: int = 0) -> str:
-        return call.json_arguments[after:]
 
     def _char(self, c: str) -> None:
         if self.state == "suffix":

@@ -20,7 +20,7 @@ import uuid
 from app.guided.compiler import escape_literal, regex_for_format
 from app.guided.errors import GuidedFormatError
 from deployments.parameter_schema import lists_no_parameters, object_parameters, with_definitions
-from deployments.text_regex import one_of
+from deployments.text_regex import in_order, one_of
 from deployments.tool_protocol import FunctionDefinition, ToolDefinition
 
 PYTHON_NAMES = {True: "True", False: "False", None: "None"}
@@ -134,22 +134,6 @@ def python_value_regex(schema, root: dict, where: str) -> str:
     return regex.replace(JSON_ESCAPE, PYTHON_ESCAPE)
 
 
-def _keyword_arguments(keywords: list[tuple[str, bool]]) -> str:
-    """Keyword arguments in order, joined by `, `, each (regex, required) present if required and
-    perhaps if not. An alternative for each keyword that may come first: O(n²) regex, as
-    outlines-core builds an object's optional properties."""
-    separator = escape_literal(KEYWORD_SEPARATOR)
-    alternatives = []
-    for first, (regex, _) in enumerate(keywords):
-        rest = "".join(separator + r if required else f"(?:{separator}{r})?" for r, required in keywords[first + 1:])
-        alternatives.append(regex + rest)
-        if keywords[first][1]:
-            break  # a required keyword cannot be left out, so none after it comes first
-    else:
-        alternatives.append("")
-    return one_of(alternatives)
-
-
 def _arguments_regex(function: FunctionDefinition) -> str:
     schema, name = object_parameters(function, "keyword arguments"), function.name
     if lists_no_parameters(schema):
@@ -163,7 +147,7 @@ def _arguments_regex(function: FunctionDefinition) -> str:
                                     "cannot be a keyword argument in this model's tool calls; rename it")
         value = python_value_regex(sub, schema, f"{name}: parameter {key!r}")
         keywords.append((escape_literal(key) + "=" + value, key in required))
-    return _keyword_arguments(keywords)
+    return in_order(keywords, KEYWORD_SEPARATOR)
 
 
 def pythonic_call_regex(tools: list[ToolDefinition]) -> str:

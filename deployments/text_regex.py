@@ -1,5 +1,6 @@
 """Regexes of text that does not hold a tag (what a model may write before its tool calls open,
-and an XML parameter's text before its closing tag), and of one of several tool calls."""
+and an XML parameter's text before its closing tag), of one of several tool calls, and of parts
+in order of which some may be left out."""
 
 from __future__ import annotations
 
@@ -9,6 +10,22 @@ from app.guided.compiler import escape_literal
 def one_of(regexes: list[str]) -> str:
     """A regex matching any of `regexes` (the one itself when alone)."""
     return regexes[0] if len(regexes) == 1 else "(?:" + "|".join(regexes) + ")"
+
+
+def in_order(parts: list[tuple[str, bool]], separator: str) -> str:
+    """Parts (regex, required) in order, joined by `separator`, each present if required and
+    perhaps if not (an object's members, a call's keywords). An alternative for each part that may
+    come first: O(n²) regex, as outlines-core builds an object's optional properties."""
+    separator = escape_literal(separator)
+    alternatives = []
+    for first, (regex, required) in enumerate(parts):
+        rest = "".join(separator + r if needed else f"(?:{separator}{r})?" for r, needed in parts[first + 1:])
+        alternatives.append(regex + rest)
+        if required:
+            break  # a required part cannot be left out, so none after it comes first
+    else:
+        alternatives.append("")
+    return one_of(alternatives)
 
 
 def not_char(c: str, *more: str) -> str:

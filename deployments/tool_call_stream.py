@@ -5,7 +5,8 @@ parses to exactly what its stream sent, because it is read by the same stream.
 Calls are JSON objects written under the call grammar (deployments/tool_calls.py), or XML
 parameters, read by deployments/xml_tool_call_reader.py, or JSON arguments after a name
 between markers, read by deployments/named_tool_call_reader.py, or Python calls, read by
-deployments/pythonic_tool_call_reader.py; text between them at the top level is
+deployments/pythonic_tool_call_reader.py, or Gemma 4's notation, read by
+deployments/gemma4_tool_call_reader.py; text between them at the top level is
 the syntax's prefix, separators and suffix. A harmony reply's calls are messages of their own, read
 with the rest of the reply by deployments/harmony.py. Where the syntax opens calls
 with a tag (`<tool_call>`), text may come first: the answer's content, up to the tag. A call's
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from deployments.gemma4_tool_call_reader import Gemma4CallReader
 from deployments.harmony import HarmonyReply
 from deployments.reasoning import partial_suffix
 from deployments.named_tool_call_reader import NamedCallReader
@@ -114,6 +116,7 @@ class ToolStream:
         self.scanner = (XmlCallReader(syntax.xml, tools) if syntax.xml
                         else NamedCallReader(syntax.named) if syntax.named
                         else PythonicCallReader(syntax.prefix) if syntax.pythonic
+                        else Gemma4CallReader() if syntax.gemma4
                         else _Scanner(syntax.arguments_key, syntax.name_is_key))
 
     def feed(self, text: str) -> tuple[str, list[CallPiece]]:

@@ -8,7 +8,8 @@ docs/tool_calling.md): a JSON object in tags or in a list (Hermes' `<tool_call>\
 parameters (Qwen3-Coder, GLM-4.5+, MiniMax-M2, Seed-OSS, Step 3: deployments/xml_tool_calls.py),
 JSON arguments after a name between markers (DeepSeek V3 and V3.1, Kimi K2:
 deployments/named_tool_calls.py), or Python calls (Llama 3.2+ under its pythonic templates, OLMo 3:
-deployments/pythonic_tool_calls.py), or messages of their own (gpt-oss's harmony replies:
+deployments/pythonic_tool_calls.py), or Gemma 4's own notation (deployments/gemma4_tool_calls.py), or
+messages of their own (gpt-oss's harmony replies:
 deployments/harmony.py); for templates with no tool convention (the default model)
 `{"name": ..., "arguments": {...}}`, one per line. The app's `tool_call_parser` (vLLM's names)
 chooses one instead of the template's.
@@ -33,7 +34,7 @@ import string
 from dataclasses import dataclass
 
 from app.guided.compiler import escape_literal, regex_for_format
-from deployments import harmony
+from deployments import gemma4_tool_calls as gemma4, harmony
 from deployments.named_tool_calls import (DEEPSEEK_V3_CALL, DEEPSEEK_V31_CALL, KIMI_K2_CALL, MISTRAL_ARGS_CALL,
                                           MISTRAL_CALL_ID_CALL, NamedJsonCall, named_call_regex)
 from deployments.pythonic_tool_calls import pythonic_call_regex, render_call
@@ -59,6 +60,7 @@ class ToolCallSyntax:
     pythonic: bool = False  # a call is Python, `name(key=value, ...)`, not a JSON object
     name_is_key: bool = False  # a call is `{"name": {arguments}}`, not `{"name": ..., "arguments": ...}`
     harmony: bool = False  # a call is a message of a harmony reply (deployments/harmony.py)
+    gemma4: bool = False  # a call is `name{key:value,...}` in Gemma 4's notation (gemma4_tool_calls.py)
     one_call: bool = False  # a reply holds one call at most (the template writes only the first)
 
     def __post_init__(self):
@@ -80,7 +82,8 @@ class ToolCallSyntax:
         if self.harmony:
             return harmony.MARKERS
         parts = dataclasses.astuple(self.xml or self.named) if self.xml or self.named else ()
-        strings = (self.prefix, self.separator, self.suffix, self.tag, *parts)
+        quote = (gemma4.QUOTE,) if self.gemma4 else ()
+        strings = (self.prefix, self.separator, self.suffix, self.tag, *parts, *quote)
         return tuple(m for m in strings if m and isinstance(m, str))
 
     def render(self, calls: list[tuple[str, dict | str]]) -> str:
@@ -95,6 +98,8 @@ class ToolCallSyntax:
             return self.named.render(name, arguments, number)
         if self.pythonic:
             return render_call(name, arguments)
+        if self.gemma4:
+            return gemma4.render_call(name, arguments)
         if self.harmony:
             return harmony.call_header(name) + (arguments if isinstance(arguments, str)
                                                 else json.dumps(arguments, ensure_ascii=False))
@@ -145,6 +150,8 @@ OLMO3 = ToolCallSyntax("olmo3", "<function_calls>\n", "\n", "\n</function_calls>
                        tag="<function_calls>", pythonic=True)
 LFM2 = ToolCallSyntax("lfm2", "<|tool_call_start|>[", ", ", "]<|tool_call_end|>", "arguments",
                       tag="<|tool_call_start|>", pythonic=True)
+GEMMA4 = ToolCallSyntax("gemma4", "<|tool_call>call:", "<tool_call|><|tool_call>call:", "<tool_call|>",
+                        "arguments", tag="<|tool_call>", gemma4=True)
 PLAIN = ToolCallSyntax("json", "", "\n", "", "arguments")
 DEEPSEEK_V31 = ToolCallSyntax("deepseek_v31", "<｜tool▁calls▁begin｜>", "", "<｜tool▁calls▁end｜>", "arguments",
                               tag="<｜tool▁calls▁begin｜>", named=DEEPSEEK_V31_CALL)
@@ -160,7 +167,7 @@ KIMI_K2 = ToolCallSyntax("kimi_k2", "<|tool_calls_section_begin|>", "", "<|tool_
 TOOL_CALL_PARSERS = {s.name: s for s in (
     HERMES, QWEN3_CODER, GLM45, GLM47, MINIMAX_M2, SEED_OSS, STEP3, DEEPSEEK_V32, *MISTRAL_FORMS, GRANITE,
     GRANITE_20B_FC, XLAM, PHI4_MINI, APERTUS, INTERNLM, GIGACHAT31, JAMBA, NEMOTRON_V2, MINIMAX_M1, LONGCAT, LLAMA3,
-    PYTHONIC, OLMO3, LFM2, DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2, HARMONY, PLAIN)} | {
+    PYTHONIC, OLMO3, LFM2, GEMMA4, DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2, HARMONY, PLAIN)} | {
     "hunyuan_a13b": JAMBA, "qwen3_xml": QWEN3_CODER, "llama4_pythonic": PYTHONIC, "ernie45": HERMES}
 
 
@@ -173,7 +180,7 @@ TOOL_CALL_PARSERS = {s.name: s for s in (
 # DeepSeek V3.2's templates spell their markers from a `｜DSML｜` piece.
 TEMPLATE_MARKERS = (
     (("｜DSML｜",), DEEPSEEK_V32), (("<｜tool▁sep｜>", "```json"), DEEPSEEK_V3), (("<｜tool▁sep｜>",), DEEPSEEK_V31),
-    (("<|channel|>",), HARMONY), (("<|tool_calls_section_begin|>",), KIMI_K2), (("<minimax:tool_call>",), MINIMAX_M2),
+    (("<|channel|>",), HARMONY), (("<|tool_call>call:",), GEMMA4), (("<|tool_calls_section_begin|>",), KIMI_K2), (("<minimax:tool_call>",), MINIMAX_M2),
     (("<steptml:invoke",), STEP3), (("<function_calls>",), OLMO3), (("<seed:tool_call>",), SEED_OSS),
     (("<function=",), QWEN3_CODER), (("</arg_key><arg_value>",), GLM47), (("<arg_key>",), GLM45),
     (("<tool_calls>[",), JAMBA), (("<tool_call>",), HERMES), (("[CALL_ID]",), MISTRAL_CALL_ID),
@@ -235,7 +242,8 @@ def tool_format(tools: list[ToolDefinition], choice, parallel: bool,
     if syntax.harmony:  # one call a reply, whatever `parallel`: `<|call|>` ends it
         return {"type": "regex", "pattern": _harmony_reply(tools, choice)}
     call = (xml_call_regex(tools, syntax.xml) if syntax.xml else named_call_regex(tools, syntax.named) if syntax.named
-            else pythonic_call_regex(tools) if syntax.pythonic else call_regex(tools, syntax))
+            else pythonic_call_regex(tools) if syntax.pythonic else gemma4.gemma4_call_regex(tools) if syntax.gemma4
+            else call_regex(tools, syntax))
     calls = (escape_literal(syntax.prefix) + f"(?:{call})"
              + (f"(?:{escape_literal(syntax.separator)}(?:{call})){{0,{most - 1}}}" if most > 1 else "")
              + escape_literal(syntax.suffix))

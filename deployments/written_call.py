@@ -38,6 +38,26 @@ class TranslatedCall:
     id: str | None = None  # the model's own id for the call (none of these syntaxes writes one)
 
 
+class CharacterReader:
+    """Calls read a character at a time into OpenAI's JSON arguments (Python keywords, Gemma 4's
+    notation); `_char` is the notation's."""
+
+    def __init__(self):
+        self.text = ""
+        self.calls: list[TranslatedCall] = []
+
+    def read(self, more: str) -> None:
+        self.text += more
+        for c in more:
+            self._char(c)
+
+    def arguments(self, call: TranslatedCall, after: int = 0) -> str:
+        return call.json_arguments[after:]
+
+    def _char(self, c: str) -> None:
+        raise NotImplementedError
+
+
 def written_arguments(text: str, call: WrittenCall, after: int = 0) -> str:
     """The arguments written so far from character `after` on, less any trailing blank (which
     may still be spacing)."""

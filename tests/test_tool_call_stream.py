@@ -28,6 +28,10 @@ MEETING = {"when": "2026-11-28T10:00:00Z", "people": [{"email": "a@b.no", "optio
 PYTHONIC_SPACED = ('now(a=[1, "), b=\\")]\\n</function_calls>"], b={"k" : None, "e": [True, 1E5]})',
                    '{"a": [1, "), b=\\")]\\n</function_calls>"], "b": {"k" : null, "e": [true, 1E5]}}')
 
+# The same in Gemma 4's notation: raw strings that hold its brackets, a `<`, a quote and its markers.
+GEMMA4_SPACED = ('now{a:[1,<|"|>}]<tool_call|>"\n<<|"|>],b:{k:null,e:[true,1E5]}}',
+                 '{"a": [1, "}]<tool_call|>\\"\\n<"], "b": {"k": null, "e": [true, 1E5]}}')
+
 
 def xml_strings(syntax) -> str:
     """A text value holding an XML syntax's own strings, all but its value's end."""
@@ -47,6 +51,8 @@ def rendered(syntax) -> list[str]:
         spaced = syntax.render([("now", ' { "a" : [1, "}"] } ')])
     if syntax.pythonic:
         spaced = syntax.prefix + PYTHONIC_SPACED[0] + syntax.suffix
+    if syntax.gemma4:
+        spaced = syntax.prefix + GEMMA4_SPACED[0] + syntax.suffix
     outputs = [syntax.render([("get_weather", WEATHER)]),
                syntax.render([("get_weather", WEATHER), ("book_meeting", MEETING), ("now", {})]),
                spaced, "Sunny, I think.", "{" if syntax.start != "{" else "<", ""]
@@ -112,7 +118,8 @@ def test_arguments_are_the_value_as_written(syntax):
     assert len({c.id for c in calls}) == 3
     [spaced] = parse_calls(rendered(syntax)[2], syntax, TOOL_DEFINITIONS)[1]
     assert spaced.function.arguments == (json.dumps({"a": xml_strings(syntax)}, ensure_ascii=False) if syntax.xml
-                                         else PYTHONIC_SPACED[1] if syntax.pythonic else '{ "a" : [1, "}"] }')
+                                         else PYTHONIC_SPACED[1] if syntax.pythonic
+                                         else GEMMA4_SPACED[1] if syntax.gemma4 else '{ "a" : [1, "}"] }')
 
 
 def test_the_name_goes_out_when_its_string_closes_and_the_arguments_as_they_grow():
