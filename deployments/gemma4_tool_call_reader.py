@@ -16,6 +16,11 @@ from deployments.written_call import CharacterReader, TranslatedCall
 CALL_OPEN = "call:"  # what begins each call after the syntax's marker
 
 
+def _json_escaped(c: str) -> str:
+    """A string's character as JSON writes it (non-ASCII as it is)."""
+    return c if c >= " " and c not in '"\\' else json.dumps(c)[1:-1]
+
+
 class Gemma4CallReader(CharacterReader):
     """One choice's calls, from the first `<|tool_call>` on, read a character at a time. Between
     calls the markers are skipped until `call:`; within a call, `stack` holds the open brackets
@@ -88,11 +93,14 @@ class Gemma4CallReader(CharacterReader):
         self.state = "value" if self.stack else "between"
 
     def _string_char(self, c: str) -> None:
+        if not self.held and c != "<":  # most of a string's characters
+            self._write(_json_escaped(c))
+            return
         self.held += c
         if self.held == QUOTE:
             self._write('"')
             self.state, self.held = "value", ""
             return
         while self.held and not QUOTE.startswith(self.held):
-            self._write(json.dumps(self.held[0], ensure_ascii=False)[1:-1])
+            self._write(_json_escaped(self.held[0]))
             self.held = self.held[1:]
