@@ -145,13 +145,14 @@ class _Compiler:
         return r"\[" + (items if low else f"(?:{items})?") + r"\]"
 
     def object(self, schema: dict, depth: int) -> str:
-        return r"\{" + self.members(schema, depth) + r"\}"
+        return r"\{" + self.members(schema, depth, untyped_depth=depth - 1) + r"\}"
 
-    def members(self, schema: dict, depth: int) -> str:
-        """An object's members, unbracketed: a call's arguments are the same within `call:NAME{...}`."""
+    def members(self, schema: dict, depth: int, untyped_depth: int) -> str:
+        """An object's members, unbracketed: a call's arguments are the same within `call:NAME{...}`.
+        Members it does not list are any values nested `untyped_depth` levels at most."""
         if lists_no_parameters(schema):
             extra = schema.get("additionalProperties", True)
-            member = FREE_KEY + ":" + self.value(extra, depth - 1 if extra is True else depth)
+            member = FREE_KEY + ":" + self.value(extra, untyped_depth if extra is True else depth)
             return f"(?:{member}(?:,{member})*)?"
         required = set(schema.get("required", []))
         members = []
@@ -175,7 +176,8 @@ class _Compiler:
 
 def _arguments_regex(function: FunctionDefinition) -> str:
     schema = object_parameters(function, "Gemma 4's arguments")
-    return _Compiler(schema, function.name).members(schema, UNTYPED_DEPTH)
+    # The call's braces are not a value's: its free arguments nest as deep as a listed one with no type.
+    return _Compiler(schema, function.name).members(schema, UNTYPED_DEPTH, untyped_depth=UNTYPED_DEPTH)
 
 
 def gemma4_call_regex(tools: list[ToolDefinition]) -> str:

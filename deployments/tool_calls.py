@@ -34,7 +34,7 @@ import string
 from dataclasses import dataclass
 
 from app.guided.compiler import escape_literal, regex_for_format
-from deployments import gemma4_tool_calls as gemma4, harmony
+from deployments import gemma4_tool_calls, harmony
 from deployments.named_tool_calls import (DEEPSEEK_V3_CALL, DEEPSEEK_V31_CALL, KIMI_K2_CALL, MISTRAL_ARGS_CALL,
                                           MISTRAL_CALL_ID_CALL, NamedJsonCall, named_call_regex)
 from deployments.pythonic_tool_calls import pythonic_call_regex, render_call
@@ -82,7 +82,7 @@ class ToolCallSyntax:
         if self.harmony:
             return harmony.MARKERS
         parts = dataclasses.astuple(self.xml or self.named) if self.xml or self.named else ()
-        quote = (gemma4.QUOTE,) if self.gemma4 else ()
+        quote = (gemma4_tool_calls.QUOTE,) if self.gemma4 else ()
         strings = (self.prefix, self.separator, self.suffix, self.tag, *parts, *quote)
         return tuple(m for m in strings if m and isinstance(m, str))
 
@@ -99,7 +99,7 @@ class ToolCallSyntax:
         if self.pythonic:
             return render_call(name, arguments)
         if self.gemma4:
-            return gemma4.render_call(name, arguments)
+            return gemma4_tool_calls.render_call(name, arguments)
         if self.harmony:
             return harmony.call_header(name) + (arguments if isinstance(arguments, str)
                                                 else json.dumps(arguments, ensure_ascii=False))
@@ -242,8 +242,8 @@ def tool_format(tools: list[ToolDefinition], choice, parallel: bool,
     if syntax.harmony:  # one call a reply, whatever `parallel`: `<|call|>` ends it
         return {"type": "regex", "pattern": _harmony_reply(tools, choice)}
     call = (xml_call_regex(tools, syntax.xml) if syntax.xml else named_call_regex(tools, syntax.named) if syntax.named
-            else pythonic_call_regex(tools) if syntax.pythonic else gemma4.gemma4_call_regex(tools) if syntax.gemma4
-            else call_regex(tools, syntax))
+            else pythonic_call_regex(tools) if syntax.pythonic
+            else gemma4_tool_calls.gemma4_call_regex(tools) if syntax.gemma4 else call_regex(tools, syntax))
     calls = (escape_literal(syntax.prefix) + f"(?:{call})"
              + (f"(?:{escape_literal(syntax.separator)}(?:{call})){{0,{most - 1}}}" if most > 1 else "")
              + escape_literal(syntax.suffix))

@@ -85,6 +85,14 @@ def test_keys_come_sorted_with_the_required_ones_always(vocab):
         assert not accepts(index, vocab, text), text
 
 
+def test_a_function_that_lists_no_parameters_takes_any_keys_with_values_two_levels_deep(vocab):
+    index = compile_regex(gemma4_call_regex([tool("f", FREE)]), vocab)
+    for text in ["f{}", f"f{{b:[1,{QUOTE}x{QUOTE}],a:{{c:true}}}}", "f{a:null}"]:
+        assert accepts(index, vocab, text), text
+    for text in ["f{a:[[1]]}", "f{a:{b:{c:1}}}", "f{a b:1}"]:
+        assert not accepts(index, vocab, text), text
+
+
 def test_values_are_written_back_as_the_template_writes_them():
     """As its `format_argument` macro writes them: strings between quote marks as they are, keys bare
     and sorted (case aside), no spacing."""
