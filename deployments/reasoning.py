@@ -24,6 +24,8 @@ The parsers:
   of the reply by deployments/harmony.py; an app whose replies are harmony has it unless it names another.
 - "mistral" (Magistral, Ministral 3 Reasoning): reasoning only when the model opens it, `[THINK]` first
   and `[/THINK]` after; an output that does not begin with `[THINK]` is all answer (as vLLM reads them).
+- "gemma4" (Gemma 4): as "mistral", in its thought channel, `<|channel>thought\n` first and `<channel|>`
+  after. With `enable_thinking` off its template has written an empty channel into the prompt already.
 Newlines just after `</think>` are dropped: templates write them when a reply is fed back.
 Usage counts as reasoning the output tokens up to the one that completed `</think>`.
 
@@ -38,6 +40,8 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from typing import Callable, Sequence
+
+from app.guided.compiler import escape_literal
 
 
 def _thinking_unless_either_switch_is_off(kwargs: dict) -> bool:
@@ -68,6 +72,7 @@ THINKING_SWITCHES = {
     "holo2": _thinking_unless_either_switch_is_off,
     "openai_gptoss": _always_thinking,
     "mistral": _always_thinking,  # may think: the model decides (ReasoningTags.optional)
+    "gemma4": _always_thinking,  # as "mistral"
 }
 REASONING_PARSERS = tuple(THINKING_SWITCHES)
 RECENT_TOKENS = 16  # enough to spell `</think>` however the tokenizer splits it
@@ -82,13 +87,14 @@ class ReasoningTags:
 
     def __post_init__(self):
         for tag in (self.start, self.end):  # without_closing_tag: the first character, once
-            if not re.fullmatch(r"</?[\w:]+>|\[/?\w+\]", tag):
-                raise ValueError(f"{tag!r}: a reasoning tag is `<name>`, `</name>`, `[NAME]` or `[/NAME]`")
+            if not tag or tag[0] not in "<[" or tag[0] in tag[1:]:
+                raise ValueError(f"{tag!r}: a reasoning tag begins with '<' or '[', which does not recur in it")
 
 
 THINK = ReasoningTags()
 TAGS = {"seed_oss": ReasoningTags("<seed:think>", "</seed:think>"),
-        "mistral": ReasoningTags("[THINK]", "[/THINK]", optional=True)}  # the others': THINK
+        "mistral": ReasoningTags("[THINK]", "[/THINK]", optional=True),
+        "gemma4": ReasoningTags("<|channel>thought\n", "<channel|>", optional=True)}  # the others': THINK
 
 
 def reasoning_tags(parser: str | None) -> ReasoningTags:
@@ -116,7 +122,7 @@ def without_closing_tag(end: str = THINK.end) -> str:
 def thinking_then(answer_regex: str, tags: ReasoningTags = THINK) -> str:
     """The whole output's regex when the answer must fullmatch `answer_regex`: reasoning first,
     free but for its closing tag, which ends it (where the model opens its reasoning or not, any)."""
-    start, end = re.escape(tags.start), re.escape(tags.end)
+    start, end = escape_literal(tags.start), escape_literal(tags.end)
     if tags.optional:
         return f"(?:{start}{without_closing_tag(tags.end)}{end}\n{{0,2}})?(?:{answer_regex})"
     return f"(?:{start})?{without_closing_tag(tags.end)}{end}\n{{0,2}}(?:{answer_regex})"

@@ -107,7 +107,7 @@ def test_who_thinks():
     assert not thinks("glm45", with_effort[0].template_variables)
 
 
-@pytest.mark.parametrize("end", ["</think>", "</seed:think>", "[/THINK]"])
+@pytest.mark.parametrize("end", ["</think>", "</seed:think>", "[/THINK]", "<channel|>"])
 def test_the_free_reasoning_regex_is_exactly_text_without_the_closing_tag(end):
     free = re.compile(without_closing_tag(end), re.DOTALL)
     alphabet = sorted(set(end)) + ["x"]
@@ -149,19 +149,44 @@ MISTRAL_SPLITS = [  # output -> (reasoning, answer): reasoning only where the ou
 ]
 
 
+def assert_every_cut_splits(text: str, expected: tuple[str, str], tags: ReasoningTags) -> None:
+    """Streamed in two pieces cut anywhere, an optional reasoning's output splits as `expected`, and
+    one that never opens its reasoning counts none of its tokens as reasoning."""
+    for cut in range(len(text) + 1):
+        stream = ReasoningStream(tags=tags)
+        sent = [stream.take(text[:cut], last=False, token_ids=[1]), stream.take(text[cut:], last=True, token_ids=[2])]
+        assert ("".join(r for r, _ in sent), "".join(a for _, a in sent)) == expected, cut
+        if not expected[0] and not text.startswith(tags.start):
+            assert stream.reasoning_tokens == 0, cut  # an answer's tokens are not reasoning's
+
+
 @pytest.mark.parametrize("text, expected", MISTRAL_SPLITS)
 def test_mistral_reasons_only_when_it_opens_its_reasoning(text, expected):
     assert MISTRAL == ReasoningTags("[THINK]", "[/THINK]", optional=True) and thinks("mistral", None)
-    for cut in range(len(text) + 1):
-        stream = ReasoningStream(tags=MISTRAL)
-        sent = [stream.take(text[:cut], last=False, token_ids=[1]), stream.take(text[cut:], last=True, token_ids=[2])]
-        assert ("".join(r for r, _ in sent), "".join(a for _, a in sent)) == expected, cut
-        if not expected[0] and not text.startswith("[THINK]"):
-            assert stream.reasoning_tokens == 0, cut  # an answer's tokens are not reasoning's
+    assert_every_cut_splits(text, expected, MISTRAL)
     whole = re.compile(thinking_then("yes|no", MISTRAL), re.DOTALL)
     assert whole.fullmatch("yes") and whole.fullmatch("[THINK]a < b [/THIN[/THINK]\n\nno")
     assert not whole.fullmatch("plan[/THINK]no") and not whole.fullmatch("[THINK]plan") and \
         not whole.fullmatch("[THINK]a[/THINK]b[/THINK]yes")
+
+
+GEMMA4 = reasoning_tags("gemma4")
+GEMMA4_SPLITS = [  # output -> (reasoning, answer): in its thought channel, where the output opens it
+    ("<|channel>thought\nplan it<channel|>The answer.", ("plan it", "The answer.")),
+    ("The answer, <|channel>thought\n and all.", ("", "The answer, <|channel>thought\n and all.")),
+    ("<|channel>thought\na <channel| b<channel|>\nc", ("a <channel| b", "c")),
+    ("<|channel>thought\ncut while thinking", ("cut while thinking", "")),
+    ("<|channel>thou", ("", "<|channel>thou")),
+]
+
+
+@pytest.mark.parametrize("text, expected", GEMMA4_SPLITS)
+def test_gemma4_reasons_in_its_thought_channel_when_it_opens_it(text, expected):
+    assert thinks("gemma4", None) and thinks("gemma4", {"enable_thinking": False})  # the model decides
+    assert_every_cut_splits(text, expected, GEMMA4)
+    whole = re.compile(thinking_then("yes|no", GEMMA4), re.DOTALL)
+    assert whole.fullmatch("yes") and whole.fullmatch("<|channel>thought\na < b <channel<channel|>\n\nno")
+    assert not whole.fullmatch("plan<channel|>no") and not whole.fullmatch("<|channel>thought\nplan")
 
 
 def test_the_answer_format_holds_only_after_the_reasoning():
@@ -173,7 +198,7 @@ def test_the_answer_format_holds_only_after_the_reasoning():
 
 
 @pytest.mark.parametrize("tags", [ReasoningTags(), ReasoningTags("<seed:think>", "</seed:think>"),
-                                  ReasoningTags("[THINK]", "[/THINK]", optional=True)])
+                                  ReasoningTags("[THINK]", "[/THINK]", optional=True), GEMMA4])
 def test_outlines_core_compiles_it_and_frees_the_reasoning_then_masks_the_answer(tags):
     tokenizer = AutoTokenizer.from_pretrained(TINY_TARGET)
     vocab = build_guided_vocabulary(tokenizer)
