@@ -50,6 +50,11 @@ def gemma4_literal(value) -> str:
     return json.dumps(value)
 
 
+def _comma_list(item: str) -> str:
+    """Any number of `item`s, none included, joined by commas (the notation's lists and free members)."""
+    return f"(?:{item}(?:,{item})*)?"
+
+
 def _json_regex(schema: dict) -> str:
     return regex_for_format({"type": "json_schema", "json_schema": {"schema": schema}})
 
@@ -153,7 +158,7 @@ class _Compiler:
         if lists_no_parameters(schema):
             extra = schema.get("additionalProperties", True)
             member = FREE_KEY + ":" + self.value(extra, untyped_depth if extra is True else depth)
-            return f"(?:{member}(?:,{member})*)?"
+            return _comma_list(member)
         required = set(schema.get("required", []))
         members = []
         for key in sorted(schema.get("properties") or {}, key=str.lower):
@@ -171,7 +176,7 @@ class _Compiler:
             return one_of(scalars)
         inner = self.untyped(depth - 1)
         member = f"{FREE_KEY}:{inner}"
-        return one_of(scalars + [rf"\[(?:{inner}(?:,{inner})*)?\]", rf"\{{(?:{member}(?:,{member})*)?\}}"])
+        return one_of(scalars + [r"\[" + _comma_list(inner) + r"\]", r"\{" + _comma_list(member) + r"\}"])
 
 
 def _arguments_regex(function: FunctionDefinition) -> str:

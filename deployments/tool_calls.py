@@ -180,7 +180,8 @@ TOOL_CALL_PARSERS = {s.name: s for s in (
 # DeepSeek V3.2's templates spell their markers from a `｜DSML｜` piece.
 TEMPLATE_MARKERS = (
     (("｜DSML｜",), DEEPSEEK_V32), (("<｜tool▁sep｜>", "```json"), DEEPSEEK_V3), (("<｜tool▁sep｜>",), DEEPSEEK_V31),
-    (("<|channel|>",), HARMONY), (("<|tool_call>call:",), GEMMA4), (("<|tool_calls_section_begin|>",), KIMI_K2), (("<minimax:tool_call>",), MINIMAX_M2),
+    (("<|channel|>",), HARMONY), (("<|tool_call>call:",), GEMMA4), (("<|tool_calls_section_begin|>",), KIMI_K2),
+    (("<minimax:tool_call>",), MINIMAX_M2),
     (("<steptml:invoke",), STEP3), (("<function_calls>",), OLMO3), (("<seed:tool_call>",), SEED_OSS),
     (("<function=",), QWEN3_CODER), (("</arg_key><arg_value>",), GLM47), (("<arg_key>",), GLM45),
     (("<tool_calls>[",), JAMBA), (("<tool_call>",), HERMES), (("[CALL_ID]",), MISTRAL_CALL_ID),
