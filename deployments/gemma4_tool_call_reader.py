@@ -2,8 +2,8 @@
 JSON arguments: `{` when the call's own brace opens, each bare key quoted once its `:` is written,
 a string's raw text escaped as it grows (a `<` held until it is known not to begin the closing
 `<|"|>`), numbers, `true`, `false` and `null` as written (they are JSON's), `}` when the call's
-brace closes. The reader has the same shape as the JSON calls' scanner
-(deployments/tool_call_stream.py), which streams it.
+brace closes. It is a CallReader (deployments/call_notations.py), streamed by
+deployments/tool_call_stream.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Calls whose name stands outside their JSON arguments (deployments/named_tool_calls.py) read as
 they stream: the name once its end marker is written, the arguments as written, as they grow,
-until their object closes. The reader has the same shape as the JSON calls' scanner
-(deployments/tool_call_stream.py), which streams both.
+until their object closes. It is a CallReader (deployments/call_notations.py), streamed by
+deployments/tool_call_stream.py.
 """
 
 from __future__ import annotations

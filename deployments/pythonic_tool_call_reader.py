@@ -1,8 +1,8 @@
 """Calls written as Python (deployments/pythonic_tool_calls.py) read as they stream, into OpenAI's
 JSON arguments: `{"key": ` once a keyword's `=` is written, its value as it grows (`True`,
 `False` and `None` as JSON's names once whole, the rest as written: the grammar writes values
-as JSON does), `}` when the call's parenthesis closes. The reader has the same shape as the JSON
-calls' scanner (deployments/tool_call_stream.py), which streams it.
+as JSON does), `}` when the call's parenthesis closes. It is a CallReader
+(deployments/call_notations.py), streamed by deployments/tool_call_stream.py.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ deployments/pythonic_tool_calls.py), or Gemma 4's own notation (deployments/gemm
 messages of their own (gpt-oss's harmony replies:
 deployments/harmony.py); for templates with no tool convention (the default model)
 `{"name": ..., "arguments": {...}}`, one per line. The app's `tool_call_parser` (vLLM's names)
-chooses one instead of the template's.
+chooses one instead of the template's. A syntax is the text around its calls and the notation each
+call is written in (deployments/call_notations.py), which gives its grammar, text and reader.
 
 The calls are generated under a regex built from the tools' parameter schemas by the guided
 compiler (string formats included), so every call's arguments parse and validate:
@@ -33,34 +34,29 @@ import json
 import string
 from dataclasses import dataclass
 
-from app.guided.compiler import escape_literal, regex_for_format
-from deployments import gemma4_tool_calls, harmony
+from app.guided.compiler import escape_literal
+from deployments import harmony
+from deployments.call_notations import (GEMMA4_CALL, HARMONY_CALL, JSON_CALL, PYTHONIC_CALL, CallNotation,
+                                        HarmonyNotation, JsonNotation, NamedNotation, XmlNotation)
 from deployments.named_tool_calls import (DEEPSEEK_V3_CALL, DEEPSEEK_V31_CALL, KIMI_K2_CALL, MISTRAL_ARGS_CALL,
-                                          MISTRAL_CALL_ID_CALL, NamedJsonCall, named_call_regex)
-from deployments.pythonic_tool_calls import pythonic_call_regex, render_call
+                                          MISTRAL_CALL_ID_CALL)
 from deployments.text_regex import not_char, text_without
 from deployments.tool_protocol import NamedToolChoice, ToolDefinition
 from deployments.xml_tool_calls import (DEEPSEEK_V32_PARAMETERS, GLM45_PARAMETERS, GLM47_PARAMETERS,
-                                        MINIMAX_M2_PARAMETERS, QWEN3_PARAMETERS, SEED_OSS_PARAMETERS, STEP3_PARAMETERS,
-                                        XmlParameters, xml_call_regex)
+                                        MINIMAX_M2_PARAMETERS, QWEN3_PARAMETERS, SEED_OSS_PARAMETERS, STEP3_PARAMETERS)
 
 MAX_PARALLEL_CALLS = 4
 
 
 @dataclass(frozen=True)
 class ToolCallSyntax:
+    """A convention's calls: the text around them, and how each is written (its notation)."""
     name: str
     prefix: str  # before the first call
     separator: str  # between calls
     suffix: str  # after the last call
-    arguments_key: str  # "arguments", or Llama 3's "parameters"
+    notation: CallNotation = JSON_CALL
     tag: str = ""  # what opens the calls after text ("": calls can only be the whole answer)
-    xml: XmlParameters | None = None  # a call's arguments as XML elements, not a JSON object
-    named: NamedJsonCall | None = None  # a call's name outside its JSON arguments, not a key of one
-    pythonic: bool = False  # a call is Python, `name(key=value, ...)`, not a JSON object
-    name_is_key: bool = False  # a call is `{"name": {arguments}}`, not `{"name": ..., "arguments": ...}`
-    harmony: bool = False  # a call is a message of a harmony reply (deployments/harmony.py)
-    gemma4: bool = False  # a call is `name{key:value,...}` in Gemma 4's notation (gemma4_tool_calls.py)
     one_call: bool = False  # a reply holds one call at most (the template writes only the first)
 
     def __post_init__(self):
@@ -71,95 +67,82 @@ class ToolCallSyntax:
             raise ValueError(f"{self.name}: a syntax without a tag opens its calls with one character")
 
     @property
+    def harmony(self) -> bool:
+        """Its replies are harmony messages (deployments/harmony.py), each call one of them."""
+        return isinstance(self.notation, HarmonyNotation)
+
+    @property
     def start(self) -> str:
         """What every output that holds calls begins with (the call's own start when no prefix); a
         harmony reply has no such start (its calls are messages: deployments/harmony.py)."""
-        return self.prefix or (self.xml.function_open if self.xml else self.named.call_open if self.named else "{")
+        return self.prefix or self.notation.start
 
     @property
     def markers(self) -> tuple[str, ...]:
-        """The text this convention writes around calls and their parts (deployments/markup_tokens.py)."""
-        if self.harmony:
-            return harmony.MARKERS
-        parts = dataclasses.astuple(self.xml or self.named) if self.xml or self.named else ()
-        quote = (gemma4_tool_calls.QUOTE,) if self.gemma4 else ()
-        strings = (self.prefix, self.separator, self.suffix, self.tag, *parts, *quote)
-        return tuple(m for m in strings if m and isinstance(m, str))
+        """The text this convention writes around calls and their parts (deployments/markup_tokens.py);
+        a harmony reply's are its messages' (its separator, `<|call|>`, ends a reply)."""
+        own = () if self.harmony else (self.prefix, self.separator, self.suffix, self.tag)
+        return tuple(m for m in (*own, *self.notation.markers) if m)
 
     def render(self, calls: list[tuple[str, dict | str]]) -> str:
         """Calls as this convention writes them (assistant turns fed back to the template)."""
-        written = [self._render_call(name, arguments, number) for number, (name, arguments) in enumerate(calls)]
+        written = [self.notation.render(name, arguments, number) for number, (name, arguments) in enumerate(calls)]
         return self.prefix + self.separator.join(written) + self.suffix
-
-    def _render_call(self, name: str, arguments: dict | str, number: int) -> str:
-        if self.xml:
-            return self.xml.render(name, arguments)
-        if self.named:
-            return self.named.render(name, arguments, number)
-        if self.pythonic:
-            return render_call(name, arguments)
-        if self.gemma4:
-            return gemma4_tool_calls.render_call(name, arguments)
-        if self.harmony:
-            return harmony.call_header(name) + (arguments if isinstance(arguments, str)
-                                                else json.dumps(arguments, ensure_ascii=False))
-        call = {name: arguments} if self.name_is_key else {"name": name, self.arguments_key: arguments}
-        return json.dumps(call, ensure_ascii=False)
 
 
 HERMES = ToolCallSyntax("hermes", "<tool_call>\n", "\n</tool_call>\n<tool_call>\n",
-                        "\n</tool_call>", "arguments", tag="<tool_call>")
-MISTRAL = ToolCallSyntax("mistral", "[TOOL_CALLS][", ", ", "]", "arguments", tag="[TOOL_CALLS]")
-MISTRAL_ARGS = ToolCallSyntax("mistral_args", "", "", "", "arguments", tag="[TOOL_CALLS]", named=MISTRAL_ARGS_CALL)
-MISTRAL_CALL_ID = dataclasses.replace(MISTRAL_ARGS, name="mistral_call_id", named=MISTRAL_CALL_ID_CALL)
+                        "\n</tool_call>", tag="<tool_call>")
+MISTRAL = ToolCallSyntax("mistral", "[TOOL_CALLS][", ", ", "]", tag="[TOOL_CALLS]")
+MISTRAL_ARGS = ToolCallSyntax("mistral_args", "", "", "", NamedNotation(MISTRAL_ARGS_CALL), tag="[TOOL_CALLS]")
+MISTRAL_CALL_ID = dataclasses.replace(MISTRAL_ARGS, name="mistral_call_id",
+                                      notation=NamedNotation(MISTRAL_CALL_ID_CALL))
 MISTRAL_FORMS = (MISTRAL, MISTRAL_ARGS, MISTRAL_CALL_ID)  # vLLM's `mistral` parser reads them all
 ALPHANUMERIC = string.ascii_letters + string.digits
-QWEN3_CODER = ToolCallSyntax("qwen3_coder", HERMES.prefix, HERMES.separator, HERMES.suffix, "arguments",
-                             tag="<tool_call>", xml=QWEN3_PARAMETERS)
+QWEN3_CODER = ToolCallSyntax("qwen3_coder", HERMES.prefix, HERMES.separator, HERMES.suffix,
+                             XmlNotation(QWEN3_PARAMETERS), tag="<tool_call>")
 # GLM's calls are each a <tool_call> element, its name first: the XML's own start.
-GLM45 = ToolCallSyntax("glm45", "", "\n", "", "arguments", tag="<tool_call>", xml=GLM45_PARAMETERS)
-GLM47 = ToolCallSyntax("glm47", "", "", "", "arguments", tag="<tool_call>", xml=GLM47_PARAMETERS)
-MINIMAX_M2 = ToolCallSyntax("minimax_m2", "<minimax:tool_call>\n", "\n", "\n</minimax:tool_call>", "arguments",
-                            tag="<minimax:tool_call>", xml=MINIMAX_M2_PARAMETERS)
+GLM45 = ToolCallSyntax("glm45", "", "\n", "", XmlNotation(GLM45_PARAMETERS), tag="<tool_call>")
+GLM47 = ToolCallSyntax("glm47", "", "", "", XmlNotation(GLM47_PARAMETERS), tag="<tool_call>")
+MINIMAX_M2 = ToolCallSyntax("minimax_m2", "<minimax:tool_call>\n", "\n", "\n</minimax:tool_call>",
+                            XmlNotation(MINIMAX_M2_PARAMETERS), tag="<minimax:tool_call>")
 SEED_OSS = ToolCallSyntax("seed_oss", "<seed:tool_call>\n", "\n</seed:tool_call>\n<seed:tool_call>\n",
-                          "\n</seed:tool_call>", "arguments", tag="<seed:tool_call>", xml=SEED_OSS_PARAMETERS)
+                          "\n</seed:tool_call>", XmlNotation(SEED_OSS_PARAMETERS), tag="<seed:tool_call>")
 DEEPSEEK_V32 = ToolCallSyntax("deepseek_v32", "<｜DSML｜function_calls>\n", "\n", "\n</｜DSML｜function_calls>",
-                              "arguments", tag="<｜DSML｜function_calls>", xml=DEEPSEEK_V32_PARAMETERS)
-STEP3 = ToolCallSyntax("step3", "<｜tool_calls_begin｜>\n", "\n", "\n<｜tool_calls_end｜>", "arguments",
-                       tag="<｜tool_calls_begin｜>", xml=STEP3_PARAMETERS)
-GRANITE = ToolCallSyntax("granite", "<|tool_call|>[", ", ", "]", "arguments", tag="<|tool_call|>")
-GIGACHAT31 = ToolCallSyntax("gigachat31", "<|function_call|>", "", "", "arguments", tag="<|function_call|>",
-                            one_call=True)
-JAMBA = ToolCallSyntax("jamba", "<tool_calls>[", ", ", "]</tool_calls>", "arguments", tag="<tool_calls>")
-NEMOTRON_V2 = ToolCallSyntax("nemotron_v2", "<TOOLCALL>[", ", ", "]</TOOLCALL>", "arguments", tag="<TOOLCALL>")
-XLAM = ToolCallSyntax("xlam", "[", ", ", "]", "arguments")
-PHI4_MINI = ToolCallSyntax("phi4_mini_json", "functools[", ", ", "]", "arguments", tag="functools")
-MINIMAX_M1 = ToolCallSyntax("minimax", "<tool_calls>\n", "\n", "\n</tool_calls>", "arguments", tag="<tool_calls>")
-APERTUS = ToolCallSyntax("apertus", "<|tools_prefix|>[", ", ", "]<|tools_suffix|>", "arguments",
-                         tag="<|tools_prefix|>", name_is_key=True)
+                              XmlNotation(DEEPSEEK_V32_PARAMETERS), tag="<｜DSML｜function_calls>")
+STEP3 = ToolCallSyntax("step3", "<｜tool_calls_begin｜>\n", "\n", "\n<｜tool_calls_end｜>",
+                       XmlNotation(STEP3_PARAMETERS), tag="<｜tool_calls_begin｜>")
+GRANITE = ToolCallSyntax("granite", "<|tool_call|>[", ", ", "]", tag="<|tool_call|>")
+GIGACHAT31 = ToolCallSyntax("gigachat31", "<|function_call|>", "", "", tag="<|function_call|>", one_call=True)
+JAMBA = ToolCallSyntax("jamba", "<tool_calls>[", ", ", "]</tool_calls>", tag="<tool_calls>")
+NEMOTRON_V2 = ToolCallSyntax("nemotron_v2", "<TOOLCALL>[", ", ", "]</TOOLCALL>", tag="<TOOLCALL>")
+XLAM = ToolCallSyntax("xlam", "[", ", ", "]")
+PHI4_MINI = ToolCallSyntax("phi4_mini_json", "functools[", ", ", "]", tag="functools")
+MINIMAX_M1 = ToolCallSyntax("minimax", "<tool_calls>\n", "\n", "\n</tool_calls>", tag="<tool_calls>")
+APERTUS = ToolCallSyntax("apertus", "<|tools_prefix|>[", ", ", "]<|tools_suffix|>",
+                         JsonNotation(name_is_key=True), tag="<|tools_prefix|>")
 # InternLM2's chat format; its `<|plugin|>` names the kind of action
 INTERNLM = ToolCallSyntax("internlm", "<|action_start|><|plugin|>\n", "<|action_end|>\n<|action_start|><|plugin|>\n",
-                          "<|action_end|>", "parameters", tag="<|action_start|>")
-GRANITE_20B_FC = ToolCallSyntax("granite-20b-fc", "<function_call> ", "\n<function_call> ", "", "arguments",
-                                tag="<function_call>")
+                          "<|action_end|>", JsonNotation("parameters"), tag="<|action_start|>")
+GRANITE_20B_FC = ToolCallSyntax("granite-20b-fc", "<function_call> ", "\n<function_call> ", "", tag="<function_call>")
 LONGCAT = ToolCallSyntax("longcat", "<longcat_tool_call>", "</longcat_tool_call>\n<longcat_tool_call>",
-                         "</longcat_tool_call>", "arguments", tag="<longcat_tool_call>")
-LLAMA3 = ToolCallSyntax("llama3_json", "", "; ", "", "parameters")
-PYTHONIC = ToolCallSyntax("pythonic", "[", ", ", "]", "arguments", pythonic=True)
-OLMO3 = ToolCallSyntax("olmo3", "<function_calls>\n", "\n", "\n</function_calls>", "arguments",
-                       tag="<function_calls>", pythonic=True)
-LFM2 = ToolCallSyntax("lfm2", "<|tool_call_start|>[", ", ", "]<|tool_call_end|>", "arguments",
-                      tag="<|tool_call_start|>", pythonic=True)
-GEMMA4 = ToolCallSyntax("gemma4", "<|tool_call>call:", "<tool_call|><|tool_call>call:", "<tool_call|>",
-                        "arguments", tag="<|tool_call>", gemma4=True)
-PLAIN = ToolCallSyntax("json", "", "\n", "", "arguments")
-DEEPSEEK_V31 = ToolCallSyntax("deepseek_v31", "<｜tool▁calls▁begin｜>", "", "<｜tool▁calls▁end｜>", "arguments",
-                              tag="<｜tool▁calls▁begin｜>", named=DEEPSEEK_V31_CALL)
-DEEPSEEK_V3 = dataclasses.replace(DEEPSEEK_V31, name="deepseek_v3", separator="\n", named=DEEPSEEK_V3_CALL)
+                         "</longcat_tool_call>", tag="<longcat_tool_call>")
+LLAMA3 = ToolCallSyntax("llama3_json", "", "; ", "", JsonNotation("parameters"))
+PYTHONIC = ToolCallSyntax("pythonic", "[", ", ", "]", PYTHONIC_CALL)
+OLMO3 = ToolCallSyntax("olmo3", "<function_calls>\n", "\n", "\n</function_calls>",
+                       PYTHONIC_CALL, tag="<function_calls>")
+LFM2 = ToolCallSyntax("lfm2", "<|tool_call_start|>[", ", ", "]<|tool_call_end|>",
+                      PYTHONIC_CALL, tag="<|tool_call_start|>")
+GEMMA4 = ToolCallSyntax("gemma4", "<|tool_call>call:", "<tool_call|><|tool_call>call:", "<tool_call|>", GEMMA4_CALL,
+                        tag="<|tool_call>")
+PLAIN = ToolCallSyntax("json", "", "\n", "")
+DEEPSEEK_V31 = ToolCallSyntax("deepseek_v31", "<｜tool▁calls▁begin｜>", "", "<｜tool▁calls▁end｜>",
+                              NamedNotation(DEEPSEEK_V31_CALL), tag="<｜tool▁calls▁begin｜>")
+DEEPSEEK_V3 = dataclasses.replace(DEEPSEEK_V31, name="deepseek_v3", separator="\n",
+                                  notation=NamedNotation(DEEPSEEK_V3_CALL))
 # Calls one after another: each ends the reply (`<|call|>`, EOS) and the next is the next reply's.
-HARMONY = ToolCallSyntax("openai", "", "<|call|><|start|>assistant", "", "arguments", harmony=True)
+HARMONY = ToolCallSyntax("openai", "", "<|call|><|start|>assistant", "", HARMONY_CALL)
 KIMI_K2 = ToolCallSyntax("kimi_k2", "<|tool_calls_section_begin|>", "", "<|tool_calls_section_end|>",
-                         "arguments", tag="<|tool_calls_section_begin|>", named=KIMI_K2_CALL)
+                         NamedNotation(KIMI_K2_CALL), tag="<|tool_calls_section_begin|>")
 # The app's `tool_call_parser`, by vLLM's parser names (Hunyuan A13B writes Jamba's tags), and Mistral's later
 # forms by names of their own (vLLM's `mistral` names them all: tool_call_syntax).
 # vLLM's qwen3_xml reads what its qwen3_coder reads, its llama4_pythonic what its pythonic reads; ERNIE 4.5 writes
@@ -215,22 +198,6 @@ def template_knows_tools(template: str | None) -> bool:
     return bool(template) and "tools" in template and "tool_calls" in template
 
 
-def _call_schema(tool: ToolDefinition, syntax: ToolCallSyntax) -> dict:
-    if syntax.name_is_key:
-        name = tool.function.name
-        return {"type": "object", "properties": {name: tool.function.schema_}, "required": [name]}
-    return {"type": "object", "properties": {"name": {"const": tool.function.name},
-                                             syntax.arguments_key: tool.function.schema_},
-            "required": ["name", syntax.arguments_key]}
-
-
-def call_regex(tools: list[ToolDefinition], syntax: ToolCallSyntax) -> str:
-    """One call of any of `tools`; raises GuidedFormatError for a schema that cannot compile."""
-    schemas = [_call_schema(t, syntax) for t in tools]
-    schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
-    return regex_for_format({"type": "json_schema", "json_schema": {"schema": schema}})
-
-
 def tool_format(tools: list[ToolDefinition], choice, parallel: bool,
                 syntax: ToolCallSyntax) -> dict | None:
     """The format (for the ConstraintService) a request's `tool_choice` asks for, or None."""
@@ -240,11 +207,9 @@ def tool_format(tools: list[ToolDefinition], choice, parallel: bool,
         tools, most = [t for t in tools if t.function.name == choice.function.name], 1
     else:
         most = MAX_PARALLEL_CALLS if parallel and not syntax.one_call else 1
+    call = syntax.notation.regex(tools)
     if syntax.harmony:  # one call a reply, whatever `parallel`: `<|call|>` ends it
-        return {"type": "regex", "pattern": _harmony_reply(tools, choice)}
-    call = (xml_call_regex(tools, syntax.xml) if syntax.xml else named_call_regex(tools, syntax.named) if syntax.named
-            else pythonic_call_regex(tools) if syntax.pythonic
-            else gemma4_tool_calls.gemma4_call_regex(tools) if syntax.gemma4 else call_regex(tools, syntax))
+        return {"type": "regex", "pattern": _harmony_reply(call, choice)}
     calls = (escape_literal(syntax.prefix) + f"(?:{call})"
              + (f"(?:{escape_literal(syntax.separator)}(?:{call})){{0,{most - 1}}}" if most > 1 else "")
              + escape_literal(syntax.suffix))
@@ -257,11 +222,9 @@ def tool_format(tools: list[ToolDefinition], choice, parallel: bool,
     return {"type": "regex", "pattern": calls}
 
 
-def _harmony_reply(tools: list[ToolDefinition], choice) -> str:
-    """A harmony reply with one call of any of `tools`, or with `auto` that or a final answer
+def _harmony_reply(call: str, choice) -> str:
+    """A harmony reply with one call (`call`: its regex), or with `auto` that or a final answer
     (deployments/harmony.py)."""
-    call = harmony.calls_regex([(t.function.name, regex_for_format(
-        {"type": "json_schema", "json_schema": {"schema": t.function.schema_}})) for t in tools])
     if choice == "auto":
         call = f"(?:{call}|{escape_literal(harmony.FINAL_HEADER)}{text_without('<|', empty=False)})"
     return harmony.guided_reply(call, header="")

@@ -1,5 +1,5 @@
 """A tool call as its reader keeps it while it streams: `WrittenCall` for arguments that are a span
-of the model's text, as the JSON calls' scanner (deployments/tool_call_stream.py) and the named
+of the model's text, as the JSON calls' reader (deployments/json_tool_call_reader.py) and the named
 calls' reader (deployments/named_tool_call_reader.py) read them, spacing included;
 `TranslatedCall` for arguments the model writes otherwise (XML parameters, Python keywords),
 which their readers turn into OpenAI's JSON as they grow."""

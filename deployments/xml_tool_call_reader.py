@@ -2,8 +2,8 @@
 OpenAI's JSON arguments: `{"key": ` once a parameter's name ends, its value as it grows (a text
 value JSON-escaped inside quotes, any other as written), `}` when the function ends. What may
 still be the start of a value's end is held, and so is a nullable text value while it may still
-be `null`. The reader has the same shape as the JSON calls'
-scanner (deployments/tool_call_stream.py), which streams both.
+be `null`. It is a CallReader (deployments/call_notations.py), streamed by
+deployments/tool_call_stream.py.
 """
 
 from __future__ import annotations

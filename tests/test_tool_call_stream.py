@@ -12,6 +12,7 @@ import pytest
 
 from app.guided.compiler import compile_regex, regex_for_format
 from app.guided.vocabulary import load_guided_vocabulary
+from deployments.call_notations import Gemma4Notation, JsonNotation, NamedNotation, PythonicNotation, XmlNotation
 from deployments.tool_call_stream import ToolStream, parse_calls
 from deployments.written_call import CallPiece
 from deployments.tool_calls import (DEEPSEEK_V31, HERMES, KIMI_K2, MISTRAL_ARGS, MISTRAL_CALL_ID, PLAIN,
@@ -35,23 +36,24 @@ GEMMA4_SPACED = ('now{a:[1,<|"|>}]<tool_call|>"\n<<|"|>],b:{k:null,e:[true,1E5]}
 
 def xml_strings(syntax) -> str:
     """A text value holding an XML syntax's own strings, all but its value's end."""
-    xml = syntax.xml
+    xml = syntax.notation.parameters
     return xml.value_end[1:] + xml.parameter_open + "b" + xml.parameter_name_end + xml.function_end + syntax.tag
 
 
 def rendered(syntax) -> list[str]:
     """Outputs with one call, two calls, calls with spacing of their own, text, and (where a tag
     opens calls) text then calls."""
-    spaced = syntax.prefix + '{ "name" :"now",  "%s":{ "a" : [1, "}"] } }' % syntax.arguments_key + syntax.suffix
-    if syntax.name_is_key:
-        spaced = syntax.prefix + '{ "now" :{ "a" : [1, "}"] } }' + syntax.suffix
-    if syntax.xml:  # no spacing of its own: a text value that holds the syntax's own strings instead
+    notation = syntax.notation
+    if isinstance(notation, JsonNotation):
+        spaced = syntax.prefix + ('{ "now" :{ "a" : [1, "}"] } }' if notation.name_is_key else
+                                  '{ "name" :"now",  "%s":{ "a" : [1, "}"] } }' % notation.arguments_key) + syntax.suffix
+    if isinstance(notation, XmlNotation):  # no spacing of its own: a text value that holds the syntax's strings
         spaced = syntax.render([("now", {"a": xml_strings(syntax)})])
-    if syntax.named:  # the name is outside the arguments: the spacing is theirs
+    if isinstance(notation, NamedNotation):  # the name is outside the arguments: the spacing is theirs
         spaced = syntax.render([("now", ' { "a" : [1, "}"] } ')])
-    if syntax.pythonic:
+    if isinstance(notation, PythonicNotation):
         spaced = syntax.prefix + PYTHONIC_SPACED[0] + syntax.suffix
-    if syntax.gemma4:
+    if isinstance(notation, Gemma4Notation):
         spaced = syntax.prefix + GEMMA4_SPACED[0] + syntax.suffix
     outputs = [syntax.render([("get_weather", WEATHER)]),
                syntax.render([("get_weather", WEATHER), ("book_meeting", MEETING), ("now", {})]),
@@ -117,9 +119,11 @@ def test_arguments_are_the_value_as_written(syntax):
     assert [json.loads(c.function.arguments) for c in calls] == [WEATHER, MEETING, {}]
     assert len({c.id for c in calls}) == 3
     [spaced] = parse_calls(rendered(syntax)[2], syntax, TOOL_DEFINITIONS)[1]
-    assert spaced.function.arguments == (json.dumps({"a": xml_strings(syntax)}, ensure_ascii=False) if syntax.xml
-                                         else PYTHONIC_SPACED[1] if syntax.pythonic
-                                         else GEMMA4_SPACED[1] if syntax.gemma4 else '{ "a" : [1, "}"] }')
+    notation = syntax.notation
+    assert spaced.function.arguments == (
+        json.dumps({"a": xml_strings(syntax)}, ensure_ascii=False) if isinstance(notation, XmlNotation)
+        else PYTHONIC_SPACED[1] if isinstance(notation, PythonicNotation)
+        else GEMMA4_SPACED[1] if isinstance(notation, Gemma4Notation) else '{ "a" : [1, "}"] }')
 
 
 def test_the_name_goes_out_when_its_string_closes_and_the_arguments_as_they_grow():

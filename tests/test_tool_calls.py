@@ -133,7 +133,7 @@ def test_auto_with_a_tag_is_text_then_calls(vocab, syntax):
 def test_a_tag_whose_first_character_recurs_is_refused():
     """The text grammar before calls relies on it."""
     with pytest.raises(ValueError, match="recur"):
-        ToolCallSyntax("bad", "<a<", "", "", "arguments", tag="<a<")
+        ToolCallSyntax("bad", "<a<", "", "", tag="<a<")
 
 
 def test_parallel_calls_are_bounded_and_single_when_off():
