@@ -4,7 +4,7 @@ around its parts, and the reader that streams it into OpenAI's JSON arguments
 (deployments/tool_call_stream.py). A syntax holds one notation, so no code asks which one it is.
 
 - JsonNotation: a JSON object, `{"name": ..., "arguments": {...}}` (or Llama 3's "parameters", or
-  Apertus' `{"name": {...}}`);
+  Apertus' `{"name": {...}}`, or Cohere's `{"tool_call_id": "0", "tool_name": ..., "parameters": {...}}`);
 - XmlNotation: XML parameters (deployments/xml_tool_calls.py);
 - NamedNotation: JSON arguments after a name between markers (deployments/named_tool_calls.py);
 - PythonicNotation: a Python call (deployments/pythonic_tool_calls.py);
@@ -25,7 +25,7 @@ from deployments import gemma4_tool_calls, harmony, pythonic_tool_calls
 from deployments.gemma4_tool_call_reader import Gemma4CallReader
 from deployments.json_tool_call_reader import JsonCallReader
 from deployments.named_tool_call_reader import NamedCallReader
-from deployments.named_tool_calls import NamedJsonCall, named_call_regex
+from deployments.named_tool_calls import CALL_NUMBER, NamedJsonCall, named_call_regex
 from deployments.pythonic_tool_call_reader import PythonicCallReader
 from deployments.tool_protocol import ToolDefinition
 from deployments.written_call import WrittenCall
@@ -66,12 +66,16 @@ def _schema_regex(schema: dict) -> str:
 class JsonNotation:
     arguments_key: str = "arguments"  # or Llama 3's and InternLM's "parameters"
     name_is_key: bool = False  # a call is `{"name": {arguments}}`, not `{"name": ..., "arguments": ...}`
+    name_key: str = "name"  # or Cohere's "tool_name"
+    number_key: str = ""  # a key before the name whose value is the call's number as a string (Cohere's)
     start: str = "{"
     markers: tuple[str, ...] = ()
 
     def render(self, name: str, arguments: dict | str, number: int) -> str:
-        call = {name: arguments} if self.name_is_key else {"name": name, self.arguments_key: arguments}
-        return json.dumps(call, ensure_ascii=False)
+        numbered = {self.number_key: str(number)} if self.number_key else {}
+        if self.name_is_key:
+            return json.dumps({name: arguments}, ensure_ascii=False)
+        return json.dumps({**numbered, self.name_key: name, self.arguments_key: arguments}, ensure_ascii=False)
 
     def regex(self, tools: list[ToolDefinition]) -> str:
         schemas = [self._call_schema(t) for t in tools]
@@ -81,11 +85,12 @@ class JsonNotation:
         name = tool.function.name
         if self.name_is_key:
             return {"type": "object", "properties": {name: tool.function.schema_}, "required": [name]}
-        return {"type": "object", "properties": {"name": {"const": name}, self.arguments_key: tool.function.schema_},
-                "required": ["name", self.arguments_key]}
+        numbered = {self.number_key: {"type": "string", "pattern": CALL_NUMBER}} if self.number_key else {}
+        properties = {**numbered, self.name_key: {"const": name}, self.arguments_key: tool.function.schema_}
+        return {"type": "object", "properties": properties, "required": list(properties)}
 
     def reader(self, prefix: str, tools: list[ToolDefinition] | None) -> CallReader:
-        return JsonCallReader(self.arguments_key, self.name_is_key)
+        return JsonCallReader(self.arguments_key, self.name_is_key, self.name_key)
 
 
 def _strings(parts) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ class JsonCallReader:
     first key is the call's name, and its value the arguments)."""
     arguments_key: str
     name_is_key: bool = False
+    name_key: str = "name"
     text: str = ""
     depth: int = 0
     string_start: int | None = None
@@ -71,7 +72,7 @@ class JsonCallReader:
                 if self.name_is_key and call.name is None:
                     call.name = self.key
                 self.in_arguments = self.key == (call.name if self.name_is_key else self.arguments_key)
-            elif not self.name_is_key and self.key == "name" and call.name is None:
+            elif not self.name_is_key and self.key == self.name_key and call.name is None:
                 call.name = json.loads(self.text[self.string_start:i + 1])
         self.string_start = None
 

@@ -26,6 +26,8 @@ The parsers:
   and `[/THINK]` after; an output that does not begin with `[THINK]` is all answer (as vLLM reads them).
 - "gemma4" (Gemma 4): as "mistral", in its thought channel, `<|channel>thought\n` first and `<channel|>`
   after. With `enable_thinking` off its template has written an empty channel into the prompt already.
+- "cohere_command3" (Command R7B, Command A): as "gemma4", `<|START_THINKING|>` first and `<|END_THINKING|>`
+  after (its plan before the calls; the template closes an empty one unless `enable_thinking` is on).
 Newlines just after `</think>` are dropped: templates write them when a reply is fed back.
 Usage counts as reasoning the output tokens up to the one that completed `</think>`.
 
@@ -73,6 +75,7 @@ THINKING_SWITCHES = {
     "openai_gptoss": _always_thinking,
     "mistral": _always_thinking,  # may think: the model decides (ReasoningTags.optional)
     "gemma4": _always_thinking,  # as "mistral"
+    "cohere_command3": _always_thinking,  # as "mistral"
 }
 REASONING_PARSERS = tuple(THINKING_SWITCHES)
 RECENT_TOKENS = 16  # enough to spell `</think>` however the tokenizer splits it
@@ -94,7 +97,8 @@ class ReasoningTags:
 THINK = ReasoningTags()
 TAGS = {"seed_oss": ReasoningTags("<seed:think>", "</seed:think>"),
         "mistral": ReasoningTags("[THINK]", "[/THINK]", optional=True),
-        "gemma4": ReasoningTags("<|channel>thought\n", "<channel|>", optional=True)}  # the others': THINK
+        "gemma4": ReasoningTags("<|channel>thought\n", "<channel|>", optional=True),
+        "cohere_command3": ReasoningTags("<|START_THINKING|>", "<|END_THINKING|>", optional=True)}  # the others': THINK
 
 
 def reasoning_tags(parser: str | None) -> ReasoningTags:

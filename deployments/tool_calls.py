@@ -139,6 +139,10 @@ DEEPSEEK_V31 = ToolCallSyntax("deepseek_v31", "<｜tool▁calls▁begin｜>", ""
                               NamedNotation(DEEPSEEK_V31_CALL), tag="<｜tool▁calls▁begin｜>")
 DEEPSEEK_V3 = dataclasses.replace(DEEPSEEK_V31, name="deepseek_v3", separator="\n",
                                   notation=NamedNotation(DEEPSEEK_V3_CALL))
+# Command R7B's and Command A's: `tool_call_id` is the call's number in the conversation, as a string.
+COHERE_COMMAND3 = ToolCallSyntax("cohere_command3", "<|START_ACTION|>[\n    ", ",\n    ", "\n]<|END_ACTION|>",
+                                 JsonNotation("parameters", name_key="tool_name", number_key="tool_call_id"),
+                                 tag="<|START_ACTION|>")
 # Calls one after another: each ends the reply (`<|call|>`, EOS) and the next is the next reply's.
 HARMONY = ToolCallSyntax("openai", "", "<|call|><|start|>assistant", "", HARMONY_CALL)
 KIMI_K2 = ToolCallSyntax("kimi_k2", "<|tool_calls_section_begin|>", "", "<|tool_calls_section_end|>",
@@ -150,7 +154,7 @@ KIMI_K2 = ToolCallSyntax("kimi_k2", "<|tool_calls_section_begin|>", "", "<|tool_
 TOOL_CALL_PARSERS = {s.name: s for s in (
     HERMES, QWEN3_CODER, GLM45, GLM47, MINIMAX_M2, SEED_OSS, STEP3, DEEPSEEK_V32, *MISTRAL_FORMS, GRANITE,
     GRANITE_20B_FC, XLAM, PHI4_MINI, APERTUS, INTERNLM, GIGACHAT31, JAMBA, NEMOTRON_V2, MINIMAX_M1, LONGCAT, LLAMA3,
-    PYTHONIC, OLMO3, LFM2, GEMMA4, DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2, HARMONY, PLAIN)} | {
+    PYTHONIC, OLMO3, LFM2, GEMMA4, DEEPSEEK_V3, DEEPSEEK_V31, KIMI_K2, COHERE_COMMAND3, HARMONY, PLAIN)} | {
     "hunyuan_a13b": JAMBA, "qwen3_xml": QWEN3_CODER, "llama4_pythonic": PYTHONIC, "ernie45": HERMES}
 
 
@@ -173,7 +177,8 @@ TEMPLATE_MARKERS = (
     (("<tool_calls>",), JAMBA), (("<TOOLCALL>",), NEMOTRON_V2), (("<|function_call|>",), GIGACHAT31),
     (("<|tool_call_start|>",), LFM2), (("<|tool_list_start|>",), LFM2), (("functools",), PHI4_MINI),
     (("<|tools_prefix|>",), APERTUS),
-    (("<|plugin|>",), INTERNLM), (("[func_name1(",), PYTHONIC), (("<|python_tag|>",), LLAMA3),
+    (("<|plugin|>",), INTERNLM), (("<|START_ACTION|>",), COHERE_COMMAND3), (("[func_name1(",), PYTHONIC),
+    (("<|python_tag|>",), LLAMA3),
     (("ipython",), LLAMA3),
 )
 

@@ -16,8 +16,8 @@ from app.guided.compiler import compile_regex
 from app.guided.guide import CompiledFormat
 from app.guided.vocabulary import build_guided_vocabulary
 from deployments.protocol import ChatCompletionRequest
-from deployments.reasoning import (ReasoningStream, ReasoningTags, reasoning_tags, split_reasoning, thinking_then,
-                                   thinks, without_closing_tag)
+from deployments.reasoning import (REASONING_PARSERS, ReasoningStream, ReasoningTags, reasoning_tags, split_reasoning,
+                                   thinking_then, thinks, without_closing_tag)
 
 TINY_TARGET = Path(__file__).resolve().parent.parent / "checkpoints" / "tiny-target"
 
@@ -138,15 +138,20 @@ def test_seed_oss_reasons_in_its_own_tags_and_thinks_unless_switched_off():
         ReasoningTags("{think}", "{/think}")
 
 
-MISTRAL = reasoning_tags("mistral")
-MISTRAL_SPLITS = [  # output -> (reasoning, answer): reasoning only where the output opens it
-    ("[THINK]plan it[/THINK]The answer.", ("plan it", "The answer.")),
-    ("The answer, [THINK] and all.", ("", "The answer, [THINK] and all.")),
-    ("[THINK]a [/THINK b[/THINK]\nc", ("a [/THINK b", "c")),
-    ("[THINK]cut while thinking", ("cut while thinking", "")),
-    ("[THI", ("", "[THI")),
-    ("", ("", "")),
-]
+# The parsers whose model reasons only where it opens its reasoning, and their tags.
+OPTIONAL_TAGS = {"mistral": ("[THINK]", "[/THINK]"), "gemma4": ("<|channel>thought\n", "<channel|>"),
+                 "cohere_command3": ("<|START_THINKING|>", "<|END_THINKING|>")}
+
+
+def optional_splits(tags: ReasoningTags) -> list[tuple[str, tuple[str, str]]]:
+    """Outputs -> (reasoning, answer): reasoning only where the output opens it."""
+    start, end = tags.start, tags.end
+    return [(f"{start}plan it{end}The answer.", ("plan it", "The answer.")),
+            (f"The answer, {start} and all.", ("", f"The answer, {start} and all.")),
+            (f"{start}a {end[:-1]} b{end}\nc", (f"a {end[:-1]} b", "c")),  # the end's beginning is reasoning
+            (f"{start}cut while thinking", ("cut while thinking", "")),
+            (start[:4], ("", start[:4])),
+            ("", ("", ""))]
 
 
 def assert_every_cut_splits(text: str, expected: tuple[str, str], tags: ReasoningTags) -> None:
@@ -160,33 +165,22 @@ def assert_every_cut_splits(text: str, expected: tuple[str, str], tags: Reasonin
             assert stream.reasoning_tokens == 0, cut  # an answer's tokens are not reasoning's
 
 
-@pytest.mark.parametrize("text, expected", MISTRAL_SPLITS)
-def test_mistral_reasons_only_when_it_opens_its_reasoning(text, expected):
-    assert MISTRAL == ReasoningTags("[THINK]", "[/THINK]", optional=True) and thinks("mistral", None)
-    assert_every_cut_splits(text, expected, MISTRAL)
-    whole = re.compile(thinking_then("yes|no", MISTRAL), re.DOTALL)
-    assert whole.fullmatch("yes") and whole.fullmatch("[THINK]a < b [/THIN[/THINK]\n\nno")
-    assert not whole.fullmatch("plan[/THINK]no") and not whole.fullmatch("[THINK]plan") and \
-        not whole.fullmatch("[THINK]a[/THINK]b[/THINK]yes")
+@pytest.mark.parametrize("parser", OPTIONAL_TAGS)
+def test_an_optional_reasoning_is_reasoning_only_where_the_output_opens_it(parser):
+    tags = reasoning_tags(parser)
+    assert tags == ReasoningTags(*OPTIONAL_TAGS[parser], optional=True)
+    assert thinks(parser, None) and thinks(parser, {"enable_thinking": False})  # the model decides
+    for text, expected in optional_splits(tags):
+        assert_every_cut_splits(text, expected, tags)
+    start, end = tags.start, tags.end
+    whole = re.compile(thinking_then("yes|no", tags), re.DOTALL)
+    assert whole.fullmatch("yes") and whole.fullmatch(f"{start}a < b [ {end[:-1]}{end}\n\nno")
+    assert not whole.fullmatch(f"plan{end}no") and not whole.fullmatch(f"{start}plan") and \
+        not whole.fullmatch(f"{start}a{end}b{end}yes")
 
 
-GEMMA4 = reasoning_tags("gemma4")
-GEMMA4_SPLITS = [  # output -> (reasoning, answer): in its thought channel, where the output opens it
-    ("<|channel>thought\nplan it<channel|>The answer.", ("plan it", "The answer.")),
-    ("The answer, <|channel>thought\n and all.", ("", "The answer, <|channel>thought\n and all.")),
-    ("<|channel>thought\na <channel| b<channel|>\nc", ("a <channel| b", "c")),
-    ("<|channel>thought\ncut while thinking", ("cut while thinking", "")),
-    ("<|channel>thou", ("", "<|channel>thou")),
-]
-
-
-@pytest.mark.parametrize("text, expected", GEMMA4_SPLITS)
-def test_gemma4_reasons_in_its_thought_channel_when_it_opens_it(text, expected):
-    assert thinks("gemma4", None) and thinks("gemma4", {"enable_thinking": False})  # the model decides
-    assert_every_cut_splits(text, expected, GEMMA4)
-    whole = re.compile(thinking_then("yes|no", GEMMA4), re.DOTALL)
-    assert whole.fullmatch("yes") and whole.fullmatch("<|channel>thought\na < b <channel<channel|>\n\nno")
-    assert not whole.fullmatch("plan<channel|>no") and not whole.fullmatch("<|channel>thought\nplan")
+def test_every_parser_with_optional_tags_is_tested():
+    assert {p for p in REASONING_PARSERS if reasoning_tags(p).optional} == set(OPTIONAL_TAGS)
 
 
 def test_the_answer_format_holds_only_after_the_reasoning():
@@ -198,7 +192,7 @@ def test_the_answer_format_holds_only_after_the_reasoning():
 
 
 @pytest.mark.parametrize("tags", [ReasoningTags(), ReasoningTags("<seed:think>", "</seed:think>"),
-                                  ReasoningTags("[THINK]", "[/THINK]", optional=True), GEMMA4])
+                                  *map(reasoning_tags, OPTIONAL_TAGS)], ids=lambda tags: tags.start)
 def test_outlines_core_compiles_it_and_frees_the_reasoning_then_masks_the_answer(tags):
     tokenizer = AutoTokenizer.from_pretrained(TINY_TARGET)
     vocab = build_guided_vocabulary(tokenizer)

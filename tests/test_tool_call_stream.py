@@ -44,9 +44,12 @@ def rendered(syntax) -> list[str]:
     """Outputs with one call, two calls, calls with spacing of their own, text, and (where a tag
     opens calls) text then calls."""
     notation = syntax.notation
-    if isinstance(notation, JsonNotation):
-        spaced = syntax.prefix + ('{ "now" :{ "a" : [1, "}"] } }' if notation.name_is_key else
-                                  '{ "name" :"now",  "%s":{ "a" : [1, "}"] } }' % notation.arguments_key) + syntax.suffix
+    if isinstance(notation, JsonNotation) and notation.name_is_key:
+        spaced = syntax.prefix + '{ "now" :{ "a" : [1, "}"] } }' + syntax.suffix
+    elif isinstance(notation, JsonNotation):
+        number = f'"{notation.number_key}" : "7" ,' if notation.number_key else ""
+        spaced = (syntax.prefix + '{ %s"%s" :"now",  "%s":{ "a" : [1, "}"] } }' % (
+            number, notation.name_key, notation.arguments_key) + syntax.suffix)
     if isinstance(notation, XmlNotation):  # no spacing of its own: a text value that holds the syntax's strings
         spaced = syntax.render([("now", {"a": xml_strings(syntax)})])
     if isinstance(notation, NamedNotation):  # the name is outside the arguments: the spacing is theirs

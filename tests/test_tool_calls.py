@@ -21,8 +21,8 @@ from app.guided.vocabulary import load_guided_vocabulary
 from deployments.chat_prompt import chat_prompt_ids
 from deployments.protocol import ChatCompletionRequest
 from deployments.tool_call_stream import parse_calls
-from deployments.tool_calls import (APERTUS, DEEPSEEK_V3, DEEPSEEK_V31, DEEPSEEK_V32, GIGACHAT31, GLM45, GLM47,
-                                    GRANITE, GRANITE_20B_FC, HERMES, INTERNLM, JAMBA, KIMI_K2, LFM2, LLAMA3,
+from deployments.tool_calls import (APERTUS, COHERE_COMMAND3, DEEPSEEK_V3, DEEPSEEK_V31, DEEPSEEK_V32, GIGACHAT31,
+                                    GLM45, GLM47, GRANITE, GRANITE_20B_FC, HERMES, INTERNLM, JAMBA, KIMI_K2, LFM2, LLAMA3,
                                     MINIMAX_M1, MINIMAX_M2, MISTRAL, MISTRAL_ARGS, MISTRAL_CALL_ID, NEMOTRON_V2,
                                     OLMO3, PHI4_MINI, PLAIN, PYTHONIC, QWEN3_CODER, SEED_OSS, STEP3, XLAM,
                                     TEMPLATE_MARKERS, TOOL_CALL_PARSERS, ToolCallSyntax, mistral_call_id,
@@ -211,6 +211,8 @@ def test_syntax_follows_the_template():
     assert syntax_for_template('{{- "<|tool_call_start|>[" + calls + "]<|tool_call_end|>" -}}') is LFM2
     assert syntax_for_template('"List of tools: <|tool_list_start|>["') is LFM2  # LFM2's first: no calls written
     assert syntax_for_template('function_call="<|function_call|>"') is GIGACHAT31
+    assert syntax_for_template('<|CHATBOT_TOKEN|><|START_THINKING|>{{ plan }}<|END_THINKING|><|START_ACTION|>[') \
+        is COHERE_COMMAND3
     assert syntax_for_template("ai name=MiniMax AI\n<tool_calls>\n{{ call | tojson }}\n</tool_calls>") is MINIMAX_M1
     assert syntax_for_template("<|function_call_library|>{{ tools | tojson }}") is GRANITE_20B_FC
     assert syntax_for_template("prefix function calls with functools marker") is PHI4_MINI

@@ -9,7 +9,9 @@ the one tool. Its chat template teaches Hermes' JSON calls, Qwen3-Coder's XML pa
 In `hermes_special`, the tokenizer holds `<tool_call>` and `</tool_call>` as special tokens
 (as Hermes-2-Pro's and Mistral's hold their markers): the grammar lets the model write its own
 marker token, and the reply reads it (deployments/markup_tokens.py). In `kimi_k2`, the model
-writes Kimi K2's special tokens, and its call's id is the name it writes, `functions.now:N`."""
+writes Kimi K2's special tokens, and its call's id is the name it writes, `functions.now:N`. In
+`gemma4` and `cohere_command3`, its markers (and Gemma 4's string quote, `<|"|>`) are special tokens,
+as in those models' tokenizers, and the call is in Gemma 4's notation or in Cohere's action list."""
 
 from __future__ import annotations
 
@@ -35,16 +37,24 @@ CALL_FORMS = {  # how each convention's template teaches a call
     "glm47": "<tool_call>NAME<arg_key>NAME</arg_key><arg_value>VALUE</arg_value></tool_call>",
     "kimi_k2": "<|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>"
                "ARGUMENTS<|tool_call_end|><|tool_calls_section_end|>",
+    "gemma4": '<|tool_call>call:NAME{KEY:<|"|>TEXT<|"|>}<tool_call|>',
+    "cohere_command3": '<|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": ..., "parameters": ...}\n]'
+                       '<|END_ACTION|>',
 }
 KIMI_MARKERS = ["<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>",
                 "<|tool_call_end|>", "<|tool_calls_section_end|>"]
-SPECIAL_TOKENS = {"hermes_special": ["<tool_call>", "</tool_call>"], "kimi_k2": KIMI_MARKERS}
-TAG = {"kimi_k2": "<|tool_calls_section_begin|>"}  # what the model writes after SENTENCE, else <tool_call>
+SPECIAL_TOKENS = {"hermes_special": ["<tool_call>", "</tool_call>"], "kimi_k2": KIMI_MARKERS,
+                  "gemma4": ["<|tool_call>", "<tool_call|>", '<|"|>'],
+                  "cohere_command3": ["<|START_ACTION|>", "<|END_ACTION|>"]}
+# what the model writes after SENTENCE, else <tool_call>
+TAG = {"kimi_k2": "<|tool_calls_section_begin|>", "gemma4": "<|tool_call>", "cohere_command3": "<|START_ACTION|>"}
 WRITTEN = {  # how each begins the call of `now`
     "hermes": "<tool_call>\n{", "hermes_special": "<tool_call>\n{",
     "qwen3_coder": "<tool_call>\n<function=now>\n<parameter=zone>\n",
     "glm47": "<tool_call>now<arg_key>zone</arg_key><arg_value>",
     "kimi_k2": "<|tool_calls_section_begin|><|tool_call_begin|>functions.now:",
+    "gemma4": "<|tool_call>call:now{local:",  # keys sorted, as Gemma 4's template writes them
+    "cohere_command3": '<|START_ACTION|>[\n    {',
 }
 CHAT_TEMPLATE = ("{% if tools %}<|system|>\nTo call a function, write CALL_FORM. The functions: {{ tools | tojson }}"
                  "<|end|>\n{% endif %}"
