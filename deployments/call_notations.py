@@ -44,6 +44,7 @@ class CallReader(Protocol):
 
 
 class CallNotation(Protocol):
+    """How a call is written (the module's docstring lists them)."""
     start: str  # what every call begins with ("": its function's name, after the syntax's prefix)
     markers: tuple[str, ...]  # what it writes around a call's parts (deployments/markup_tokens.py)
 
@@ -72,9 +73,9 @@ class JsonNotation:
     markers: tuple[str, ...] = ()
 
     def render(self, name: str, arguments: dict | str, number: int) -> str:
-        numbered = {self.number_key: str(number)} if self.number_key else {}
         if self.name_is_key:
             return json.dumps({name: arguments}, ensure_ascii=False)
+        numbered = {self.number_key: str(number)} if self.number_key else {}
         return json.dumps({**numbered, self.name_key: name, self.arguments_key: arguments}, ensure_ascii=False)
 
     def regex(self, tools: list[ToolDefinition]) -> str:

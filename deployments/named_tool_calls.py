@@ -41,7 +41,7 @@ from app.guided.compiler import escape_literal, regex_for_format
 from deployments.text_regex import one_of
 from deployments.tool_protocol import ToolDefinition
 
-CALL_NUMBER = "(?:0|[1-9][0-9]{0,3})"  # Kimi's count of calls in the conversation, which its model keeps
+CALL_NUMBER = "(?:0|[1-9][0-9]{0,3})"  # a count of calls in the conversation, which the model keeps (Kimi's, Cohere's)
 MISTRAL_ID_REGEX = "[A-Za-z0-9]{9}"  # what Mistral's templates require of a call's id
 
 
