@@ -1,11 +1,12 @@
 """Which output format a request asks for, and its canonical form (`OutputFormat`).
 
 Clients spell it several ways: OpenAI's `response_format` (`json_schema`, `json_object`), vLLM's
-`guided_json` / `guided_regex` / `guided_choice` (+ `guided_whitespace_pattern`), and vLLM's
-newer `structured_outputs` ({json | regex | choice | json_object}, `disable_any_whitespace`).
-All become a format dict for `app.guided.compiler.regex_for_format`:
+`guided_json` / `guided_regex` / `guided_choice` / `guided_grammar` (+ `guided_whitespace_pattern`),
+and vLLM's newer `structured_outputs` ({json | regex | choice | grammar | json_object},
+`disable_any_whitespace`). All become a format dict for `app.guided.compiler.regex_for_format`:
 `{"type": "json_schema", "json_schema": {"schema": ...}}`, `{"type": "json_object"}`,
-`{"type": "regex", "pattern": ...}` or `{"type": "choice", "choices": [...]}`, plus
+`{"type": "regex", "pattern": ...}`, `{"type": "choice", "choices": [...]}` or
+`{"type": "grammar", "grammar": ...}` (GBNF, app/guided/ebnf.py), plus
 `whitespace_pattern` when the client set one. Asking for two formats at once is an error.
 `RequestedFormat.output_format` turns that dict into the `OutputFormat` the rest of the server
 knows (app/guided/output_format.py).
@@ -47,9 +48,6 @@ def _json_schema(schema: Any) -> dict[str, Any]:
 
 
 def _structured(so) -> list[RequestedFormat]:
-    if so.grammar is not None:
-        raise FormatRequestError("structured_outputs.grammar (EBNF) is not supported; use json, "
-                                 "regex or choice", "structured_outputs")
     found = []
     if so.json_ is not None:
         found.append(_json_schema(so.json_))
@@ -57,10 +55,12 @@ def _structured(so) -> list[RequestedFormat]:
         found.append({"type": "regex", "pattern": so.regex})
     if so.choice is not None:
         found.append({"type": "choice", "choices": so.choice})
+    if so.grammar is not None:
+        found.append({"type": "grammar", "grammar": so.grammar})
     if so.json_object:
         found.append({"type": "json_object"})
     if len(found) > 1:
-        raise FormatRequestError("structured_outputs: give only one of json, regex, choice, "
+        raise FormatRequestError("structured_outputs: give only one of json, regex, choice, grammar, "
                                  "json_object", "structured_outputs")
     whitespace = "" if so.disable_any_whitespace else so.whitespace_pattern
     if found and whitespace is not None:
@@ -83,6 +83,8 @@ def requested_format(req) -> RequestedFormat | None:
     if req.guided_choice is not None:
         found.append(RequestedFormat("guided_choice", {"type": "choice",
                                                        "choices": req.guided_choice}))
+    if req.guided_grammar is not None:
+        found.append(RequestedFormat("guided_grammar", {"type": "grammar", "grammar": req.guided_grammar}))
     if req.structured_outputs is not None:
         found += _structured(req.structured_outputs)
     if len(found) > 1:

@@ -7,7 +7,7 @@ what depends on the model (context length, vocabulary) is checked by the ingress
 (deployments/engine_requests.py) and the engine.
 
 Output formats: `response_format` (`json_object`, `json_schema`; `{"type": "text"}` is plain
-output), vLLM's `guided_json` / `guided_regex` / `guided_choice` and its newer
+output), vLLM's `guided_json` / `guided_regex` / `guided_choice` / `guided_grammar` and its newer
 `structured_outputs` are checked in shape here; deployments/guided_formats.py turns whichever
 one a request uses into the `OutputFormat` the target's engine follows.
 """
@@ -115,6 +115,7 @@ class SamplingFields(BaseModel):
     guided_json: dict[str, Any] | str | None = None
     guided_regex: str | None = None
     guided_choice: list[str] | None = None
+    guided_grammar: str | None = None  # GBNF (app/guided/ebnf.py), as structured_outputs.grammar
     guided_whitespace_pattern: str | None = None
     structured_outputs: StructuredOutputs | None = None
     presence_penalty: float = Field(0.0, ge=-2, le=2)
@@ -199,7 +200,8 @@ class SamplingFields(BaseModel):
 
     def beam_search_conflicts(self) -> list[str]:
         """Fields of this request kind that beam search cannot honour, when given."""
-        guided = [name for name in ("guided_json", "guided_regex", "guided_choice", "structured_outputs")
+        guided = [name for name in ("guided_json", "guided_regex", "guided_choice", "guided_grammar",
+                                    "structured_outputs")
                   if getattr(self, name) is not None]
         if self.response_format is not None and self.response_format.guided:
             guided.insert(0, "response_format")

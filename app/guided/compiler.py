@@ -28,6 +28,7 @@ from outlines_core import Index, Vocabulary
 from outlines_core.json_schema import (BOOLEAN, NULL, NUMBER, STRING, WHITESPACE,
                                        build_regex_from_schema)
 
+from app.guided.ebnf import grammar_regex
 from app.guided.errors import GuidedFormatError
 from app.guided.nonempty_regex import nonempty_form
 from app.guided.regex_check import check_regex
@@ -159,8 +160,13 @@ def regex_for_format(spec: dict, strict: bool = False, json_object_depth: int = 
         if not choices or not isinstance(choices, list) or not all(isinstance(c, str) for c in choices):
             raise GuidedFormatError("choice format needs a non-empty list of strings 'choices'")
         return check_regex("(?:" + "|".join(escape_literal(c) for c in choices) + ")")
+    if kind == "grammar":
+        grammar = spec.get("grammar")
+        if not isinstance(grammar, str):
+            raise GuidedFormatError("grammar format needs a string 'grammar'")
+        return check_regex(grammar_regex(grammar))
     raise GuidedFormatError(f"unsupported format type {kind!r}; expected json_schema, "
-                            "json_object, regex or choice")
+                            "json_object, regex, choice or grammar")
 
 
 # --- compiling ---------------------------------------------------------------------------------

@@ -168,7 +168,8 @@ def test_a_format_that_also_matches_the_empty_string(vocab, spec, texts, empty_t
     ({"type": "regex", "pattern": "a^b"}, "anchors"),
     ({"type": "regex", "pattern": "[a-"}, "invalid regex"),
     ({"type": "choice", "choices": []}, "choices"),
-    ({"type": "grammar"}, "unsupported format type"),
+    ({"type": "grammar"}, "grammar format needs a string 'grammar'"),
+    ({"type": "xml"}, "unsupported format type"),
     ({"type": "json_schema"}, "json_schema.schema"),
 ])
 def test_bad_formats_name_the_problem(spec, message):

@@ -10,6 +10,7 @@ from deployments.protocol import ChatCompletionRequest, CompletionRequest
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 MESSAGES = [{"role": "user", "content": "x"}]
+GRAMMAR = 'root ::= "yes" | "no"'
 
 
 def chat(**fields) -> ChatCompletionRequest:
@@ -30,6 +31,8 @@ def chat(**fields) -> ChatCompletionRequest:
     ({"structured_outputs": {"regex": "a|b"}}, "structured_outputs", {"type": "regex", "pattern": "a|b"}),
     ({"structured_outputs": {"choice": ["a"]}}, "structured_outputs", {"type": "choice", "choices": ["a"]}),
     ({"structured_outputs": {"json_object": True}}, "structured_outputs", {"type": "json_object"}),
+    ({"structured_outputs": {"grammar": GRAMMAR}}, "structured_outputs", {"type": "grammar", "grammar": GRAMMAR}),
+    ({"guided_grammar": GRAMMAR}, "guided_grammar", {"type": "grammar", "grammar": GRAMMAR}),
 ])
 def test_spellings(fields, param, fmt):
     for req in (chat(**fields), CompletionRequest(prompt="x", **fields)):
@@ -49,7 +52,8 @@ def test_plain_text_and_nulls():
     ({"response_format": {"type": "json_object"}, "guided_json": SCHEMA}, "guided_json",
      "one output format"),
     ({"structured_outputs": {"regex": "a", "choice": ["a"]}}, "structured_outputs", "only one"),
-    ({"structured_outputs": {"grammar": "root ::= 'a'"}}, "structured_outputs", "grammar"),
+    ({"structured_outputs": {"grammar": GRAMMAR, "regex": "a"}}, "structured_outputs", "only one"),
+    ({"guided_grammar": GRAMMAR, "guided_regex": "a"}, "guided_grammar", "one output format"),
 ])
 def test_contradictions_name_the_field(fields, param, message):
     with pytest.raises(FormatRequestError, match=message) as info:

@@ -96,6 +96,8 @@ FORMAT_CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER
 REGEXES = [r"[0-9]{3}-[0-9]{4}", r"(yes|no|maybe)", r"[a-z]{3,8}@[a-z]{2,5}\.(com|org)",
            r"#[0-9a-f]{6}"]
 CHOICES = ["Paris", "London", "New York", "東京"]
+GRAMMAR = 'root ::= ("#" hex{6} | name) "!"?\nhex ::= [0-9a-f]\nname ::= "red" | "green" | "東京"'
+GRAMMAR_LANGUAGE = r"(#[0-9a-f]{6}|red|green|東京)!?"  # written by hand
 
 
 def validate(text: str, schema: dict) -> None:
@@ -199,6 +201,9 @@ def test_regex_and_choice_fullmatch(client, serve_app):
         r = chat(client, serve_app, "Which city?", seed=seed,
                  extra_body={"structured_outputs": {"choice": CHOICES}})
         assert r.choices[0].message.content in CHOICES
+    for seed, spelling in enumerate([{"structured_outputs": {"grammar": GRAMMAR}}, {"guided_grammar": GRAMMAR}]):
+        r = chat(client, serve_app, "A colour:", seed=seed, extra_body=spelling)
+        assert re.fullmatch(GRAMMAR_LANGUAGE, r.choices[0].message.content), r.choices[0]
 
 
 def test_guided_and_unguided_share_a_batch(client, serve_app):
