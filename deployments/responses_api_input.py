@@ -157,12 +157,24 @@ def function_tool(index: int, tool: dict[str, Any]) -> dict[str, Any]:
 
 
 def chat_tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:
+    """The Responses API's `tool_choice` in chat's nested shape: a function named at the top level, or
+    `allowed_tools` with its mode and tools beside its type."""
     if isinstance(choice, str):
         return choice
     if choice.get("type") == "function" and isinstance(choice.get("name"), str):
-        return {"type": "function", "function": {"name": choice["name"]}}
-    raise OpenAIError(400, 'tool_choice: give "none", "auto", "required" or {"type": "function", '
-                           f'"name": ...}}; got {choice}', param="tool_choice")
+        return _named_function(choice)
+    tools = choice.get("tools")
+    if choice.get("type") == "allowed_tools" and choice.get("mode") in ("auto", "required") and tools and all(
+            isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("name"), str) for t in tools):
+        return {"type": "allowed_tools", "allowed_tools": {"mode": choice["mode"],
+                                                           "tools": [_named_function(t) for t in tools]}}
+    raise OpenAIError(400, 'tool_choice: give "none", "auto", "required", {"type": "function", "name": ...} or '
+                           '{"type": "allowed_tools", "mode": "auto" or "required", "tools": [{"type": "function", '
+                           f'"name": ...}}, ...]}}; got {choice}', param="tool_choice")
+
+
+def _named_function(choice: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": choice["name"]}}
 
 
 def response_format(text_format) -> dict[str, Any]:

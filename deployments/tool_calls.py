@@ -19,6 +19,7 @@ The calls are generated under a regex built from the tools' parameter schemas by
 compiler (string formats included), so every call's arguments parse and validate:
 - `required`: one call (up to MAX_PARALLEL_CALLS with `parallel_tool_calls`) of any tool;
 - a named function: exactly one call of that function;
+- `allowed_tools` (OpenAI's): `auto` or `required` over the tools it names only (the prompt holds them all);
 - `auto`: text (not empty), calls under the same grammar as `required`, or (in conventions whose
   calls open with a tag: Hermes', Mistral's) text and then calls, as Qwen and Hermes models write
   them. The text cannot hold the tag, so the first tag opens the calls; in the other conventions
@@ -41,7 +42,7 @@ from deployments.call_notations import (GEMMA4_CALL, HARMONY_CALL, JSON_CALL, PY
 from deployments.named_tool_calls import (DEEPSEEK_V3_CALL, DEEPSEEK_V31_CALL, KIMI_K2_CALL, MISTRAL_ARGS_CALL,
                                           MISTRAL_CALL_ID_CALL)
 from deployments.text_regex import not_char, text_without
-from deployments.tool_protocol import NamedToolChoice, ToolDefinition
+from deployments.tool_protocol import AllowedToolsChoice, NamedToolChoice, ToolDefinition
 from deployments.xml_tool_calls import (DEEPSEEK_V32_PARAMETERS, GLM45_PARAMETERS, GLM47_PARAMETERS,
                                         MINIMAX_M2_PARAMETERS, QWEN3_PARAMETERS, SEED_OSS_PARAMETERS, STEP3_PARAMETERS)
 
@@ -208,6 +209,9 @@ def tool_format(tools: list[ToolDefinition], choice, parallel: bool,
     """The format (for the ConstraintService) a request's `tool_choice` asks for, or None."""
     if not tools or choice == "none":
         return None
+    if isinstance(choice, AllowedToolsChoice):
+        allowed = {t.function.name for t in choice.allowed_tools.tools}
+        tools, choice = [t for t in tools if t.function.name in allowed], choice.allowed_tools.mode
     if isinstance(choice, NamedToolChoice):
         tools, most = [t for t in tools if t.function.name == choice.function.name], 1
     else:
@@ -301,9 +305,12 @@ def requested_tool_format(req, syntax: ToolCallSyntax):
         raise FormatRequestError("tools: function names must be unique", "tools")
     if choice != "none" and not tools:
         raise FormatRequestError("tool_choice needs tools", "tool_choice")
-    if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
-        raise FormatRequestError(f"tool_choice names the function {choice.function.name!r}, "
-                                 f"which is not in tools ({', '.join(names)})", "tool_choice")
+    chosen = (choice.allowed_tools.tools if isinstance(choice, AllowedToolsChoice)
+              else [choice] if isinstance(choice, NamedToolChoice) else [])
+    for named in chosen:
+        if named.function.name not in names:
+            raise FormatRequestError(f"tool_choice names the function {named.function.name!r}, "
+                                     f"which is not in tools ({', '.join(names)})", "tool_choice")
     try:
         fmt = tool_format(tools, choice, req.parallel_tool_calls, syntax)
     except GuidedFormatError as exc:

@@ -40,7 +40,19 @@ class NamedToolChoice(BaseModel):
     function: FunctionName
 
 
-ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+class AllowedTools(BaseModel):
+    mode: Literal["auto", "required"]
+    tools: list[NamedToolChoice] = Field(min_length=1)  # each {"type": "function", "function": {"name": ...}}
+
+
+class AllowedToolsChoice(BaseModel):
+    """OpenAI's `allowed_tools`: calls of these tools only, under `mode`, while every tool stays in the
+    prompt (so a cached prompt prefix stays the same)."""
+    type: Literal["allowed_tools"]
+    allowed_tools: AllowedTools
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice | AllowedToolsChoice
 
 
 class FunctionCall(BaseModel):

@@ -70,6 +70,10 @@ def test_function_calls_join_their_assistant_turn_and_outputs_become_tool_turns(
     [tool] = c.tools
     assert (tool.function.name, tool.function.parameters) == ("get_weather", WEATHER["parameters"])
     assert c.tool_choice.function.name == "get_weather"
+    allowed = chat({"input": "x", "tools": [WEATHER], "tool_choice": {
+        "type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "get_weather"}]}})
+    assert allowed.tool_choice.allowed_tools.mode == "required"
+    assert [t.function.name for t in allowed.tool_choice.allowed_tools.tools] == ["get_weather"]
 
 
 def test_text_format_logprobs_and_vllm_sampling_fields_carry_over():

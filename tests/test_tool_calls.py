@@ -68,11 +68,21 @@ SYNTAXES = [s for s in dict.fromkeys(TOOL_CALL_PARSERS.values()) if not s.harmon
 TAGGED = [s for s in SYNTAXES if s.tag]
 
 
+def allowed_tools(mode: str, *names: str) -> dict:
+    return {"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": [
+        {"type": "function", "function": {"name": name}} for name in names]}}
+
+
+# the functions each tool_choice lets a call be of
+CHOICES = {"required": None, "auto": None, "named": ({"type": "function", "function": {"name": "book_meeting"}},
+                                                     {"book_meeting"}),
+           "allowed_required": (allowed_tools("required", "book_meeting", "now"), {"book_meeting", "now"})}
+
+
 @pytest.mark.parametrize("syntax", SYNTAXES, ids=lambda s: s.name)
-@pytest.mark.parametrize("choice", ["required", "auto",
-                                    {"type": "function", "function": {"name": "book_meeting"}}],
-                         ids=["required", "auto", "named"])
-def test_sampled_calls_parse_and_validate(vocab, syntax, choice):
+@pytest.mark.parametrize("choice_name", CHOICES)
+def test_sampled_calls_parse_and_validate(vocab, syntax, choice_name):
+    choice, allowed = CHOICES[choice_name] or (choice_name, None)
     fmt = requested_tool_format(request(tool_choice=choice), syntax).format
     index = compile_regex(regex_for_format(fmt), vocab)
     dist = distances_to_final(index)
@@ -88,8 +98,7 @@ def test_sampled_calls_parse_and_validate(vocab, syntax, choice):
         assert content == "" or choice == "auto" and syntax.tag
         calls_seen += 1
         for call in calls:
-            if isinstance(choice, dict):
-                assert call.function.name == "book_meeting"
+            assert allowed is None or call.function.name in allowed, call
             jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name],
                                 format_checker=CHECKER)
     assert calls_seen >= 5 or choice == "auto"  # auto: uniform walks rarely open a call
@@ -155,6 +164,7 @@ def test_a_convention_whose_template_writes_one_call_makes_one_whatever_parallel
 
 @pytest.mark.parametrize("kwargs, param, message", [
     ({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice", "nope"),
+    ({"tool_choice": allowed_tools("auto", "now", "nope")}, "tool_choice", "nope"),
     ({"tools": [WEATHER, WEATHER]}, "tools", "unique"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "patternProperties": {"^a": {}}}}}]}, "tools", "patternProperties"),
@@ -352,3 +362,12 @@ def test_a_fed_back_reasoning_reaches_a_template_that_renders_it(field):
     text = AutoTokenizer.from_pretrained(DEFAULT_TARGET).apply_chat_template(
         messages, chat_template=template, tokenize=False)
     assert "<|im_start|>assistant\n<think>\nAdd them.\n</think>\n\n4<|im_end|>" in text
+
+
+def test_allowed_tools_under_auto_is_text_or_calls_of_those_tools_only():
+    pattern = requested_tool_format(request(tool_choice=allowed_tools("auto", "now")), PLAIN).format["pattern"]
+    now, weather = (PLAIN.render([call]) for call in [("now", {}), ("get_weather", {"city": "Oslo",
+                                                                                   "unit": "celsius"})])
+    assert re.fullmatch(pattern, now) and re.fullmatch(pattern, "Sunny.") and not re.fullmatch(pattern, weather)
+    prompt_tools = render_messages(request().messages, TOOL_DEFINITIONS, PLAIN, native=False)[0]["content"]
+    assert "get_weather" in prompt_tools  # every tool stays in the prompt

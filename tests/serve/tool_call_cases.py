@@ -59,8 +59,21 @@ def check_call(call, name: str | None = None) -> dict:
     return args
 
 
+def called_function(choice) -> str | None:
+    """The function every call is of under `choice` (None: any)."""
+    if choice == "required":
+        return None
+    if choice["type"] == "allowed_tools":
+        [only] = choice["allowed_tools"]["tools"]
+        return only["function"]["name"]
+    return choice["function"]["name"]
+
+
+ALLOWED_SCHEDULE = {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [named("schedule")]}}
+
+
 def test_required_and_named_calls_validate(client, serve_app):
-    jobs = [(choice, seed) for choice in ("required", named("get_weather"), named("schedule"))
+    jobs = [(choice, seed) for choice in ("required", named("get_weather"), named("schedule"), ALLOWED_SCHEDULE)
             for seed in range(4)]
     with ThreadPoolExecutor(len(jobs)) as pool:
         results = list(pool.map(lambda job: (job, ask(client, serve_app, *job)), jobs))
@@ -68,10 +81,10 @@ def test_required_and_named_calls_validate(client, serve_app):
         [c] = r.choices
         assert c.finish_reason == "tool_calls", (choice, seed, c)
         assert c.message.content is None and c.message.tool_calls
-        if choice != "required":
+        if choice not in ("required", ALLOWED_SCHEDULE):
             assert len(c.message.tool_calls) == 1
         for call in c.message.tool_calls:
-            check_call(call, None if choice == "required" else choice["function"]["name"])
+            check_call(call, called_function(choice))
 
 
 def test_auto_is_text_or_a_valid_call(client, serve_app):
