@@ -201,8 +201,6 @@ class _Expander:
             raise GuidedFormatError(f"grammar: rule {name!r} is used but not defined")
         if name not in self.done:
             self.done[name] = self.node(self.rules[name], path + (name,))
-            if sum(map(len, self.done.values())) > MAX_REGEX_CHARS:
-                raise GuidedFormatError(f"grammar: its rules expand past {MAX_REGEX_CHARS} characters of regex")
         return self.done[name]
 
     def node(self, node, path: tuple[str, ...]) -> str:
@@ -216,7 +214,18 @@ class _Expander:
         if kind == "ref":
             return f"(?:{self.rule(node[1], path)})"
         if kind == "seq":
-            return "".join(self.node(item, path) for item in node[1])
+            return self._joined("", (self.node(item, path) for item in node[1]))
         if kind == "alt":
-            return "(?:" + "|".join(self.node(option, path) for option in node[1]) + ")"
+            return "(?:" + self._joined("|", (self.node(option, path) for option in node[1])) + ")"
         return f"(?:{self.node(node[1], path)}){node[2]}"  # repeat
+
+    @staticmethod
+    def _joined(separator: str, parts) -> str:
+        """The parts joined, refused once they pass MAX_REGEX_CHARS (a rule used many times over)."""
+        out, size = [], 0
+        for part in parts:
+            size += len(part) + len(separator)
+            if size > MAX_REGEX_CHARS:
+                raise GuidedFormatError(f"grammar: its rules expand past {MAX_REGEX_CHARS} characters of regex")
+            out.append(part)
+        return separator.join(out)

@@ -81,6 +81,8 @@ def test_a_grammar_allows_its_language_and_nothing_else(vocab, name):
     ('root ::= "a\nb"', "unterminated string"),
     ("root ::= 'a'", "expected a string"),
     ("root = \"a\"", "expected a rule"),
+    ("root ::= " + "a " * 30 + "\na ::= " + "b " * 30 + "\nb ::= " + "c " * 30 + '\nc ::= "0123456789"',
+     "expand past 200000 characters"),
 ])
 def test_a_grammar_that_cannot_be_enforced_names_the_problem(grammar, message):
     with pytest.raises(GuidedFormatError, match=re.escape(message)):
