@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from app.guided.compiler import regex_for_format
 from deployments import gemma4_tool_calls, harmony, pythonic_tool_calls
@@ -69,8 +69,8 @@ class JsonNotation:
     name_is_key: bool = False  # a call is `{"name": {arguments}}`, not `{"name": ..., "arguments": ...}`
     name_key: str = "name"  # or Cohere's "tool_name"
     number_key: str = ""  # a key before the name whose value is the call's number as a string (Cohere's)
-    start: str = "{"
-    markers: tuple[str, ...] = ()
+    start: ClassVar[str] = "{"
+    markers: ClassVar[tuple[str, ...]] = ()
 
     def render(self, name: str, arguments: dict | str, number: int) -> str:
         if self.name_is_key:
@@ -144,8 +144,8 @@ class NamedNotation:
 
 @dataclass(frozen=True)
 class PythonicNotation:
-    start: str = ""
-    markers: tuple[str, ...] = ()
+    start: ClassVar[str] = ""
+    markers: ClassVar[tuple[str, ...]] = ()
 
     def render(self, name: str, arguments: dict | str, number: int) -> str:
         return pythonic_tool_calls.render_call(name, arguments)
@@ -159,8 +159,8 @@ class PythonicNotation:
 
 @dataclass(frozen=True)
 class Gemma4Notation:
-    start: str = ""
-    markers: tuple[str, ...] = (gemma4_tool_calls.QUOTE,)
+    start: ClassVar[str] = ""
+    markers: ClassVar[tuple[str, ...]] = (gemma4_tool_calls.QUOTE,)
 
     def render(self, name: str, arguments: dict | str, number: int) -> str:
         return gemma4_tool_calls.render_call(name, arguments)
@@ -176,8 +176,8 @@ class Gemma4Notation:
 class HarmonyNotation:
     """A call is a message of its own; its reply is read whole, calls and all, by harmony.HarmonyReply,
     and its markers are the reply's, the syntax's strings left out (`<|call|>` ends the reply)."""
-    start: str = ""
-    markers: tuple[str, ...] = harmony.MARKERS
+    start: ClassVar[str] = ""
+    markers: ClassVar[tuple[str, ...]] = harmony.MARKERS
 
     def render(self, name: str, arguments: dict | str, number: int) -> str:
         return harmony.call_header(name) + (arguments if isinstance(arguments, str)

@@ -209,13 +209,13 @@ def tool_format(tools: list[ToolDefinition], choice, parallel: bool,
     """The format (for the ConstraintService) a request's `tool_choice` asks for, or None."""
     if not tools or choice == "none":
         return None
+    chosen = chosen_functions(choice)
+    if chosen:
+        tools = [t for t in tools if t.function.name in chosen]
     if isinstance(choice, AllowedToolsChoice):
-        allowed = {t.function.name for t in choice.allowed_tools.tools}
-        tools, choice = [t for t in tools if t.function.name in allowed], choice.allowed_tools.mode
-    if isinstance(choice, NamedToolChoice):
-        tools, most = [t for t in tools if t.function.name == choice.function.name], 1
-    else:
-        most = MAX_PARALLEL_CALLS if parallel and not syntax.one_call else 1
+        choice = choice.allowed_tools.mode
+    one = isinstance(choice, NamedToolChoice) or not parallel or syntax.one_call
+    most = 1 if one else MAX_PARALLEL_CALLS
     call = syntax.notation.regex(tools)
     if syntax.harmony:  # one call a reply, whatever `parallel`: `<|call|>` ends it
         return {"type": "regex", "pattern": _harmony_reply(call, choice)}
@@ -229,6 +229,14 @@ def tool_format(tools: list[ToolDefinition], choice, parallel: bool,
     elif choice == "auto":  # no tag: `start` is one character (`{`, or the pythonic list's `[`)
         calls = f"(?:{calls}|{not_char(syntax.start)}[\\s\\S]*)"
     return {"type": "regex", "pattern": calls}
+
+
+def chosen_functions(choice) -> list[str]:
+    """The functions a `tool_choice` lets calls be of, where it names them (a named function,
+    `allowed_tools`); empty where any of the tools may be called."""
+    if isinstance(choice, AllowedToolsChoice):
+        return [t.function.name for t in choice.allowed_tools.tools]
+    return [choice.function.name] if isinstance(choice, NamedToolChoice) else []
 
 
 def _harmony_reply(call: str, choice) -> str:
@@ -305,11 +313,9 @@ def requested_tool_format(req, syntax: ToolCallSyntax):
         raise FormatRequestError("tools: function names must be unique", "tools")
     if choice != "none" and not tools:
         raise FormatRequestError("tool_choice needs tools", "tool_choice")
-    chosen = (choice.allowed_tools.tools if isinstance(choice, AllowedToolsChoice)
-              else [choice] if isinstance(choice, NamedToolChoice) else [])
-    for named in chosen:
-        if named.function.name not in names:
-            raise FormatRequestError(f"tool_choice names the function {named.function.name!r}, "
+    for name in chosen_functions(choice):
+        if name not in names:
+            raise FormatRequestError(f"tool_choice names the function {name!r}, "
                                      f"which is not in tools ({', '.join(names)})", "tool_choice")
     try:
         fmt = tool_format(tools, choice, req.parallel_tool_calls, syntax)
