@@ -6,7 +6,7 @@ and vLLM's newer `structured_outputs` ({json | regex | choice | grammar | json_o
 `disable_any_whitespace`). All become a format dict for `app.guided.compiler.regex_for_format`:
 `{"type": "json_schema", "json_schema": {"schema": ...}}`, `{"type": "json_object"}`,
 `{"type": "regex", "pattern": ...}`, `{"type": "choice", "choices": [...]}` or
-`{"type": "grammar", "grammar": ...}` (GBNF, app/guided/ebnf.py), plus
+`{"type": "grammar", "grammar": ...}` (GBNF or Lark, app/guided/ebnf.py and lark_grammar.py), plus
 `whitespace_pattern` when the client set one. Asking for two formats at once is an error.
 `RequestedFormat.output_format` turns that dict into the `OutputFormat` the rest of the server
 knows (app/guided/output_format.py).

@@ -115,7 +115,7 @@ class SamplingFields(BaseModel):
     guided_json: dict[str, Any] | str | None = None
     guided_regex: str | None = None
     guided_choice: list[str] | None = None
-    guided_grammar: str | None = None  # GBNF (app/guided/ebnf.py), as structured_outputs.grammar
+    guided_grammar: str | None = None  # GBNF or Lark (app/guided/), as structured_outputs.grammar
     guided_whitespace_pattern: str | None = None
     structured_outputs: StructuredOutputs | None = None
     presence_penalty: float = Field(0.0, ge=-2, le=2)

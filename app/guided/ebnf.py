@@ -8,8 +8,8 @@ made into the regex its output must fullmatch:
 
 Rules are `name ::= alternatives`; an element is a string ("..."), a character class ([a-z], [^"\\]), any
 character (.), a rule's name or a group ((...)), each may be followed by `*`, `+`, `?` or `{m}`, `{m,}`,
-`{m,n}`. Output starts at `root`. outlines-core enforces regular languages only, so a rule that refers
-to itself, directly or through others, is refused (GuidedFormatError, a 400), not cut at some depth.
+`{m,n}`. Output starts at `root`. The rules become one regex in grammar_rules.py, which refuses a
+rule that refers to itself.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 
 from app.guided.errors import GuidedFormatError
+from app.guided.grammar_rules import class_char, rules_regex
 
-MAX_REGEX_CHARS = 200_000  # a grammar whose rules expand past this is refused, not compiled for minutes
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 _RULE_START = re.compile(r"([A-Za-z_][A-Za-z0-9_.\-]*)\s*::=")
 _BLANK = re.compile(r"(?:\s|#[^\n]*)*")
@@ -26,16 +26,14 @@ _REPEAT = re.compile(r"\{\s*(\d+)\s*(?:(,)\s*(\d*)\s*)?\}")
 _ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\", '"': '"', "[": "[", "]": "]", "-": "-", "^": "^",
             "/": "/", "'": "'"}
 _HEX_DIGITS = {"x": 2, "u": 4, "U": 8}
-_CLASS_SPECIAL = set("\\]^-[&~")  # escaped inside a class (outlines-core also reads && -- ~~)
-_TEXT_SPECIAL = set("\\.^$|?*+()[]{}")  # escaped outside one (as compiler.escape_literal does)
 
 
-def grammar_regex(text: str) -> str:
+def gbnf_regex(text: str) -> str:
     """The regex of `text`'s `root` rule; GuidedFormatError naming the problem otherwise."""
     rules = _Parser(text).rules()
     if "root" not in rules:
         raise GuidedFormatError("grammar: no `root` rule (the output is what `root` matches)")
-    return _Expander(rules).rule("root", ())
+    return rules_regex(rules, "root")
 
 
 class _Parser:
@@ -165,67 +163,10 @@ class _Parser:
                 high = self._char("character class")
                 if ord(high) < ord(low):
                     self._fail(f"range {low!r}-{high!r} runs backwards")
-                parts.append(_class_char(low) + "-" + _class_char(high))
+                parts.append(class_char(low) + "-" + class_char(high))
             else:
-                parts.append(_class_char(low))
+                parts.append(class_char(low))
         self.at += 1
         if not parts:
             self._fail("an empty character class matches nothing")
         return "[" + "^" * negated + "".join(parts) + "]"
-
-
-def _escaped(c: str, special: set[str]) -> str:
-    if ord(c) < 0x20 or ord(c) == 0x7F:
-        return f"\\x{ord(c):02X}"
-    return "\\" + c if c in special else c
-
-
-def _class_char(c: str) -> str:
-    return _escaped(c, _CLASS_SPECIAL)
-
-
-def _text(text: str) -> str:
-    return "".join(_escaped(c, _TEXT_SPECIAL) for c in text)
-
-
-class _Expander:
-    def __init__(self, rules: dict[str, object]):
-        self.rules, self.done = rules, {}
-
-    def rule(self, name: str, path: tuple[str, ...]) -> str:
-        if name in path:
-            cycle = " -> ".join(path[path.index(name):] + (name,))
-            raise GuidedFormatError(f"grammar: rule {name!r} refers to itself ({cycle}); output formats are "
-                                    "enforced as regular languages, so a recursive grammar is not supported")
-        if name not in self.rules:
-            raise GuidedFormatError(f"grammar: rule {name!r} is used but not defined")
-        if name not in self.done:
-            self.done[name] = self.node(self.rules[name], path + (name,))
-        return self.done[name]
-
-    def node(self, node, path: tuple[str, ...]) -> str:
-        kind = node[0]
-        if kind == "text":
-            return _text(node[1])
-        if kind == "class":
-            return node[1]
-        if kind == "any":
-            return r"[\s\S]"
-        if kind == "ref":
-            return f"(?:{self.rule(node[1], path)})"
-        if kind == "seq":
-            return self._joined("", (self.node(item, path) for item in node[1]))
-        if kind == "alt":
-            return "(?:" + self._joined("|", (self.node(option, path) for option in node[1])) + ")"
-        return f"(?:{self.node(node[1], path)}){node[2]}"  # repeat
-
-    @staticmethod
-    def _joined(separator: str, parts) -> str:
-        """The parts joined, refused once they pass MAX_REGEX_CHARS (a rule used many times over)."""
-        out, size = [], 0
-        for part in parts:
-            size += len(part) + len(separator)
-            if size > MAX_REGEX_CHARS:
-                raise GuidedFormatError(f"grammar: its rules expand past {MAX_REGEX_CHARS} characters of regex")
-            out.append(part)
-        return separator.join(out)

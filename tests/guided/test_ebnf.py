@@ -80,7 +80,7 @@ def test_a_grammar_allows_its_language_and_nothing_else(vocab, name):
     ('root ::= []', "empty character class"),
     ('root ::= "a\nb"', "unterminated string"),
     ("root ::= 'a'", "expected a string"),
-    ("root = \"a\"", "expected a rule"),
+    ('"a"\nroot ::= "b"', "expected a rule, `name ::= ...` (line 1"),
     ("root ::= " + "a " * 30 + "\na ::= " + "b " * 30 + "\nb ::= " + "c " * 30 + '\nc ::= "0123456789"',
      "expand past 200000 characters"),
 ])

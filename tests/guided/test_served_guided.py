@@ -97,7 +97,8 @@ REGEXES = [r"[0-9]{3}-[0-9]{4}", r"(yes|no|maybe)", r"[a-z]{3,8}@[a-z]{2,5}\.(co
            r"#[0-9a-f]{6}"]
 CHOICES = ["Paris", "London", "New York", "東京"]
 GRAMMAR = 'root ::= ("#" hex{6} | name) "!"?\nhex ::= [0-9a-f]\nname ::= "red" | "green" | "東京"'
-GRAMMAR_LANGUAGE = r"(#[0-9a-f]{6}|red|green|東京)!?"  # written by hand
+LARK_GRAMMAR = 'start: ("#" HEX~6 | name) "!"?\nHEX: "0".."9" | "a".."f"\nname: "red" | "green" | "東京"'
+GRAMMAR_LANGUAGE = r"(#[0-9a-f]{6}|red|green|東京)!?"  # both grammars', written by hand
 
 
 def validate(text: str, schema: dict) -> None:
@@ -201,7 +202,8 @@ def test_regex_and_choice_fullmatch(client, serve_app):
         r = chat(client, serve_app, "Which city?", seed=seed,
                  extra_body={"structured_outputs": {"choice": CHOICES}})
         assert r.choices[0].message.content in CHOICES
-    for seed, spelling in enumerate([{"structured_outputs": {"grammar": GRAMMAR}}, {"guided_grammar": GRAMMAR}]):
+    for seed, spelling in enumerate([{"structured_outputs": {"grammar": GRAMMAR}}, {"guided_grammar": GRAMMAR},
+                                     {"structured_outputs": {"grammar": LARK_GRAMMAR}}]):
         r = chat(client, serve_app, "A colour:", seed=seed, extra_body=spelling)
         assert re.fullmatch(GRAMMAR_LANGUAGE, r.choices[0].message.content), r.choices[0]
 

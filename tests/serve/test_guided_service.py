@@ -105,6 +105,7 @@ def schema_format(schema) -> dict:
     ({"guided_choice": []}, "guided_choice", "choices"),
     ({"structured_outputs": {"grammar": 'root ::= "a" root | "b"'}}, "structured_outputs", "refers to itself"),
     ({"guided_grammar": 'root ::= value'}, "guided_grammar", "rule 'value' is used but not defined"),
+    ({"guided_grammar": "%declare X\nstart: X"}, "guided_grammar", "%declare is not supported"),
     ({"guided_regex": "a", "guided_choice": ["a"]}, "guided_choice", "one output format"),
 ])
 def test_bad_formats_get_400(serve_app, fields, param, message):
