@@ -29,6 +29,7 @@ class ToolStream:
         """`tools`: the request's, which say how a call written as XML parameters types its values."""
         self.syntax, self.held, self.in_calls, self.text_only = syntax, "", False, False
         self.reader = syntax.notation.reader(syntax.prefix, tools)
+        self.ids: set[str] = set()  # the calls' ids so far: a client matches each result to one
 
     def feed(self, text: str) -> tuple[str, list[CallPiece]]:
         """(text to stream as content now, the calls' new pieces)."""
@@ -70,9 +71,11 @@ class ToolStream:
             if call.name is None:
                 continue
             opens = call.call is None
-            if opens:
+            if opens:  # the model's own id (Kimi's, Mistral's) unless an earlier call of the answer has it
                 made = FunctionCall(name=call.name, arguments="")
-                call.call = ToolCall(id=call.id, function=made) if call.id else ToolCall(function=made)
+                own_id = call.id and call.id not in self.ids
+                call.call = ToolCall(id=call.id, function=made) if own_id else ToolCall(function=made)
+                self.ids.add(call.call.id)
             more = self.reader.arguments(call, after=call.sent)  # what was sent ends in no blank
             if opens or more:
                 pieces.append(CallPiece(index, more, opens))

@@ -184,6 +184,20 @@ def test_a_kimi_call_is_named_by_its_id():
     assert parse_calls(DEEPSEEK_V31.render([("now", {})]), DEEPSEEK_V31)[1][0].id.startswith("call")
 
 
+def test_an_id_the_model_writes_twice_in_an_answer_is_made_fresh_the_second_time():
+    """A client matches each tool result to a call by its id: two calls of one answer never share one."""
+    kimi = KIMI_K2.render([("get_weather", WEATHER), ("get_weather", WEATHER)]).replace("weather:1", "weather:0")
+    mistral = ('[TOOL_CALLS]get_weather[CALL_ID]a1B2c3D4e[ARGS]{"city": "Oslo"}'
+               '[TOOL_CALLS]get_weather[CALL_ID]a1B2c3D4e[ARGS]{"city": "Rome"}')
+    for syntax, text, written_id in [(KIMI_K2, kimi, "functions.get_weather:0"),
+                                     (MISTRAL_CALL_ID, mistral, "a1B2c3D4e")]:
+        assert text.count(written_id) == 2
+        first, second = parse_calls(text, syntax, TOOL_DEFINITIONS)[1]
+        assert first.id == written_id and second.id.startswith("call_"), syntax.name
+        first, second = streamed(text, (5, 40, 90), syntax)[1]
+        assert first["id"] == written_id and second["id"].startswith("call_"), syntax.name
+
+
 def test_mistral_small_32_calls_carry_the_ids_the_model_wrote():
     text = ('Let me check. [TOOL_CALLS]get_weather[CALL_ID]a1B2c3D4e[ARGS]{"city": "Oslo"}'
             "[TOOL_CALLS]now[CALL_ID]Z9y8X7w6v[ARGS]{}")
