@@ -40,6 +40,9 @@ class RequestOutput:
     beams: list[BeamHypothesis] | None = None
     # Set when one of the request's own `stop_token_ids` ended it (the model's EOS does not).
     stop_token_id: int | None = None
+    # So far, of the drafts taken from the request's `prediction`: those the target kept, and not.
+    num_accepted_prediction_tokens: int = 0
+    num_rejected_prediction_tokens: int = 0
 
     def followed_by(self, later: "RequestOutput") -> "RequestOutput":
         """This output and the next one of the same request as one chunk (fewer stream hops
@@ -50,7 +53,8 @@ class RequestOutput:
         return RequestOutput(self.request_id, self.new_token_ids + later.new_token_ids,
                              later.finished, later.finish_reason, later.num_prompt_tokens,
                              later.num_output_tokens, later.num_cached_tokens, logprobs, later.error,
-                             self.prompt_logprobs or later.prompt_logprobs, later.beams, later.stop_token_id)
+                             self.prompt_logprobs or later.prompt_logprobs, later.beams, later.stop_token_id,
+                             later.num_accepted_prediction_tokens, later.num_rejected_prediction_tokens)
 
 
 class RequestRejected(ValueError):

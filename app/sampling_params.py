@@ -25,6 +25,9 @@ class SamplingParams:
     logprobs: int | None = None  # None: none; n: the sampled token's logprob plus the top n
     prompt_logprobs: int | None = None  # as `logprobs`, for the prompt's own tokens (vLLM's)
     speculative_decoding: bool = True  # False: never verify draft tokens for this request
+    # OpenAI's `prediction`, tokenized: what the output is expected to be mostly, drafted from
+    # wherever the output follows it (app/engine/spec/prediction_lookup.py)
+    prediction_token_ids: list[int] | None = None
     # vLLM's: under the "priority" scheduling policy, lower runs first (the engine refuses
     # anything but 0 under "fcfs").
     priority: int = 0
@@ -80,6 +83,8 @@ class SamplingParams:
             raise ValueError("allowed_token_ids must name at least one token")
         if any(not word or min(word) < 0 for word in self.bad_words_token_ids or ()):
             raise ValueError("bad_words: every word must be a non-empty sequence of token ids >= 0")
+        if any(t < 0 for t in self.prediction_token_ids or ()):
+            raise ValueError("prediction: token ids must be >= 0")
         if any(t < 0 for t in self.allowed_token_ids or ()):
             raise ValueError(f"allowed_token_ids: token ids must be >= 0, got {min(self.allowed_token_ids)}")
         for token_id, bias in (self.logit_bias or {}).items():

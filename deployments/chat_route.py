@@ -59,7 +59,8 @@ class ChatRoutes:
         (0 for a reply with thinking off)."""
         if usage is None or self.reasoning_parser is None:
             return usage
-        details = CompletionTokensDetails(reasoning_tokens=sum(s.reasoning_tokens for s in splits))
+        details = (usage.completion_tokens_details or CompletionTokensDetails()).model_copy(
+            update={"reasoning_tokens": sum(s.reasoning_tokens for s in splits)})
         return usage.model_copy(update={"completion_tokens_details": details})
 
     async def _whole_chat(self, request_id: str, created: int, body: ChatCompletionRequest,

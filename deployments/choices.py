@@ -14,7 +14,7 @@ from typing import AsyncIterator
 from deployments.detokenizer import IncrementalDetokenizer
 from deployments.errors import REPLICA_LOST, replica_lost
 from deployments.openai_errors import error_message
-from deployments.responses import ErrorInfo, ErrorResponse, PromptTokensDetails, UsageInfo
+from deployments.responses import CompletionTokensDetails, ErrorInfo, ErrorResponse, PromptTokensDetails, UsageInfo
 from deployments.metrics import RequestTimer
 
 logger = logging.getLogger("ray.serve")
@@ -35,7 +35,7 @@ class Choice:
     """One engine request: its stream from the target, detokenizer, metrics and counts."""
 
     def __init__(self, index: int, prompt_index: int, prompt_ids: list[int], stream,
-                 detok: IncrementalDetokenizer, timer: RequestTimer):
+                 detok: IncrementalDetokenizer, timer: RequestTimer, predicted: bool = False):
         self.index = index
         self.prompt_index = prompt_index
         self.prompt_ids = prompt_ids
@@ -45,6 +45,8 @@ class Choice:
         self.first = None
         self.num_output_tokens = 0
         self.num_cached_tokens = 0  # of the prompt's tokens, those the prefix cache held
+        self.predicted = predicted  # the request has a `prediction`: its usage counts what came of it
+        self.num_accepted_prediction_tokens = self.num_rejected_prediction_tokens = 0
         self.finish_reason: str | None = None
         # vLLM's `stop_reason`: the stop string or the request's own stop token id that ended
         # the choice; None when it ended otherwise (the model's EOS included).
@@ -67,6 +69,9 @@ class Choice:
     def advance(self, out) -> Event | None:
         self.num_output_tokens = max(self.num_output_tokens, out.num_output_tokens)
         self.num_cached_tokens = out.num_cached_tokens
+        if self.predicted:
+            self.num_accepted_prediction_tokens = out.num_accepted_prediction_tokens
+            self.num_rejected_prediction_tokens = out.num_rejected_prediction_tokens
         self.timer.on_tokens(len(out.new_token_ids))
         text = self.detok.add_tokens(out.new_token_ids)
         if self.detok.stopped:
@@ -124,8 +129,14 @@ def usage_of(choices: list[Choice]) -> UsageInfo:
     for c in choices:
         cached[c.prompt_index] = min(cached.get(c.prompt_index, c.num_cached_tokens), c.num_cached_tokens)
     completion = sum(c.num_output_tokens for c in choices)
+    details = None
+    if any(c.predicted for c in choices):
+        details = CompletionTokensDetails(
+            accepted_prediction_tokens=sum(c.num_accepted_prediction_tokens for c in choices),
+            rejected_prediction_tokens=sum(c.num_rejected_prediction_tokens for c in choices))
     return UsageInfo(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
-                     prompt_tokens_details=PromptTokensDetails(cached_tokens=sum(cached.values())))
+                     prompt_tokens_details=PromptTokensDetails(cached_tokens=sum(cached.values())),
+                     completion_tokens_details=details)
 
 
 async def merge_choices(choices: list[Choice]) -> AsyncIterator[Event]:

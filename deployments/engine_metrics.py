@@ -96,6 +96,8 @@ def spec_families(spec, labels: list[str], values: list[str]) -> list[Metric]:
             "found in their own tokens (prompt lookup), without asking the draft model.", spec.num_drafts_looked_up),
         one(CounterMetricFamily, "spec_decode_drafts_from_recent_outputs", "Requests whose n-gram drafts of a "
             "step were found in the outputs of other requests that finished lately.", spec.num_drafts_from_recent_outputs),
+        one(CounterMetricFamily, "spec_decode_drafts_from_prediction", "Requests whose drafts of a step were "
+            "taken from their predicted output (OpenAI's `prediction`).", spec.num_drafts_from_prediction),
         one(CounterMetricFamily, "spec_decode_num_proposer_failures",
             "Steps whose draft proposal failed (decoded without drafts).",
             spec.num_proposer_failures),

@@ -24,11 +24,13 @@ class EngineRequest:
 def engine_requests(req, prompts: list[list[int]], max_tokens: int | None, logprobs: int | None,
                     prompt_logprobs: int | None, prompt_param: str, max_model_len: int, vocab_size: int,
                     defaults: GenerationDefaults, bad_words_token_ids: list[list[int]] | None = None,
-                    reply_end_ids: tuple[int, ...] = ()) -> list[EngineRequest]:
+                    reply_end_ids: tuple[int, ...] = (), prediction_token_ids: list[int] | None = None
+                    ) -> list[EngineRequest]:
     """`req` with the model's defaults already in; `max_tokens` as the route reads it (None: as
-    many as the context holds, or the model's `max_new_tokens`); `bad_words_token_ids`: its
-    `bad_words`, tokenized; `reply_end_ids`: tokens that end every reply of this model, with its
-    own `stop_token_ids` (harmony's `<|call|>` and `<|return|>`: deployments/harmony.py)."""
+    many as the context holds, or the model's `max_new_tokens`); `bad_words_token_ids` and
+    `prediction_token_ids`: its `bad_words` and `prediction`, tokenized; `reply_end_ids`: tokens that
+    end every reply of this model, with its own `stop_token_ids` (harmony's `<|call|>` and
+    `<|return|>`: deployments/harmony.py)."""
     limit = max_model_len
     bias = req.token_bias
     for field, token_ids in (("logit_bias", bias), ("allowed_token_ids", req.allowed_token_ids)):
@@ -61,7 +63,8 @@ def engine_requests(req, prompts: list[list[int]], max_tokens: int | None, logpr
                     stop_token_ids=list(dict.fromkeys([*(req.stop_token_ids or []), *reply_end_ids])),
                     ignore_eos=req.ignore_eos,
                     logprobs=logprobs, prompt_logprobs=prompt_logprobs,
-                    speculative_decoding=req.speculative_decoding, cache_salt=req.cache_salt, priority=req.priority,
+                    speculative_decoding=req.speculative_decoding, prediction_token_ids=prediction_token_ids,
+                    cache_salt=req.cache_salt, priority=req.priority,
                     presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
                     repetition_penalty=req.repetition_penalty, logit_bias=bias,
                     allowed_token_ids=req.allowed_token_ids, bad_words_token_ids=bad_words_token_ids,

@@ -168,8 +168,11 @@ class Ingress(ChatRoutes, ResponsesRoutes):
             raise OpenAIError(400, f"priority {req.priority} needs `scheduling_policy: priority`; this server "
                                    "serves requests first come, first served (priority 0)", param="priority")
         bad_words = bad_words_token_ids(self.tokenizer, req.bad_words) if req.bad_words else None
+        predicted = req.prediction.text() if req.prediction is not None else ""
+        prediction = self.tokenizer.encode(predicted, add_special_tokens=False) if predicted else None
         started = engine_requests(req, prompts, max_tokens, logprobs, prompt_logprobs, prompt_param,
-                                  self.max_model_len, self.vocab_size, self.defaults, bad_words, self.reply_end_ids)
+                                  self.max_model_len, self.vocab_size, self.defaults, bad_words, self.reply_end_ids,
+                                  prediction)
         output_format, format_param = await self._guide(req, tools, thinking)
         guided = {} if output_format is None else {"output_format": output_format}
 
@@ -182,7 +185,7 @@ class Ingress(ChatRoutes, ResponsesRoutes):
                                            req.min_tokens, req.include_stop_str_in_output,
                                            stop_token_ids(r.params, self.eos_token_ids), self.skipped_special_ids)
             choices.append(Choice(r.index, r.prompt_index, r.prompt_ids, stream, detok,
-                                  self.metrics.start_request(len(r.prompt_ids))))
+                                  self.metrics.start_request(len(r.prompt_ids)), predicted=prediction is not None))
         try:
             await asyncio.gather(*(c.start() for c in choices))
         except BaseException as exc:

@@ -80,6 +80,21 @@ class StructuredOutputs(BaseModel):
     disable_any_whitespace: bool = False
 
 
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
+class PredictedOutput(BaseModel):
+    """OpenAI's `prediction`: text most of the output is expected to repeat (a file being edited),
+    which speculation drafts from (app/engine/spec/prediction_lookup.py)."""
+    type: Literal["content"]
+    content: str | list[TextPart]
+
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
+
+
 class SamplingFields(BaseModel):
     """The fields completions and chat share. Others are kept aside (`ignored_fields`): the
     ingress logs them, as vLLM does, so that a field this server does not read is seen."""
@@ -124,6 +139,7 @@ class SamplingFields(BaseModel):
     logit_bias: dict[str, float] | None = None  # token id (as JSON keys are strings) -> bias
     allowed_token_ids: list[int] | None = Field(None, min_length=1)  # vLLM's: only these may be chosen
     bad_words: list[str] | None = None  # vLLM's: never written (deployments/bad_words.py)
+    prediction: PredictedOutput | None = None
     # vLLM's extra_body beam search: `beam_width` beams (completions: best_of, else n), the n
     # best returned; length_penalty and early_stopping as transformers defines them.
     use_beam_search: bool = False
@@ -281,11 +297,6 @@ class CompletionRequest(SamplingFields):
         if all(isinstance(x, int) for x in p):
             return [list(p)]
         return list(p)
-
-
-class TextPart(BaseModel):
-    type: Literal["text"]
-    text: str
 
 
 class ChatMessage(BaseModel):

@@ -23,6 +23,10 @@ class PromptTokensDetails(BaseModel):
 
 class CompletionTokensDetails(BaseModel):
     reasoning_tokens: int = 0  # of the completion's tokens, those written before the reasoning ended
+    # With a `prediction`: its tokens that were drafted and kept, and drafted and refused (OpenAI
+    # counts a prediction's tokens that appear in the completion or not; here, those speculation tried)
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
 
 
 class UsageInfo(BaseModel):
@@ -30,7 +34,7 @@ class UsageInfo(BaseModel):
     completion_tokens: int = 0
     total_tokens: int = 0
     prompt_tokens_details: PromptTokensDetails | None = None
-    completion_tokens_details: CompletionTokensDetails | None = None  # with a reasoning parser
+    completion_tokens_details: CompletionTokensDetails | None = None  # with a reasoning parser or a prediction
 
 
 class CompletionLogprobs(BaseModel):

@@ -181,6 +181,7 @@ def test_speculative_decoding_metrics_with_vllm_names():
     spec.num_drafts_sent_ahead, spec.num_drafts_ahead_used = 5, 2
     spec.num_drafts_looked_up = 4
     spec.num_drafts_from_recent_outputs = 3
+    spec.num_drafts_from_prediction = 6
     hub = Hub()
     reporter = em.EngineMetricsReporter(hub, "r1", MODEL, lambda: stats(spec=spec))
     run(reporter.report())
@@ -201,3 +202,4 @@ def test_speculative_decoding_metrics_with_vllm_names():
     assert values(fams, "specserve:spec_decode_drafts_ahead_used_total") == [2]
     assert values(fams, "specserve:spec_decode_drafts_looked_up_total") == [4]
     assert values(fams, "specserve:spec_decode_drafts_from_recent_outputs_total") == [3]
+    assert values(fams, "specserve:spec_decode_drafts_from_prediction_total") == [6]

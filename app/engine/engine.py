@@ -233,6 +233,9 @@ class LLMEngine:
                 continue
             if req.spec_token_ids and not req.spec_forced and self.speculator is not None:
                 self.speculator.record_verified(len(req.spec_token_ids), c.num_accepted)
+                if req.spec_from_prediction:
+                    req.num_accepted_prediction_tokens += c.num_accepted
+                    req.num_rejected_prediction_tokens += len(req.spec_token_ids) - c.num_accepted
             outputs.append(self._apply_verified(req, c))
         return outputs + self.beam_searches.advance_ready()
 
@@ -298,7 +301,8 @@ class LLMEngine:
             finish_reason=req.finish_reason, num_prompt_tokens=req.num_prompt_tokens,
             num_output_tokens=req.num_output_tokens, num_cached_tokens=req.num_cached_tokens,
             new_logprobs=logprobs, prompt_logprobs=req.prompt_logprobs if first else None,
-            stop_token_id=req.stop_token_id)
+            stop_token_id=req.stop_token_id, num_accepted_prediction_tokens=req.num_accepted_prediction_tokens,
+            num_rejected_prediction_tokens=req.num_rejected_prediction_tokens)
 
     def stats(self) -> EngineStats:
         bm = self.block_manager

@@ -55,6 +55,9 @@ class Request:
         self.spec_token_ids: list[int] = []
         self.draft_probs: torch.Tensor | None = None  # [len(spec), V] draft distribution, or None
         self.spec_forced = False  # the drafts are forced by the grammar (kept without verification)
+        self.spec_from_prediction = False  # the drafts are the request's `prediction`'s
+        self.num_accepted_prediction_tokens = 0  # of the drafts from its prediction, those the target kept
+        self.num_rejected_prediction_tokens = 0  # and those it refused
         self.num_tokens_sent_to_draft = 0  # of its tokens, those the draft model was last given to read
         self.guide = None  # a GuidedDecoder when the output must follow a format
         self.beam_search = None  # the BeamSearch this request runs one beam of
@@ -76,10 +79,12 @@ class Request:
         """All known tokens but the last are in the KV cache: the next step samples."""
         return self.num_computed_tokens == self.num_tokens - 1
 
-    def set_spec(self, token_ids: list[int], probs: torch.Tensor | None = None, forced: bool = False) -> None:
+    def set_spec(self, token_ids: list[int], probs: torch.Tensor | None = None, forced: bool = False,
+                 from_prediction: bool = False) -> None:
         self.spec_token_ids = list(token_ids)
         self.draft_probs = probs if token_ids else None
         self.spec_forced = forced and bool(token_ids)
+        self.spec_from_prediction = from_prediction and bool(token_ids)
 
     def trim_spec(self, keep: int) -> None:
         """Keep the first `keep` draft tokens (the step's budget ran short)."""

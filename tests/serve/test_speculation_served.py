@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+import openai
 import pytest
 import ray
 import requests
@@ -76,6 +77,28 @@ def test_streamed_sampled_request_and_opt_out(serve_app, client):
     chunks = [c for c in stream]
     assert sum(len(c.choices[0].text) for c in chunks if c.choices) > 0
     assert serve_app.target_handle().stats.remote().result()["spec"]["num_drafts"] > before
+
+
+def test_a_predicted_chat_answer_is_drafted_from_its_prediction(serve_app, client):
+    """OpenAI's `prediction`: the greedy answer is the same with it, whole or streamed; a right one
+    gives drafts the model keeps, counted in the usage and the metrics; a malformed one is a 400."""
+    ask = dict(model=serve_app.model, messages=[{"role": "user", "content": "def add(a, b):"}], max_tokens=40,
+               temperature=0)
+    plain = client.chat.completions.create(**ask)
+    text = plain.choices[0].message.content
+    assert plain.usage.completion_tokens_details is None  # no prediction, no reasoning parser
+    before = serve_app.target_handle().stats.remote().result()["spec"]["num_drafts_from_prediction"]
+    predicted = client.chat.completions.create(**ask, prediction={"type": "content", "content": text})
+    assert predicted.choices[0].message.content == text
+    assert predicted.usage.completion_tokens_details.accepted_prediction_tokens > 0
+    assert serve_app.target_handle().stats.remote().result()["spec"]["num_drafts_from_prediction"] > before
+    chunks = list(client.chat.completions.create(**ask, stream=True, stream_options={"include_usage": True},
+                                                 prediction={"type": "content", "content": [
+                                                     {"type": "text", "text": text}]}))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
+    assert chunks[-1].usage.completion_tokens_details.accepted_prediction_tokens > 0
+    with pytest.raises(openai.BadRequestError, match="prediction"):
+        client.chat.completions.create(**ask, prediction={"type": "file", "content": text})
 
 
 def test_killed_draft_replica_only_pauses_speculation(serve_app, client, plain_engine, tokenizer):

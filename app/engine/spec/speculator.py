@@ -24,6 +24,9 @@ is not asked for it (nor sent ahead for it). The lookup costs microseconds; a dr
 trip to the draft replica. On copying work (summaries, code edits, document QA) most steps then
 make no call at all. Matches of 3+ tokens are accepted about as often as the draft model's
 drafts on the default pair; shorter ones much less (benchmarks/RESULTS.md).
+
+A request with a predicted output (OpenAI's `prediction`) takes its drafts from the prediction
+wherever the output follows it (app/engine/spec/prediction_lookup.py), before any other proposer.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from app.engine.request import Request
 from app.engine.spec.adaptive import AdaptiveSpeculation
 from app.engine.spec.drafts_ahead import DraftsAhead
 from app.engine.spec.ngram_proposer import NgramProposer
+from app.engine.spec.prediction_lookup import PredictionLookup
 from app.engine.spec.proposal import DraftInput, Proposer
 from app.engine.spec.recent_outputs import RecentOutputs
 from app.engine.spec.schedule import SpeculationSchedule
@@ -64,6 +68,7 @@ class SpecStats:
     num_drafts_ahead_used: int = 0  # of those, the ones whose next step took them (no proposal wait)
     num_drafts_looked_up: int = 0  # drafts found in the request's own tokens instead of asking the draft model
     num_drafts_from_recent_outputs: int = 0  # n-gram drafts found in other requests' recent outputs
+    num_drafts_from_prediction: int = 0  # drafts taken from the request's predicted output
 
     def record(self, num_draft_tokens: int, num_accepted: int) -> None:
         self.num_drafts += 1
@@ -120,7 +125,8 @@ class Speculator:
         # The n-gram lookup's table of recent outputs, whichever lookup runs (the proposer's or the
         # lookup before the draft model); `forget` feeds it.
         self.recent_outputs: RecentOutputs | None = getattr(self.lookup or proposer, "recent_outputs", None)
-        self._looked_up: set[Request] = set()  # this step's rows whose drafts the lookup found
+        self.predictions = PredictionLookup()
+        self._looked_up: set[Request] = set()  # this step's rows whose drafts a lookup found
 
     def stats_snapshot(self) -> SpecStats:
         """The counters, as another thread may read them while the engine goes on counting."""
@@ -152,7 +158,7 @@ class Speculator:
         # tokens depend on its seed alone, never on the timings the adaptive k follows.
         seeded_k = self.schedule.k_for(1) if self.adaptive is not None else k
         ready = self._take_ahead() if decoding else {}
-        candidates, inputs = [], []
+        candidates, inputs, from_prediction = [], [], 0
         self._looked_up.clear()
         for req in running:
             req.set_spec([])
@@ -163,6 +169,14 @@ class Speculator:
                         self.max_model_len - req.num_tokens)
             if k_req <= 0:
                 continue
+            if req.params.prediction_token_ids:
+                found = self.predictions.propose_for(req.request_id, req.params.prediction_token_ids,
+                                                     req.all_token_ids, req.num_prompt_tokens, k_req)
+                if found:
+                    req.set_spec(found, from_prediction=True)
+                    self._looked_up.add(req)
+                    from_prediction += 1
+                    continue
             if self.lookup is not None:
                 found = self.lookup.propose_for(req.request_id, req.all_token_ids, k_req)
                 if found:
@@ -181,7 +195,8 @@ class Speculator:
             seed = 0 if p.greedy else _draft_seed(req, self.generator)  # greedy drafts draw nothing
             inputs.append(DraftInput(req.request_id, req.all_token_ids, k_req, p.greedy, p.temperature,
                                      p.top_p, p.top_k, p.min_p, seed, p.cache_salt))
-        self.stats.num_drafts_looked_up += len(self._looked_up)
+        self.stats.num_drafts_looked_up += len(self._looked_up) - from_prediction
+        self.stats.num_drafts_from_prediction += from_prediction
         if inputs:
             self._ask_proposer(candidates, inputs)
         if decoding:  # a step no row got drafts in (none asked, or none found) is the plain step it is
@@ -260,6 +275,7 @@ class Speculator:
             self.recent_outputs.add(req.all_token_ids, req.num_prompt_tokens)
         if self.lookup is not None:
             self.lookup.forget(req.request_id)
+        self.predictions.forget(req.request_id)
         forget = getattr(self.proposer, "forget", None)
         if forget is not None:
             forget(req.request_id)

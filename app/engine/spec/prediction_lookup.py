@@ -1,0 +1,76 @@
+"""Drafts from a request's predicted output (OpenAI's `prediction`): the text the client expects
+most of the answer to be, as in a code edit that rewrites a few lines of a file it sends.
+
+The output is followed through the prediction: while the tokens emitted since the last step are
+the prediction's next ones, the drafts are the tokens after them. Where the output leaves the
+prediction (the edit), it is found again by its last tokens: the longest match of at least
+PREDICTION_MIN_MATCH of them, the first one at or after where the output last was in the
+prediction (edits move forward through a file), else the last one before. Each search is one
+numpy pass over the prediction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from app.config import MAX_PROMPT_LOOKUP
+
+PREDICTION_MIN_MATCH = 2  # a wrong realignment costs one step's rejected drafts; a missed one, every step's
+
+
+@dataclass
+class _Place:
+    prediction: np.ndarray
+    at: int = 0  # the prediction's index the output has reached
+    output_length: int = 0  # the output's length when `at` was found
+
+
+class PredictionLookup:
+    def __init__(self, min_n: int = PREDICTION_MIN_MATCH, max_n: int = MAX_PROMPT_LOOKUP):
+        self.min_n, self.max_n = min_n, max_n
+        self._places: dict[str, _Place] = {}
+
+    def propose_for(self, request_id: str, prediction: Sequence[int], token_ids: Sequence[int],
+                    num_prompt_tokens: int, k: int) -> list[int]:
+        """Up to k tokens of the prediction that should follow the output (token_ids after the
+        prompt); empty where the output has passed the prediction's end or is not in it."""
+        place = self._places.get(request_id)
+        if place is None:
+            place = self._places[request_id] = _Place(np.asarray(prediction, dtype=np.int64))
+        predicted = place.prediction
+        output_length = len(token_ids) - num_prompt_tokens
+        n = min(output_length, self.max_n)
+        tail = token_ids[len(token_ids) - n:] if n else []
+        at = place.at + output_length - place.output_length
+        if not n <= at <= len(predicted) or predicted[at - n:at].tolist() != list(tail):
+            at = self._found_again(predicted, np.asarray(tail, dtype=np.int64), place.at)
+            if at < 0:
+                return []
+        place.at, place.output_length = at, output_length
+        return predicted[at:at + k].tolist()
+
+    def _found_again(self, predicted: np.ndarray, tail: np.ndarray, last_at: int) -> int:
+        """The index after the longest match (at least min_n) of the tail's end in the prediction,
+        with something after it: the first at or after `last_at`, else the last before; -1: none."""
+        if len(tail) < self.min_n:
+            return -1
+        ends = np.flatnonzero(predicted[:len(predicted) - 1] == tail[-1])
+        longest = ends[:0]
+        for n in range(1, len(tail) + 1):
+            if n > 1:
+                ends = ends[ends >= n - 1]
+                ends = ends[predicted[ends - (n - 1)] == tail[-n]]
+            if not ends.size:
+                break
+            if n >= self.min_n:
+                longest = ends
+        if not longest.size:
+            return -1
+        later = longest[longest + 1 >= last_at]
+        return int(later[0] + 1) if later.size else int(longest[-1] + 1)
+
+    def forget(self, request_id: str) -> None:
+        self._places.pop(request_id, None)

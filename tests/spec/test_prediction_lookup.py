@@ -1,0 +1,103 @@
+"""Predicted outputs (OpenAI's `prediction`): drafts follow the output through the prediction and
+find it again after an edit; in the engine greedy output stays plain decoding's whatever the
+prediction, a right prediction is drafted and kept (fewer steps), a wrong one refused, and both
+counted per request; a prediction row asks no other proposer and its place goes with it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from app.engine.request import Request
+from app.engine.spec.prediction_lookup import PredictionLookup
+from app.engine.spec.schedule import SpeculationSchedule
+from app.engine.spec.speculator import Speculator
+from app.sampling_params import SamplingParams
+from tests.spec.test_engine_speculation import (GREEDY, assert_nothing_allocated, engine, prompts,  # noqa: F401
+                                                reference)
+from tests.spec.test_prompt_lookup_first import Asked
+
+PROMPT = [900, 901, 902]
+
+
+def proposal(lookup: PredictionLookup, prediction: list[int], output: list[int], k: int = 3) -> list[int]:
+    return lookup.propose_for("r", prediction, PROMPT + output, len(PROMPT), k)
+
+
+def test_the_output_is_followed_through_the_prediction():
+    lookup, predicted = PredictionLookup(), [1, 2, 3, 4, 5, 6, 7]
+    assert proposal(lookup, predicted, []) == [1, 2, 3]  # before any output: the prediction's start
+    assert proposal(lookup, predicted, [1, 2]) == [3, 4, 5]  # two kept
+    assert proposal(lookup, predicted, [1, 2, 3, 4, 5, 6]) == [7]
+    assert proposal(lookup, predicted, [1, 2, 3, 4, 5, 6, 7]) == []  # the prediction is used up
+    lookup.forget("r")
+    assert proposal(lookup, predicted, []) == [1, 2, 3]
+
+
+def test_after_an_edit_the_prediction_is_found_again_forward():
+    """Lines repeat in a file: the match at or after where the output was wins over an earlier one."""
+    lookup, predicted = PredictionLookup(), [10, 11, 12, 13, 20, 21, 10, 11, 30, 31, 32]
+    assert proposal(lookup, predicted, [10, 11, 12, 13]) == [20, 21, 10]
+    assert proposal(lookup, predicted, [10, 11, 12, 13, 99, 98]) == []  # the edit: nothing matches
+    assert proposal(lookup, predicted, [10, 11, 12, 13, 99, 98, 10, 11]) == [30, 31, 32]  # not [12, 13, 20]
+    assert proposal(lookup, predicted, [10, 11, 12, 13, 99, 98, 10, 11, 30]) == [31, 32]  # followed again
+
+
+def test_one_token_of_output_is_too_little_to_find_the_prediction_by():
+    lookup, predicted = PredictionLookup(), [5, 6, 7, 8]
+    assert proposal(lookup, predicted, [9, 7]) == []  # diverged at once; [7] alone matches nothing kept
+    assert proposal(lookup, predicted, [9, 7, 8]) == []  # [7, 8] ends the prediction: nothing follows
+    assert PredictionLookup().propose_for("s", predicted, PROMPT + [6, 7], len(PROMPT), 2) == [8]
+
+
+def decoding(request_id: str, tokens: list[int], prediction: list[int] | None) -> Request:
+    req = Request(request_id, tokens, SamplingParams(max_tokens=20, temperature=0.0,
+                                                     prediction_token_ids=prediction))
+    req.num_computed_tokens = req.num_tokens - 1
+    return req
+
+
+def test_a_prediction_row_asks_no_proposer_and_is_not_sent_ahead():
+    proposer = Asked()
+    speculator = Speculator(proposer, SpeculationSchedule({1: 4}), max_model_len=64, vocab_width=1000)
+    predicted, plain = decoding("p", [1, 2, 3], [40, 41, 42, 43, 44]), decoding("q", [1, 2, 3], None)
+    speculator.propose([predicted, plain])
+    assert predicted.spec_token_ids == [40, 41, 42, 43] and predicted.spec_from_prediction
+    assert plain.spec_token_ids == [7, 7, 7, 7] and not plain.spec_from_prediction
+    assert proposer.asked == [["q"]]
+    speculator.send_ahead({predicted: 5, plain: 5})
+    assert proposer.sent_ahead == [["q"]]
+    assert speculator.stats.num_drafts_from_prediction == 1 and speculator.stats.num_drafts_looked_up == 0
+    speculator.forget(predicted)
+    assert not speculator.predictions._places
+
+
+def with_prediction(prediction: list[int]) -> SamplingParams:
+    return dataclasses.replace(GREEDY, prediction_token_ids=prediction)
+
+
+def test_greedy_output_is_plain_decodings_and_a_right_prediction_takes_fewer_steps(prompts, reference):
+    plain, predicted, mispredicted = engine("ngram", 4), engine("ngram", 4), engine("ngram", 4)
+    assert plain.generate(prompts, GREEDY) == reference
+    assert predicted.generate(prompts, [with_prediction(out) for out in reference]) == reference
+    wrong = [list(reversed(out)) for out in reference]  # the same tokens, in an order never written
+    assert mispredicted.generate(prompts, [with_prediction(out) for out in wrong]) == reference
+    assert predicted.stats().spec.num_drafts_from_prediction > 0
+    assert predicted.num_steps < plain.num_steps
+    for e in (plain, predicted, mispredicted):
+        assert_nothing_allocated(e)
+
+
+def test_each_request_counts_its_prediction_tokens_kept_and_refused(prompts, reference):
+    e = engine("ngram", 4)
+    prompt, out = prompts[0], reference[0]
+    wrong_after_one = out[:1] + [max(out) + 1] * 8  # the first token is the prompt step's, never drafted
+    for rid, prediction in [("right", out), ("wrong", wrong_after_one)]:
+        e.add_request(rid, prompt, with_prediction(prediction))
+    last = {}
+    while e.has_unfinished_requests():
+        for o in e.step():
+            last[o.request_id] = o
+    right, wrong = last["right"], last["wrong"]
+    assert right.num_accepted_prediction_tokens >= len(out) // 2 and right.num_rejected_prediction_tokens == 0
+    assert wrong.num_accepted_prediction_tokens == 0 and wrong.num_rejected_prediction_tokens > 0
+    assert_nothing_allocated(e)
