@@ -28,7 +28,8 @@ def engine_requests(req, prompts: list[list[int]], max_tokens: int | None, logpr
                     ) -> list[EngineRequest]:
     """`req` with the model's defaults already in; `max_tokens` as the route reads it (None: as
     many as the context holds, or the model's `max_new_tokens`); `bad_words_token_ids` and
-    `prediction_token_ids`: its `bad_words` and `prediction`, tokenized; `reply_end_ids`: tokens that
+    `prediction_token_ids`: its `bad_words` and `prediction`, tokenized (no output is longer than the
+    context, so neither is a prediction the engine keeps); `reply_end_ids`: tokens that
     end every reply of this model, with its own `stop_token_ids` (harmony's `<|call|>` and
     `<|return|>`: deployments/harmony.py)."""
     limit = max_model_len
@@ -63,7 +64,8 @@ def engine_requests(req, prompts: list[list[int]], max_tokens: int | None, logpr
                     stop_token_ids=list(dict.fromkeys([*(req.stop_token_ids or []), *reply_end_ids])),
                     ignore_eos=req.ignore_eos,
                     logprobs=logprobs, prompt_logprobs=prompt_logprobs,
-                    speculative_decoding=req.speculative_decoding, prediction_token_ids=prediction_token_ids,
+                    speculative_decoding=req.speculative_decoding,
+                    prediction_token_ids=prediction_token_ids[:limit] if prediction_token_ids else None,
                     cache_salt=req.cache_salt, priority=req.priority,
                     presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
                     repetition_penalty=req.repetition_penalty, logit_bias=bias,

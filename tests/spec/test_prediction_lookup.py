@@ -1,17 +1,24 @@
 """Predicted outputs (OpenAI's `prediction`): drafts follow the output through the prediction and
 find it again after an edit; in the engine greedy output stays plain decoding's whatever the
 prediction, a right prediction is drafted and kept (fewer steps), a wrong one refused, and both
-counted per request; a prediction row asks no other proposer and its place goes with it."""
+counted per request; a prediction row asks no other proposer and its place goes with it; the route
+gives every choice the request's prediction, no longer than the context."""
 
 from __future__ import annotations
 
 import dataclasses
 
+import pydantic
+import pytest
+
 from app.engine.request import Request
 from app.engine.spec.prediction_lookup import PredictionLookup
 from app.engine.spec.schedule import SpeculationSchedule
 from app.engine.spec.speculator import Speculator
+from app.models.generation_config import GenerationDefaults
 from app.sampling_params import SamplingParams
+from deployments.engine_requests import engine_requests
+from deployments.protocol import ChatCompletionRequest
 from tests.spec.test_engine_speculation import (GREEDY, assert_nothing_allocated, engine, prompts,  # noqa: F401
                                                 reference)
 from tests.spec.test_prompt_lookup_first import Asked
@@ -101,3 +108,15 @@ def test_each_request_counts_its_prediction_tokens_kept_and_refused(prompts, ref
     assert right.num_accepted_prediction_tokens >= len(out) // 2 and right.num_rejected_prediction_tokens == 0
     assert wrong.num_accepted_prediction_tokens == 0 and wrong.num_rejected_prediction_tokens > 0
     assert_nothing_allocated(e)
+
+
+def test_a_requests_prediction_reaches_every_choice_cut_to_the_context():
+    body = ChatCompletionRequest(messages=[{"role": "user", "content": "hi"}], n=2, prediction={
+        "type": "content", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]})
+    assert body.prediction.text() == "ab"
+    started = engine_requests(body, [[1, 2]], 8, None, None, "messages", 64, 1000, GenerationDefaults(),
+                              prediction_token_ids=list(range(100)))
+    assert [s.params.prediction_token_ids for s in started] == [list(range(64))] * 2
+    assert not body.ignored_fields  # read, not logged as ignored
+    with pytest.raises(pydantic.ValidationError):
+        ChatCompletionRequest(messages=[{"role": "user", "content": "hi"}], prediction={"type": "file", "content": "x"})
