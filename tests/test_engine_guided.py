@@ -1,7 +1,7 @@
 """Guided decoding inside the engine, on the default model with real outlines-core indexes:
 every output matches its format, guided and unguided requests share a batch, speculation
-(draft and n-gram) does not change greedy guided output, and jump-forward keeps the format
-while taking fewer steps."""
+(draft and n-gram) does not change greedy guided output, jump-forward keeps the format
+while taking fewer steps, and a sampled row whose drafts end its format is verified."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from transformers import AutoTokenizer
 
 from app.config import EngineConfig
 from app.engine.engine import LLMEngine
+from app.engine.spec.proposal import DraftInput, Proposal
 from app.guided.compiler import compile_regex
 from app.guided.guide import GuidedDecoder
 from app.guided.vocabulary import load_guided_vocabulary
@@ -144,3 +145,33 @@ def test_a_bad_word_is_never_written_inside_a_format(indexes, tokenizer):
 def test_min_tokens_cannot_keep_a_finished_format_from_ending(indexes, tokenizer):
     free = guided_alone(indexes, tokenizer, "choice", "answer: ")
     assert guided_alone(indexes, tokenizer, "choice", "answer: ", min_tokens=30) == free
+
+
+class DraftsTheEnd:
+    """A proposer whose drafts are EOS, then more: a guided row keeps the EOS where the format may end."""
+
+    def __init__(self, eos_token_id: int):
+        self.eos_token_id = eos_token_id
+
+    def propose_batch(self, inputs: list[DraftInput]) -> list[Proposal]:
+        return [Proposal([self.eos_token_id] + [5] * (i.k - 1)) for i in inputs]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_sampled_guided_row_whose_drafts_end_its_format_is_verified(indexes, tokenizer, seed):
+    """An EOS draft the format accepts puts a row after the end in the same pass. Its mask allowed
+    nothing, and the CPU's draws refused the whole step (a 500 when served); it allows EOS now."""
+    vocab, _ = indexes
+    engine = LLMEngine(EngineConfig(model=str(DEFAULT_TARGET), num_kv_blocks=256, speculative_method="draft",
+                                    speculation_schedule={1: 4}, adaptive_speculation=False),
+                       DraftsTheEnd(vocab.eos_token_id))
+    pattern = r"[a-z]{1,12}"  # after each letter the format may end, and nothing is forced
+    engine.add_request("r", tokenizer.encode("answer: "), SamplingParams(max_tokens=16, temperature=1.0, seed=seed),
+                       GuidedDecoder(compile_regex(pattern, vocab), vocab, 4096))
+    out, reasons = [], []
+    while engine.has_unfinished_requests():
+        for o in engine.step():
+            out += o.new_token_ids
+            reasons += [o.finish_reason] if o.finished else []
+    assert re.fullmatch(pattern, text(tokenizer, out)) and reasons == ["stop"]
+    assert engine.stats().spec.num_draft_tokens > 0

@@ -138,9 +138,13 @@ class GuidedDecoder:
 
         With jump-forward (its tokenizer given), a state whose format forces text allows only
         the first forced token, the one jump-forward would insert: so the output does not
-        depend on whether a step boundary (speculation, batching) falls at that state."""
+        depend on whether a step boundary (speculation, batching) falls at that state.
+
+        After an EOS (the row after an EOS draft, verified in the same pass), EOS alone: the row is
+        never used, since the output ends at the EOS, but every row needs a finite logit (the
+        CPU's draws refuse a row without one)."""
         if self._eos_accepted:
-            bitmask[row].zero_()
+            allow_only_token(bitmask, row, self.vocab.eos_token_id)
             return
         forced = self.forced_token_ids(jump_forward_tokenizer) if jump_forward_tokenizer is not None else []
         if forced:
@@ -189,7 +193,8 @@ class GuidedDecoder:
                             jump_forward_tokenizer: Any = None) -> int:
         """Write the masks of the 1+k verified positions into rows row .. row+k: row+i is the
         mask after the first i drafts. Returns how many drafts the guide accepts (a); rows past
-        row+a are zeros. The guide is left where it was."""
+        row+a, never used (verification stops at the first refused draft), allow EOS alone, as
+        a row after an EOS does. The guide is left where it was."""
         self.fill_bitmask(bitmask, row, jump_forward_tokenizer)
         accepted = 0
         for i, tid in enumerate(draft_ids):
@@ -197,8 +202,8 @@ class GuidedDecoder:
                 break
             accepted += 1
             self.fill_bitmask(bitmask, row + 1 + i, jump_forward_tokenizer)
-        if accepted < len(draft_ids):
-            bitmask[row + 1 + accepted: row + 1 + len(draft_ids)].zero_()
+        for after_refused in range(row + 1 + accepted, row + 1 + len(draft_ids)):
+            allow_only_token(bitmask, after_refused, self.vocab.eos_token_id)
         self.rollback(accepted)
         return accepted
 

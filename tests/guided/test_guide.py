@@ -95,8 +95,8 @@ def test_masks_equal_guide_and_eos_only_when_final(gv, nested_index):
             if tid == gv.eos_token_id:
                 break
             ref.advance(tid, return_tokens=False)
-        assert dec.is_finished and not allowed_mask(dec).any()
-        assert not dec.advance(gv.eos_token_id)
+        assert dec.is_finished and allowed_ids(allowed_mask(dec)) == {gv.eos_token_id}  # a mask never used
+        assert not dec.advance(gv.eos_token_id)  # but the decoder takes nothing after the end
 
 
 def test_rollback_restores_masks_eos_included(gv, nested_index):
@@ -141,7 +141,7 @@ def test_draft_masks_mix_of_allowed_and_disallowed(gv, tok):
     for row, mask in enumerate(expected):
         assert torch.equal(masks[row], mask), row
     assert bool(masks[1][second]) and not masks[2][letter] and bool(masks[2][dash])
-    assert not masks[3].any() and not masks[4].any()  # after the rejected draft: irrelevant
+    assert allowed_ids(masks[3]) == {gv.eos_token_id} == allowed_ids(masks[4])  # after the refused draft: unused
     dec.rollback(2)
     assert dec.accept_prefix(drafts) == 2 and dec.num_tokens == 2
     # Bitmask form, into rows of a bigger batch buffer; an EOS draft in a final state.
@@ -149,7 +149,8 @@ def test_draft_masks_mix_of_allowed_and_disallowed(gv, tok):
     bitmask = torch.full((6, (WIDTH + 31) // 32), -1, dtype=torch.int32)
     assert dec.fill_draft_bitmasks(bitmask, 1, [gv.eos_token_id, letter]) == 1
     assert (bitmask[0] == -1).all() and (bitmask[4:] == -1).all()  # other rows untouched
-    assert (bitmask[2] == 0).all() and (bitmask[3] == 0).all()  # nothing after EOS
+    after_eos = unpack_token_bitmask(bitmask[2:4], WIDTH)
+    assert allowed_ids(after_eos[0]) == {gv.eos_token_id} == allowed_ids(after_eos[1])  # unused, but finite
     assert dec.num_tokens == 4 and dec.guide.is_finished() and not dec.is_finished
 
 
