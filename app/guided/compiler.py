@@ -28,9 +28,9 @@ from outlines_core import Index, Vocabulary
 from outlines_core.json_schema import (BOOLEAN, NULL, NUMBER, STRING, WHITESPACE,
                                        build_regex_from_schema)
 
-from app.guided.ebnf import gbnf_regex
+from app.guided.ebnf import gbnf_regex, is_gbnf
 from app.guided.errors import GuidedFormatError
-from app.guided.lark_grammar import is_lark, lark_regex
+from app.guided.lark_grammar import lark_regex
 from app.guided.nonempty_regex import nonempty_form
 from app.guided.regex_check import check_regex
 from app.guided.string_formats import json_safe_schema
@@ -165,7 +165,7 @@ def regex_for_format(spec: dict, strict: bool = False, json_object_depth: int = 
         grammar = spec.get("grammar")
         if not isinstance(grammar, str):
             raise GuidedFormatError("grammar format needs a string 'grammar'")
-        return check_regex(lark_regex(grammar) if is_lark(grammar) else gbnf_regex(grammar))
+        return check_regex(gbnf_regex(grammar) if is_gbnf(grammar) else lark_regex(grammar))
     raise GuidedFormatError(f"unsupported format type {kind!r}; expected json_schema, "
                             "json_object, regex, choice or grammar")
 

@@ -22,10 +22,17 @@ from app.guided.grammar_rules import class_char, rules_regex
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 _RULE_START = re.compile(r"([A-Za-z_][A-Za-z0-9_.\-]*)\s*::=")
 _BLANK = re.compile(r"(?:\s|#[^\n]*)*")
+_RULE_LINE = re.compile(rf"^[ \t]*{_NAME.pattern}[ \t]*::=", re.MULTILINE)
 _REPEAT = re.compile(r"\{\s*(\d+)\s*(?:(,)\s*(\d*)\s*)?\}")
 _ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\", '"': '"', "[": "[", "]": "]", "-": "-", "^": "^",
             "/": "/", "'": "'"}
 _HEX_DIGITS = {"x": 2, "u": 4, "U": 8}
+
+
+def is_gbnf(text: str) -> bool:
+    """A grammar with a line that starts a rule (`name ::= ...`) is GBNF; one without is Lark's, as vLLM
+    tells them apart."""
+    return bool(_RULE_LINE.search(text))
 
 
 def gbnf_regex(text: str) -> str:

@@ -27,7 +27,6 @@ from functools import cache
 from app.guided.errors import GuidedFormatError
 from app.guided.grammar_rules import class_char, rules_regex, text_regex
 
-_GBNF_RULE_LINE = re.compile(r"^[ \t]*[A-Za-z_][A-Za-z0-9_.\-]*[ \t]*::=", re.MULTILINE)
 _TOKEN = re.compile(r"""
     (?P<skip>[ \t]+|(?://|\#)[^\n]*|\\[ ]*\r?\n)
   | (?P<nl>(?:\r?\n)+)
@@ -75,11 +74,6 @@ SQL_COMMENT: /--[^\n]*/
 '''
 
 
-def is_lark(text: str) -> bool:
-    """A grammar with no GBNF rule line (`name ::= ...`) is Lark's, as vLLM tells them apart."""
-    return not _GBNF_RULE_LINE.search(text)
-
-
 def lark_regex(text: str) -> str:
     """The regex of the grammar's start rule; GuidedFormatError naming the problem otherwise."""
     grammar = _Parser(text).grammar()
@@ -119,11 +113,11 @@ class _Parser:
 
     # --- tokens -----------------------------------------------------------------------------------
 
-    def _peek(self, ahead: int = 0) -> tuple[str, str, int]:
-        return self.tokens[min(self.at + ahead, len(self.tokens) - 1)]
+    def _peek(self) -> tuple[str, str, int]:
+        return self.tokens[min(self.at, len(self.tokens) - 1)]
 
-    def _is(self, kind: str, value: str | None = None, ahead: int = 0) -> bool:
-        token = self._peek(ahead)
+    def _is(self, kind: str, value: str | None = None) -> bool:
+        token = self._peek()
         return token[0] == kind and (value is None or token[1] == value)
 
     def _take(self, kind: str, value: str | None = None, wanted: str = "") -> str:
@@ -345,36 +339,22 @@ def _tokens(text: str) -> list[tuple[str, str, int]]:
 
 
 @cache
-def _common() -> _Grammar:
-    return _Parser(COMMON).grammar()
+def _common() -> dict[str, object]:
+    """Lark's common terminals, each named `common__NAME` and using the others by those names."""
+    return {"common__" + name: _renamed(tree) for name, tree in _Parser(COMMON).grammar().rules.items()}
 
 
 def _import_common(grammar: _Grammar, name: str, alias: str, line: int) -> None:
-    """`name` from Lark's common terminals as `alias`; what it uses comes along as `common__USED`, as
-    Lark names them, so a grammar's own DIGIT does not change the imported INT."""
+    """`name` from Lark's common terminals as `alias`. The common terminals come along as `common__NAME`,
+    as Lark names what an import uses, so a grammar's own DIGIT does not change the imported INT (the
+    ones nothing uses are never expanded)."""
     common = _common()
-    if name not in common.rules:
+    if "common__" + name not in common:
         raise GuidedFormatError(f"grammar: common has no terminal {name!r} (line {line})")
-    grammar.define(alias, _renamed(common.rules[name]), line, terminal=True, written=False)
-    used, pending = set(), [name]
-    while pending:
-        for ref in _refs(common.rules[pending.pop()]):
-            if ref not in used:
-                used.add(ref)
-                pending.append(ref)
-    for ref in sorted(used):
-        if "common__" + ref not in grammar.rules:
-            grammar.define("common__" + ref, _renamed(common.rules[ref]), line, terminal=True, written=False)
-
-
-def _refs(tree) -> list[str]:
-    if tree[0] == "ref":
-        return [tree[1]]
-    if tree[0] in ("seq", "alt"):
-        return [ref for item in tree[1] for ref in _refs(item)]
-    if tree[0] == "repeat":
-        return _refs(tree[1])
-    return []
+    for used, tree in common.items():
+        if used not in grammar.rules:
+            grammar.define(used, tree, line, terminal=True, written=False)
+    grammar.define(alias, ("ref", "common__" + name), line, terminal=True, written=False)
 
 
 def _renamed(tree):

@@ -13,7 +13,7 @@ import pytest
 
 from app.guided.compiler import compile_regex, regex_for_format
 from app.guided.errors import GuidedFormatError
-from app.guided.lark_grammar import is_lark
+from app.guided.ebnf import is_gbnf
 from app.guided.vocabulary import load_guided_vocabulary
 from tests.checkpoints import DEFAULT_TARGET
 from tests.guided.test_string_formats import accepts, distances_to_final, walk
@@ -86,7 +86,7 @@ def lark_takes(grammar: str, text: str) -> bool:
 @pytest.mark.parametrize("name", GRAMMARS)
 def test_a_lark_grammar_allows_what_lark_parses_and_nothing_else(vocab, name):
     grammar, inside, outside = GRAMMARS[name]
-    assert is_lark(grammar)
+    assert not is_gbnf(grammar)
     index = compile_regex(regex_for_format({"type": "grammar", "grammar": grammar}), vocab)
     for text in inside:
         assert lark_takes(grammar, text) and accepts(index, vocab, text), text
@@ -117,8 +117,8 @@ def test_strings_read_escapes_as_lark_does():
 
 
 def test_gbnf_and_lark_are_told_apart_by_a_gbnf_rule_line():
-    assert not is_lark('root ::= "a"') and not is_lark('# c\n  root-x ::= "a" | b\nb ::= "c"')
-    assert is_lark('start: "a ::= b"') and is_lark("start: x\nx: 'y'")
+    assert is_gbnf('root ::= "a"') and is_gbnf('# c\n  root-x ::= "a" | b\nb ::= "c"')
+    assert not is_gbnf('start: "a ::= b"') and not is_gbnf("start: x\nx: 'y'")
 
 
 @pytest.mark.parametrize("grammar, message", [
