@@ -25,29 +25,38 @@ from app.engine.spec.proposal import DraftInput, Proposal
 from app.engine.spec.recent_outputs import RecentOutputs
 
 
+def longest_match_ends(haystack: np.ndarray, key: np.ndarray, min_n: int, max_n: int) -> np.ndarray:
+    """The ends e, ascending, of the occurrences in `haystack` of key's last n tokens, for the largest
+    n in [min_n, max_n] that has one, each with a token after it (e <= len(haystack) - 2); empty
+    when none has. `key` is not empty.
+
+    The occurrences of key's last token are found in one pass, then only those are extended one
+    token back at a time: most steps of most workloads have none, and stop there."""
+    length = len(key)
+    ends = np.flatnonzero(haystack[:len(haystack) - 1] == key[length - 1])
+    longest = None
+    for n in range(1, min(max_n, length) + 1):
+        if n > 1:  # those ends whose match also holds n - 1 tokens further back
+            ends = ends[ends >= n - 1]
+            ends = ends[haystack[ends - (n - 1)] == key[length - n]]
+        if not ends.size:
+            break
+        if n >= min_n:
+            longest = ends
+    return ends[:0] if longest is None else longest
+
+
 def find_ngram_continuation(tokens: np.ndarray, k: int, min_n: int = 1, max_n: int = 4
                             ) -> np.ndarray:
     """Up to k tokens that followed the most recent earlier occurrence of the last n tokens,
     for the largest n in [min_n, max_n] that has one; empty when none matches.
 
-    An occurrence ending at e (e <= L - 2, so at least one token follows it) may overlap the
-    suffix itself (periodic text); the proposal is cut where the sequence ends. The earlier
-    occurrences of the last token are found in one pass, then only those are extended one
-    token back at a time: most steps of most workloads have none, and stop there."""
-    length = len(tokens)
-    if k <= 0 or length < min_n + 1:
+    An occurrence may overlap the suffix itself (periodic text); the proposal is cut where the
+    sequence ends."""
+    if k <= 0 or len(tokens) < min_n + 1:
         return tokens[:0]
-    ends = np.flatnonzero(tokens[:length - 1] == tokens[length - 1])  # ascending: the last is the most recent
-    found = -1  # the most recent end of the longest match so far, of at least min_n tokens
-    for n in range(1, min(max_n, length - 1) + 1):
-        if n > 1:  # those ends whose match also holds n - 1 tokens further back
-            ends = ends[ends >= n - 1]
-            ends = ends[tokens[ends - (n - 1)] == tokens[length - n]]
-        if not ends.size:
-            break
-        if n >= min_n:
-            found = int(ends[-1])
-    return tokens[found + 1:found + 1 + k] if found >= 0 else tokens[:0]
+    ends = longest_match_ends(tokens, tokens, min_n, max_n)
+    return tokens[ends[-1] + 1:ends[-1] + 1 + k] if ends.size else tokens[:0]
 
 
 class NgramProposer:

@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from app.config import MAX_PROMPT_LOOKUP
+from app.engine.spec.ngram_proposer import longest_match_ends
 
 PREDICTION_MIN_MATCH = 2  # a wrong realignment costs one step's rejected drafts; a missed one, every step's
 
@@ -57,16 +58,7 @@ class PredictionLookup:
         with something after it: the first at or after `last_at`, else the last before; -1: none."""
         if len(tail) < self.min_n:
             return -1
-        ends = np.flatnonzero(predicted[:len(predicted) - 1] == tail[-1])
-        longest = ends[:0]
-        for n in range(1, len(tail) + 1):
-            if n > 1:
-                ends = ends[ends >= n - 1]
-                ends = ends[predicted[ends - (n - 1)] == tail[-n]]
-            if not ends.size:
-                break
-            if n >= self.min_n:
-                longest = ends
+        longest = longest_match_ends(predicted, tail, self.min_n, len(tail))
         if not longest.size:
             return -1
         later = longest[longest + 1 >= last_at]
