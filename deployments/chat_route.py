@@ -13,6 +13,7 @@ from functools import partial
 from typing import AsyncIterator, Callable
 
 from deployments.choices import Choice, merge_choices, sse, usage_of
+from deployments.custom_tools import InputStream
 from deployments.harmony import HarmonyReply, guided_reply
 from deployments.output_logprobs import chat_logprobs
 from deployments.protocol import ChatCompletionRequest
@@ -21,7 +22,8 @@ from deployments.responses import (AssistantMessage, ChatChoice, ChatChunkChoice
                                    ChatCompletionResponse, ChatLogprobs, CompletionTokensDetails, DeltaMessage,
                                    UsageInfo)
 from deployments.tool_call_stream import HarmonyCallStream, ToolStream, call_stream
-from deployments.tool_protocol import FunctionCallDelta, ToolCall, ToolCallDelta, ToolDefinition
+from deployments.tool_protocol import (CustomCallDelta, CustomToolCallDelta, FunctionCallDelta, ToolCall, ToolCallDelta,
+                                       ToolDefinition)
 from deployments.written_call import CallPiece
 
 
@@ -51,6 +53,7 @@ class ChatRoutes:
                       calls: list[ToolCall] | None = None) -> AssistantMessage:
         """A whole reply from its reasoning, its text (before its tool calls, if any) and its calls."""
         written = body.echoed_text + text
+        calls = [body.as_reply_call(c) for c in calls] if calls else calls
         return AssistantMessage(content=(written or None) if calls or reasoning else written, tool_calls=calls,
                                 reasoning=reasoning if thinking and body.include_reasoning else None)
 
@@ -96,13 +99,22 @@ class ChatRoutes:
         return ChatCompletionResponse(id=request_id, created=created, model=self.model_name, usage=usage, choices=out)
 
     @staticmethod
-    def _call_delta(stream: ToolStream | HarmonyCallStream, piece: CallPiece) -> ToolCallDelta:
-        """OpenAI's shape: a call's first delta has its id, type and name."""
+    def _call_delta(body: ChatCompletionRequest, stream: ToolStream | HarmonyCallStream, piece: CallPiece,
+                    inputs: dict[int, InputStream]) -> ToolCallDelta | CustomToolCallDelta:
+        """OpenAI's shape: a call's first delta has its id, type and name; a custom tool's call gives
+        its input as it grows (`inputs`: the choice's custom calls' input streams, by call index)."""
+        call = stream.call(piece.index)
+        name = call.function.name
+        if body.calls_custom_tool(name):
+            more = inputs.setdefault(piece.index, InputStream()).feed(piece.arguments)
+            if not piece.opens:
+                return CustomToolCallDelta(index=piece.index, custom=CustomCallDelta(input=more))
+            return CustomToolCallDelta(index=piece.index, id=call.id, type="custom",
+                                       custom=CustomCallDelta(name=name, input=more))
         if not piece.opens:
             return ToolCallDelta(index=piece.index, function=FunctionCallDelta(arguments=piece.arguments))
-        call = stream.call(piece.index)
         return ToolCallDelta(index=piece.index, id=call.id, type="function",
-                             function=FunctionCallDelta(name=call.function.name, arguments=piece.arguments))
+                             function=FunctionCallDelta(name=name, arguments=piece.arguments))
 
     async def _stream_chat(self, request_id: str, created: int, body: ChatCompletionRequest,
                            choices: list[Choice], calls_possible: bool, thinking: bool) -> AsyncIterator[str]:
@@ -115,6 +127,7 @@ class ChatRoutes:
 
         splits = {c.index: self._reasoning_stream(thinking) for c in choices}
         streams = {i: self._call_stream(split, body.tools) for i, split in splits.items()} if calls_possible else {}
+        inputs: dict[int, dict[int, InputStream]] = {i: {} for i in streams}  # custom calls' inputs by choice
         yield chunk([ChatChunkChoice(index=c.index, delta=DeltaMessage(role="assistant", content=""))
                      for c in choices])
         if body.echoed_text:
@@ -132,7 +145,7 @@ class ChatRoutes:
                     text += held
             if not text and not reasoning and not pieces and finish is None and not event.logprobs:
                 continue  # held: maybe the start of a call or of a tag
-            deltas = [self._call_delta(streams[i], p) for p in pieces]
+            deltas = [self._call_delta(body, streams[i], p, inputs[i]) for p in pieces]
             logprobs = chat_logprobs(event.logprobs, self._token_names(body))
             if len(deltas) > 1:  # one call's delta a chunk, as OpenAI and vLLM send them (some
                 # clients read only the first): the event's text goes with the first, its finish with the last

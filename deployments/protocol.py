@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from app.sampling_params import GREEDY_BELOW_TEMPERATURE, MIN_REPETITION_PENALTY
+from deployments.custom_tools import as_functions, custom_call, function_call, function_choice
 from deployments.request_ids import MAX_REQUEST_ID_CHARS
-from deployments.tool_protocol import ToolCall, ToolChoice, ToolDefinition
+from deployments.tool_protocol import CustomToolCall, CustomToolDefinition, ToolCall, ToolChoice, ToolDefinition
 
 MAX_N = 16
 MAX_LOGPROBS = 20
@@ -303,11 +304,18 @@ class ChatMessage(BaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
-    tool_calls: list[ToolCall] | None = None  # an assistant turn that called tools
+    # an assistant turn that called tools (a custom tool's call: as its function's, deployments/custom_tools.py)
+    tool_calls: list[ToolCall | CustomToolCall] | None = None
     tool_call_id: str | None = None  # a tool turn: the call it answers
     # An assistant turn's reasoning, fed back: vLLM's `reasoning`, or `reasoning_content`, its old
     # name, which DeepSeek's API and many clients send.
     reasoning: str | None = Field(None, validation_alias=AliasChoices("reasoning", "reasoning_content"))
+
+    @model_validator(mode="after")
+    def _custom_calls_as_functions(self) -> "ChatMessage":
+        if self.tool_calls:
+            self.tool_calls = [function_call(c) for c in self.tool_calls]
+        return self
 
     def text(self) -> str:
         if self.content is None:
@@ -362,7 +370,8 @@ class ChatCompletionRequest(SamplingFields, ChatTemplateFields):
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
-    tools: list[ToolDefinition] | None = None
+    # custom tools (OpenAI's `{"type": "custom", ...}`) become functions of one `input` (deployments/custom_tools.py)
+    tools: list[ToolDefinition | CustomToolDefinition] | None = None
     tool_choice: ToolChoice | None = None  # None: "auto" with tools, "none" without
     parallel_tool_calls: bool = True
     echo: bool = False  # vLLM's: the reply's content starts with the last message's, if that is the assistant's
@@ -373,6 +382,23 @@ class ChatCompletionRequest(SamplingFields, ChatTemplateFields):
         if self.top_logprobs is not None and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs to be true")
         return self
+
+    @field_validator("tools")
+    @classmethod
+    def _custom_tools_as_functions(cls, tools):
+        return as_functions(tools)
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _custom_choice_as_a_function(cls, choice, info: ValidationInfo):
+        return function_choice(choice, info.data.get("tools"))
+
+    def as_reply_call(self, call: ToolCall) -> ToolCall | CustomToolCall:
+        """A call as the reply gives it: a custom tool's with its input."""
+        return custom_call(call) if self.calls_custom_tool(call.function.name) else call
+
+    def calls_custom_tool(self, name: str) -> bool:
+        return any(t.function.name == name and t.is_custom for t in self.tools or ())
 
     @property
     def echoed_text(self) -> str:

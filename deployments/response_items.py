@@ -17,7 +17,8 @@ from typing import Any, Literal
 from deployments.openai_errors import OpenAIError
 from deployments.request_ids import new_id
 
-ID_PREFIXES = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
+ID_PREFIXES = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "custom_tool_call": "ctc",
+               "custom_tool_call_output": "ctco", "reasoning": "rs"}
 MAX_LIST_LIMIT = 100  # OpenAI's bounds on `limit`
 
 

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from deployments.tool_protocol import ToolCall, ToolCallDelta
+from deployments.tool_protocol import CustomToolCall, CustomToolCallDelta, ToolCall, ToolCallDelta
 
 
 # vLLM's extra on a choice: the stop string, or the request's own stop token id, that ended it
@@ -88,7 +88,7 @@ class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
     reasoning: str | None = None  # a thinking model's, with the app's `reasoning_parser`
-    tool_calls: list[ToolCall] | None = None
+    tool_calls: list[ToolCall | CustomToolCall] | None = None
 
 
 class ChatChoice(BaseModel):
@@ -112,7 +112,7 @@ class DeltaMessage(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
     reasoning: str | None = None
-    tool_calls: list[ToolCallDelta] | None = None
+    tool_calls: list[ToolCallDelta | CustomToolCallDelta] | None = None
 
 
 class ChatChunkChoice(BaseModel):

@@ -3,12 +3,14 @@
 `text.format` chat's `response_format`, `max_output_tokens` `max_tokens`. Everything a chat
 request checks (the template, tool grammars, sampling fields) is then checked once, the same way.
 
-Input items: messages (a string, or `input_text` / `output_text` parts), `function_call` items
-(an assistant turn's calls, consecutive ones in one turn) and `function_call_output` items (tool
-turns). A `reasoning` item's text goes with the assistant turn after it, as that turn's
-`reasoning` (templates of thinking models may render it). References to kept items
-(`item_reference`) were replaced by the items before (deployments/response_items.py). Other
-item kinds (images, files) and tools other than functions are a 400 naming the item.
+Input items: messages (a string, or `input_text` / `output_text` parts), `function_call` and
+`custom_tool_call` items (an assistant turn's calls, consecutive ones in one turn) and their
+`..._output` items (tool turns). Custom tools (`{"type": "custom", "name": ..., "format": ...}`)
+become chat's custom tools (deployments/custom_tools.py). A `reasoning` item's text goes with the
+assistant turn after it, as that turn's `reasoning` (templates of thinking models may render it).
+References to kept items (`item_reference`) were replaced by the items before
+(deployments/response_items.py). Other item kinds (images, files) and tools other than functions
+and custom tools are a 400 naming the item.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
+from deployments.custom_tools import function_call
 from deployments.openai_errors import OpenAIError
 from deployments.protocol import ChatCompletionRequest, ChatMessage
 from deployments.responses_api_protocol import NEEDS_STORED_RESPONSES, ResponsesRequest
-from deployments.tool_protocol import FunctionCall, FunctionDefinition, ToolCall
+from deployments.tool_protocol import CustomCall, CustomTool, CustomToolCall, FunctionCall, FunctionDefinition, ToolCall
 
 TEXT_PARTS = ("input_text", "output_text", "text")
+CALL_ITEMS = ("function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output")
 
 
 class MessageItem(BaseModel):
@@ -34,6 +38,12 @@ class FunctionCallItem(BaseModel):
     call_id: str
     name: str
     arguments: str
+
+
+class CustomToolCallInputItem(BaseModel):
+    call_id: str
+    name: str
+    input: str
 
 
 class FunctionCallOutputItem(BaseModel):
@@ -60,8 +70,7 @@ def chat_request(body: ResponsesRequest, history: list[dict[str, Any]] = ()) -> 
     if body.wants_logprobs:
         fields |= {"logprobs": True, "top_logprobs": body.top_logprobs or 0}
     if body.tools:
-        fields["tools"] = [{"type": "function", "function": function_tool(i, t)}
-                           for i, t in enumerate(body.tools)]
+        fields["tools"] = [chat_tool(i, t) for i, t in enumerate(body.tools)]
     if body.tool_choice is not None:
         fields["tool_choice"] = chat_tool_choice(body.tool_choice)
     if body.text is not None and body.text.format is not None:
@@ -92,20 +101,22 @@ def input_messages(body: ResponsesRequest, history: list[dict[str, Any]] = ()) -
         if kind == "message":
             m = _parsed(MessageItem, item, i)
             answers = m.role == "assistant"
-        elif kind in ("function_call", "function_call_output"):
-            answers = kind == "function_call"
+        elif kind in CALL_ITEMS:
+            answers = kind in ("function_call", "custom_tool_call")
         else:
             raise OpenAIError(400, f"input[{i}]: items of type {kind!r} are not supported here (messages, "
-                                   "function_call and function_call_output are)", param="input")
+                                   f"{', '.join(CALL_ITEMS)} are)", param="input")
         if reasoning is not None and not answers:
             messages.append(ChatMessage(role="assistant", reasoning=reasoning))
             reasoning = None
         if kind == "message":
             messages.append(ChatMessage(role=m.role, content=_text(m.content, i), reasoning=reasoning))
-        elif kind == "function_call":
-            c = _parsed(FunctionCallItem, item, i)
+        elif answers:
+            c = _parsed(FunctionCallItem if kind == "function_call" else CustomToolCallInputItem, item, i)
             call_names[c.call_id] = c.name
-            call = ToolCall(id=c.call_id, function=FunctionCall(name=c.name, arguments=c.arguments))
+            call = (ToolCall(id=c.call_id, function=FunctionCall(name=c.name, arguments=c.arguments))
+                    if kind == "function_call" else function_call(CustomToolCall(id=c.call_id, custom=CustomCall(
+                        name=c.name, input=c.input))))
             last = messages[-1] if messages else None
             if reasoning is None and last is not None and last.role == "assistant":  # one turn: its text and calls
                 last.tool_calls = (last.tool_calls or []) + [call]
@@ -145,15 +156,16 @@ def _text(content: str | list[dict[str, Any]], index: int) -> str:
     return "".join(texts)
 
 
-def function_tool(index: int, tool: dict[str, Any]) -> dict[str, Any]:
-    """A Responses function tool (`name`, `parameters` beside `type`) as chat's `function`."""
-    if tool.get("type") != "function":
-        raise OpenAIError(400, f"tools[{index}]: tools of type {tool.get('type')!r} are not supported "
-                               "here; only function tools are", param="tools")
-    fields = {k: tool[k] for k in FunctionDefinition.model_fields if k in tool}
+def chat_tool(index: int, tool: dict[str, Any]) -> dict[str, Any]:
+    """A Responses tool (`name`, `parameters` or `format` beside `type`) in chat's nested shape."""
+    kind = tool.get("type")
+    if kind not in ("function", "custom"):
+        raise OpenAIError(400, f"tools[{index}]: tools of type {kind!r} are not supported "
+                               "here; function and custom tools are", param="tools")
+    fields = {k: tool[k] for k in (FunctionDefinition if kind == "function" else CustomTool).model_fields if k in tool}
     if "name" not in fields:
-        raise OpenAIError(400, f"tools[{index}]: a function tool needs a name", param="tools")
-    return fields
+        raise OpenAIError(400, f"tools[{index}]: a {kind} tool needs a name", param="tools")
+    return {"type": kind, kind: fields}
 
 
 def chat_tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:
@@ -161,20 +173,24 @@ def chat_tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:
     `allowed_tools` with its mode and tools beside its type."""
     if isinstance(choice, str):
         return choice
-    if choice.get("type") == "function" and isinstance(choice.get("name"), str):
-        return _named_function(choice)
+    if _names_a_tool(choice):
+        return _named_tool(choice)
     tools = choice.get("tools")
     if choice.get("type") == "allowed_tools" and choice.get("mode") in ("auto", "required") and tools and all(
-            isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("name"), str) for t in tools):
+            isinstance(t, dict) and _names_a_tool(t) for t in tools):
         return {"type": "allowed_tools", "allowed_tools": {"mode": choice["mode"],
-                                                           "tools": [_named_function(t) for t in tools]}}
-    raise OpenAIError(400, 'tool_choice: give "none", "auto", "required", {"type": "function", "name": ...} or '
-                           '{"type": "allowed_tools", "mode": "auto" or "required", "tools": [{"type": "function", '
-                           f'"name": ...}}, ...]}}; got {choice}', param="tool_choice")
+                                                           "tools": [_named_tool(t) for t in tools]}}
+    raise OpenAIError(400, 'tool_choice: give "none", "auto", "required", {"type": "function" or "custom", "name": '
+                           '...} or {"type": "allowed_tools", "mode": "auto" or "required", "tools": [{"type": '
+                           f'"function", "name": ...}}, ...]}}; got {choice}', param="tool_choice")
 
 
-def _named_function(choice: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "function", "function": {"name": choice["name"]}}
+def _names_a_tool(choice: dict[str, Any]) -> bool:
+    return choice.get("type") in ("function", "custom") and isinstance(choice.get("name"), str)
+
+
+def _named_tool(choice: dict[str, Any]) -> dict[str, Any]:
+    return {"type": choice["type"], choice["type"]: {"name": choice["name"]}}
 
 
 def response_format(text_format) -> dict[str, Any]:

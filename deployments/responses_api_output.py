@@ -2,7 +2,8 @@
 the stream of events OpenAI sends (`response.created`, ..., `response.completed`).
 
 Output items come in the order the model wrote them: reasoning (a thinking model's, with the app's
-`reasoning_parser`), messages (text), and one `function_call` item per call. A thinking model
+`reasoning_parser`), messages (text), and one `function_call` item per call (`custom_tool_call` for a
+custom tool's, with its input). A thinking model
 reasons, then answers; a harmony reply (gpt-oss's) may write more: an analysis, a preamble, more
 analysis, then a call is four items. An output with no item is an empty message.
 An output cut at `max_output_tokens` makes the response `incomplete` with that reason, as
@@ -12,7 +13,8 @@ The stream: `response.created` and `response.in_progress`; then each item as it 
 reasoning item, its part and its `response.reasoning_text.delta`s; a message item and its text part
 opened when its first text is known not to open a call (deployments/tool_call_stream.py:
 ToolStream), then `response.output_text.delta` per step; a call as an item opened once its name is
-known, its arguments as `response.function_call_arguments.delta`s as they are written. An item is
+known, its arguments as `response.function_call_arguments.delta`s as they are written (a custom
+call's input as `response.custom_tool_call_input.delta`s). An item is
 done when the next begins or the output ends; then `response.completed` (or `response.incomplete`)
 with the whole response. Every event has its `sequence_number`. An error after the stream began
 ends it with `response.failed`.
@@ -26,13 +28,14 @@ from typing import Any, AsyncIterator
 from pydantic_core import to_jsonable_python
 
 from deployments.choices import Event, stream_failure_message
+from deployments.custom_tools import InputStream
 from deployments.harmony import HarmonyReply
 from deployments.reasoning import ReasoningStream
 from deployments.request_ids import new_id
 from deployments.responses import ChatTokenLogprob
-from deployments.responses_api_protocol import (FunctionToolCall, IncompleteDetails, OutputItem, OutputMessage,
-                                                OutputText, ReasoningItem, ReasoningText, ResponseError,
-                                                ResponseObject, ResponseUsage)
+from deployments.responses_api_protocol import (CustomToolCallItem, FunctionToolCall, IncompleteDetails, OutputItem,
+                                                OutputMessage, OutputText, ReasoningItem, ReasoningText,
+                                                ResponseError, ResponseObject, ResponseUsage)
 from deployments.tool_protocol import ToolCall
 
 
@@ -44,8 +47,9 @@ class ResponseOutput:
         """`reasoning_stream`: how the output splits into reasoning and answer (all answer without)."""
         self.reasoning_stream = reasoning_stream or ReasoningStream(thinking=False)
         self.with_logprobs = with_logprobs
-        self.written: list[ReasoningItem | OutputMessage | FunctionToolCall] = []
+        self.written: list[OutputItem] = []
         self.call_places: list[int] = []  # the calls' places among them, as the call stream numbers the calls
+        self.custom_inputs: dict[int, InputStream] = {}  # the custom calls' inputs, by their places
         self.writing = False  # the last item is not yet done
 
     def split(self, event: Event) -> tuple[str, str]:
@@ -114,18 +118,28 @@ class ResponseEvents:
                                  output_index=len(output.written) - 1, content_index=0, delta=text,
                                  logprobs=logprobs)]
 
-    def call(self, output: ResponseOutput, call: ToolCall) -> list[str]:
-        """A call whose name is known; its arguments follow (`call_arguments`)."""
-        item = FunctionToolCall(id=f"fc_{call.id.removeprefix('call_')}", call_id=call.id, name=call.function.name,
-                                arguments="", status="in_progress")
+    def call(self, output: ResponseOutput, call: ToolCall, custom: bool = False) -> list[str]:
+        """A call whose name is known (`custom`: a custom tool's); its arguments follow (`call_arguments`)."""
+        number = call.id.removeprefix("call_")
         output.call_places.append(len(output.written))
-        return self._begin(output, item)
+        if custom:
+            output.custom_inputs[len(output.written)] = InputStream()
+            return self._begin(output, CustomToolCallItem(id=f"ctc_{number}", call_id=call.id, name=call.function.name,
+                                                          input="", status="in_progress"))
+        return self._begin(output, FunctionToolCall(id=f"fc_{number}", call_id=call.id, name=call.function.name,
+                                                    arguments="", status="in_progress"))
 
-    def call_arguments(self, output: ResponseOutput, k: int, delta: str) -> str:
+    def call_arguments(self, output: ResponseOutput, k: int, delta: str) -> list[str]:
         index = output.call_places[k]
         call = output.written[index]
+        if isinstance(call, CustomToolCallItem):
+            more = output.custom_inputs[index].feed(delta)
+            call.input += more
+            return [self.event("response.custom_tool_call_input.delta", item_id=call.id, output_index=index,
+                               delta=more)] if more else []
         call.arguments += delta
-        return self.event("response.function_call_arguments.delta", item_id=call.id, output_index=index, delta=delta)
+        return [self.event("response.function_call_arguments.delta", item_id=call.id, output_index=index,
+                           delta=delta)]
 
     def finish(self, output: ResponseOutput, status: str, logprobs: list[ChatTokenLogprob]) -> list[str]:
         """The end of the output (`logprobs`: of tokens that wrote no text, for its message): the last
@@ -142,12 +156,12 @@ class ResponseEvents:
         part = OutputText(text="", logprobs=[] if output.with_logprobs else None)
         return self._begin(output, OutputMessage(id=new_id("msg", "_"), status="in_progress", content=[part]))
 
-    def _begin(self, output: ResponseOutput, item: ReasoningItem | OutputMessage | FunctionToolCall) -> list[str]:
+    def _begin(self, output: ResponseOutput, item: OutputItem) -> list[str]:
         out = self._end(output, "completed")
         output.written.append(item)
         output.writing = True
         index = len(output.written) - 1
-        if isinstance(item, FunctionToolCall):
+        if isinstance(item, (FunctionToolCall, CustomToolCallItem)):
             return out + [self.event("response.output_item.added", output_index=index, item=item)]
         return out + [self.event("response.output_item.added", output_index=index,
                                  item=item.model_copy(update={"content": []})),
@@ -164,6 +178,10 @@ class ResponseEvents:
         if isinstance(item, FunctionToolCall):
             return [self.event("response.function_call_arguments.done", item_id=item.id, output_index=index,
                                name=item.name, arguments=item.arguments),
+                    self.event("response.output_item.done", output_index=index, item=item)]
+        if isinstance(item, CustomToolCallItem):
+            return [self.event("response.custom_tool_call_input.done", item_id=item.id, output_index=index,
+                               input=item.input),
                     self.event("response.output_item.done", output_index=index, item=item)]
         part = item.content[0]
         done = ("response.reasoning_text.done", {}) if isinstance(item, ReasoningItem) else \

@@ -144,7 +144,17 @@ class FunctionToolCall(BaseModel):
     status: Status = "completed"
 
 
-OutputItem = ReasoningItem | OutputMessage | FunctionToolCall
+class CustomToolCallItem(BaseModel):
+    """A call of a custom tool (deployments/custom_tools.py): its input, free text."""
+    type: Literal["custom_tool_call"] = "custom_tool_call"
+    id: str
+    call_id: str  # what the client's `custom_tool_call_output` item names
+    name: str
+    input: str
+    status: Status = "completed"
+
+
+OutputItem = ReasoningItem | OutputMessage | FunctionToolCall | CustomToolCallItem
 
 
 class InputTokensDetails(BaseModel):

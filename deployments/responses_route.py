@@ -83,7 +83,8 @@ class ResponsesRoutes(BackgroundRuns):
         input_items = history + request_items(body.input) if response.store else None  # None: not kept
         events = ResponseEvents()
         call_tools = chat.tools if tools is not None else None
-        stream = self._response_events(events, response, output, choice, call_tools, names, input_items)
+        stream = self._response_events(events, response, output, choice, call_tools, names, input_items,
+                                       chat.calls_custom_tool)
         if body.background:
             return await self._run_in_background(response, input_items, stream, choice,
                                                  events if body.stream else None)
@@ -147,9 +148,10 @@ class ResponsesRoutes(BackgroundRuns):
 
     async def _response_events(self, events: ResponseEvents, response: ResponseObject, output: ResponseOutput,
                                choice: Choice, call_tools: list[ToolDefinition] | None, names: Callable[[int], str],
-                               input_items: list[dict] | None) -> AsyncIterator[str]:
+                               input_items: list[dict] | None, custom: Callable[[str], bool]) -> AsyncIterator[str]:
         """The response's events as its output grows, its items in the order they are written.
-        `input_items`: the request's, when the response is to be kept."""
+        `input_items`: the request's, when the response is to be kept; `custom`: whether a name is a
+        custom tool's."""
         yield events.event("response.created", response=response)
         yield events.event("response.in_progress", response=response)
         calls = self._call_stream(output.reasoning_stream, call_tools) if call_tools is not None else None
@@ -170,7 +172,7 @@ class ResponsesRoutes(BackgroundRuns):
                     yield e
                 held_logprobs = []
             for piece in pieces:  # a call's tokens' logprobs have no place in the output
-                for e in self._call_events(events, output, calls, piece):
+                for e in self._call_events(events, output, calls, piece, custom):
                     yield e
         for e in events.finish(output, response_status(choice.finish_reason), held_logprobs):
             yield e
@@ -181,9 +183,10 @@ class ResponsesRoutes(BackgroundRuns):
 
     @staticmethod
     def _call_events(events: ResponseEvents, output: ResponseOutput, calls: ToolStream | HarmonyCallStream,
-                     piece: CallPiece) -> list[str]:
+                     piece: CallPiece, custom: Callable[[str], bool]) -> list[str]:
         """A call's piece as events."""
-        out = events.call(output, calls.call(piece.index)) if piece.opens else []
+        call = calls.call(piece.index)
+        out = events.call(output, call, custom(call.function.name)) if piece.opens else []
         if piece.arguments:
-            out.append(events.call_arguments(output, piece.index, piece.arguments))
+            out += events.call_arguments(output, piece.index, piece.arguments)
         return out

@@ -1,12 +1,13 @@
-"""OpenAI's tool-calling shapes: `tools`, `tool_choice`, `message.tool_calls` and their deltas."""
+"""OpenAI's tool-calling shapes: `tools`, `tool_choice`, `message.tool_calls` and their deltas, for
+function tools and custom tools (whose calls carry one free text, `input`: deployments/custom_tools.py)."""
 
 from __future__ import annotations
 
 import json
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, PrivateAttr, field_validator
 
 EMPTY_PARAMETERS = {"type": "object", "properties": {}}
 
@@ -15,8 +16,11 @@ def tool_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
+ToolName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
+
+
 class FunctionDefinition(BaseModel):
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
+    name: ToolName
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
@@ -29,6 +33,11 @@ class FunctionDefinition(BaseModel):
 class ToolDefinition(BaseModel):
     type: Literal["function"] = "function"
     function: FunctionDefinition
+    _custom: bool = PrivateAttr(False)  # the function a custom tool is offered as (deployments/custom_tools.py)
+
+    @property
+    def is_custom(self) -> bool:
+        return self._custom
 
 
 class FunctionName(BaseModel):
@@ -40,9 +49,40 @@ class NamedToolChoice(BaseModel):
     function: FunctionName
 
 
+class TextFormat(BaseModel):
+    type: Literal["text"] = "text"
+
+
+class Grammar(BaseModel):
+    definition: str = Field(min_length=1)
+    syntax: Literal["lark", "regex"]
+
+
+class GrammarFormat(BaseModel):
+    type: Literal["grammar"]
+    grammar: Grammar
+
+
+class CustomTool(BaseModel):
+    name: ToolName
+    description: str | None = None
+    format: Annotated[TextFormat | GrammarFormat, Field(discriminator="type")] = TextFormat()
+
+
+class CustomToolDefinition(BaseModel):
+    type: Literal["custom"]
+    custom: CustomTool
+
+
+class NamedCustomToolChoice(BaseModel):
+    type: Literal["custom"]
+    custom: FunctionName
+
+
 class AllowedTools(BaseModel):
     mode: Literal["auto", "required"]
-    tools: list[NamedToolChoice] = Field(min_length=1)  # each {"type": "function", "function": {"name": ...}}
+    # each {"type": "function", "function": {"name": ...}} or {"type": "custom", "custom": {"name": ...}}
+    tools: list[NamedToolChoice | NamedCustomToolChoice] = Field(min_length=1)
 
 
 class AllowedToolsChoice(BaseModel):
@@ -52,7 +92,7 @@ class AllowedToolsChoice(BaseModel):
     allowed_tools: AllowedTools
 
 
-ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice | AllowedToolsChoice
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice | NamedCustomToolChoice | AllowedToolsChoice
 
 
 class FunctionCall(BaseModel):
@@ -72,6 +112,17 @@ class ToolCall(BaseModel):
     function: FunctionCall
 
 
+class CustomCall(BaseModel):
+    name: str
+    input: str
+
+
+class CustomToolCall(BaseModel):
+    id: str = Field(default_factory=tool_call_id)
+    type: Literal["custom"] = "custom"
+    custom: CustomCall
+
+
 class FunctionCallDelta(BaseModel):
     name: str | None = None
     arguments: str | None = None
@@ -82,3 +133,15 @@ class ToolCallDelta(BaseModel):
     id: str | None = None
     type: Literal["function"] | None = None
     function: FunctionCallDelta
+
+
+class CustomCallDelta(BaseModel):
+    name: str | None = None
+    input: str | None = None
+
+
+class CustomToolCallDelta(BaseModel):
+    index: int
+    id: str | None = None
+    type: Literal["custom"] | None = None
+    custom: CustomCallDelta

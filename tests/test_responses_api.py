@@ -76,6 +76,31 @@ def test_function_calls_join_their_assistant_turn_and_outputs_become_tool_turns(
     assert [t.function.name for t in allowed.tool_choice.allowed_tools.tools] == ["get_weather"]
 
 
+QUERY = {"type": "custom", "name": "query", "description": "One SQL query", "format": {
+    "type": "grammar", "grammar": {"syntax": "regex", "definition": "SELECT [a-z]+"}}}
+
+
+def test_custom_tools_their_calls_and_outputs_become_chats():
+    c = chat({"input": [
+        {"role": "user", "content": "Count the rows."},
+        {"type": "custom_tool_call", "call_id": "call_1", "name": "query", "input": 'SELECT "n"'},
+        {"type": "custom_tool_call_output", "call_id": "call_1", "output": "3"},
+    ], "tools": [QUERY, WEATHER], "tool_choice": {"type": "custom", "name": "query"}})
+    user, assistant, tool = c.messages
+    [call] = assistant.tool_calls
+    assert (call.id, call.function.name, json.loads(call.function.arguments)) == ("call_1", "query",
+                                                                                  {"input": 'SELECT "n"'})
+    assert (tool.role, tool.tool_call_id, tool.name, tool.text()) == ("tool", "call_1", "query", "3")
+    query, weather = c.tools
+    assert query.function.parameters["properties"]["input"]["pattern"] == "SELECT [a-z]+"
+    assert query.function.description == "One SQL query" and weather.function.name == "get_weather"
+    assert c.calls_custom_tool("query") and not c.calls_custom_tool("get_weather")
+    assert c.tool_choice.function.name == "query"
+    allowed = chat({"input": "x", "tools": [QUERY, WEATHER], "tool_choice": {
+        "type": "allowed_tools", "mode": "auto", "tools": [{"type": "custom", "name": "query"}]}})
+    assert [t.function.name for t in allowed.tool_choice.allowed_tools.tools] == ["query"]
+
+
 def test_text_format_logprobs_and_vllm_sampling_fields_carry_over():
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     c = chat({"input": "x", "text": {"format": {"type": "json_schema", "name": "thing", "schema": schema,
@@ -102,6 +127,9 @@ def test_unknown_fields_are_named_and_known_extras_are_not():
     ({"input": [{"type": "function_call", "name": "f"}]}, "input", "call_id"),
     ({"input": [{"type": "reasoning", "summary": []}]}, "input", "at least one message"),
     ({"input": "x", "tools": [{"type": "web_search"}]}, "tools", "web_search"),
+    ({"input": "x", "tools": [{"type": "custom"}]}, "tools", "needs a name"),
+    ({"input": "x", "tools": [WEATHER], "tool_choice": {"type": "custom", "name": "get_weather"}}, "tool_choice",
+     "not a custom tool"),
     ({"input": "x", "tools": [WEATHER], "tool_choice": {"type": "allowed_tools", "tools": []}}, "tool_choice",
      "allowed_tools"),
     ({"input": "x", "stop": [""]}, None, "stop strings must not be empty"),
@@ -130,7 +158,8 @@ def accumulate(chunks: list[str]):
 
 def stream_of(output: ResponseOutput, written: list[tuple[str, Any]], finish: str) -> list[str]:
     """The events the ingress writes for an output written as `written`, in order: ("reasoning",
-    text), ("text", text), ("call", ToolCall: its arguments in two pieces)."""
+    text), ("text", text), ("call" or "custom", ToolCall: its arguments in two pieces; custom: a custom
+    tool's call)."""
     events = ResponseEvents()
     response = ResponseObject(id="resp_1", model="m")
     chunks = [events.event("response.created", response=response),
@@ -142,10 +171,10 @@ def stream_of(output: ResponseOutput, written: list[tuple[str, Any]], finish: st
             chunks += events.text(output, what, [ChatTokenLogprob(token=what, logprob=-0.5)] if output.with_logprobs
                                   else [])
         else:
-            chunks += events.call(output, what)
+            chunks += events.call(output, what, custom=kind == "custom")
             half = len(what.function.arguments) // 2
             for piece in (what.function.arguments[:half], what.function.arguments[half:]):
-                chunks.append(events.call_arguments(output, len(output.call_places) - 1, piece))
+                chunks += events.call_arguments(output, len(output.call_places) - 1, piece)
     chunks += events.finish(output, response_status(finish), [])
     final = finished(response, output, finish, ResponseUsage(input_tokens=3, output_tokens=2, total_tokens=5))
     return chunks + [events.event(f"response.{final.status}", response=final)]
@@ -180,6 +209,22 @@ def test_calls_follow_the_message_and_an_answer_cut_short_is_incomplete():
     [item] = payloads[-1]["response"]["output"]
     assert (item["status"], item["arguments"]) == ("incomplete", '{"city": "Oslo"}')
     assert payloads[-2]["type"] == "response.output_item.done" and payloads[-2]["item"] == item
+
+
+def test_a_custom_tools_call_is_a_custom_tool_call_item_with_its_input():
+    query = 'SELECT "a"\nFROM b'
+    call = ToolCall(function=FunctionCall(name="query", arguments=json.dumps({"input": query})))
+    state, payloads = accumulate(stream_of(ResponseOutput(with_logprobs=False), [("text", "On it."), ("custom", call)],
+                                           "stop"))
+    message, item = state._completed_response.output
+    assert message.type == "message" and message.content[0].text == "On it."
+    assert (item.type, item.call_id, item.name, item.input) == ("custom_tool_call", call.id, "query", query)
+    assert item.id.startswith("ctc_")
+    deltas = [p["delta"] for p in payloads if p["type"] == "response.custom_tool_call_input.delta"]
+    assert "".join(deltas) == query and len(deltas) == 2  # as the arguments came: in two pieces
+    [done] = [p for p in payloads if p["type"] == "response.custom_tool_call_input.done"]
+    assert done["input"] == query and done["item_id"] == item.id
+    assert not any(p["type"].startswith("response.function_call") for p in payloads)
 
 
 def test_an_empty_answer_is_an_empty_message():

@@ -387,6 +387,7 @@ def test_serve_config_stages_exist_whatever_the_speculation_method(method):
 # for all).
 from tests.serve.sampling_cases import *  # noqa: E402,F401,F403
 from tests.serve.tool_call_cases import *  # noqa: E402,F401,F403
+from tests.serve.custom_tool_cases import *  # noqa: E402,F401,F403
 from tests.serve.responses_api_cases import *  # noqa: E402,F401,F403
 from tests.serve.request_fields_cases import *  # noqa: E402,F401,F403
 from tests.serve.stored_responses_cases import *  # noqa: E402,F401,F403
