@@ -10,8 +10,10 @@ carry no prompt and go to the least loaded replica.
 What it decides is counted in this process (`ROUTING_FIGURES`), and the ingress reports the
 counts with its own metrics (deployments/metrics.py), so one scrape shows them:
 `specserve:router_requests_total{reason}`, `specserve:router_prompt_tokens_total`,
-`specserve:router_matched_tokens_total` and `specserve:router_replica_cached_blocks{target}`
-(the blocks each live replica last reported; a replica that is gone has no series).
+`specserve:router_matched_tokens_total`, `specserve:router_replica_cached_blocks{target}` (the
+blocks each live replica last reported) and `specserve:router_replica_load{target}` (the requests
+the router counts each live replica to hold, as it ranks them: deployments/prefix_routing.py,
+`ReplicaView.load`); a replica that is gone has no series.
 """
 
 from __future__ import annotations
@@ -42,6 +44,17 @@ class RoutingFigures:
         self.prompt_tokens = 0  # in full blocks, of routed prompts
         self.matched_tokens = 0  # of those, held by the chosen replica (as the router saw it)
         self.cached_blocks: dict[str, int] = {}  # live replica -> blocks in its last report
+        self.loads: dict[str, int] = {}  # live replica -> requests it holds, as the router counts them
+
+    def show(self, view: ReplicaView) -> None:
+        """A replica's figures as its view now has them."""
+        self.loads[view.replica_id] = view.load
+        if view.stats is not None:
+            self.cached_blocks[view.replica_id] = len(view.cached)
+
+    def forget(self, replica_id: str) -> None:
+        self.cached_blocks.pop(replica_id, None)
+        self.loads.pop(replica_id, None)
 
     def record(self, reason: str, num_full_block_tokens: int, num_matched_tokens: int) -> None:
         self.requests[reason] += 1
@@ -75,7 +88,12 @@ class RoutingCollector:
                                    "replica last reported cached.", labels=self.labels + ["target"])
         for target, blocks in sorted(f.cached_blocks.items()):
             cached.add_metric(self.values + [target], blocks)
-        return [requests, prompt, matched, cached]
+        load = GaugeMetricFamily(PREFIX + "router_replica_load", "Requests each live target replica holds as "
+                                 "this router counts them: its last report's, less those ended since, plus those "
+                                 "sent to it since.", labels=self.labels + ["target"])
+        for target, requests_held in sorted(f.loads.items()):
+            load.add_metric(self.values + [target], requests_held)
+        return [requests, prompt, matched, cached, load]
 
 
 def prompt_of(request: PendingRequest | None) -> list[int] | None:
@@ -124,7 +142,7 @@ class PrefixAwareRouter(FIFOMixin, RequestRouter):
         stats = RoutingStats.from_dict(replica.routing_stats or {})
         if stats is not None:
             view.take_report(stats)
-            self.figures.cached_blocks[view.replica_id] = len(view.cached)
+        self.figures.show(view)
         return view
 
     async def choose_replicas(self, candidate_replicas: list[RunningReplica],
@@ -154,6 +172,8 @@ class PrefixAwareRouter(FIFOMixin, RequestRouter):
         for view in self.views.values():  # a retried request was counted at its earlier choice
             view.record_withdrawn(request_id)
         decision.ranked[0].record_sent(request_id, hashes, now, self.remember_sent_s)
+        for view in self.views.values():
+            self.figures.show(view)
         self._chosen[request_id] = None
         while len(self._chosen) > MAX_REMEMBERED_REQUESTS:
             self._chosen.popitem(last=False)
@@ -169,6 +189,7 @@ class PrefixAwareRouter(FIFOMixin, RequestRouter):
         view = self.views.get(replica_id)
         if view is not None:
             view.record_ended(internal_request_id)
+            self.figures.show(view)
 
     def _hashes(self, prompt: list[int] | None, cache_salt: str | None) -> list[int]:
         return block_hashes(prompt, self.block_size, root_hash(cache_salt)) if prompt else []
@@ -188,5 +209,5 @@ class PrefixAwareRouter(FIFOMixin, RequestRouter):
         live = set(self._replicas)
         for replica_id in [r for r in self.views if r not in live]:
             view = self.views.pop(replica_id)
-            self.figures.cached_blocks.pop(view.replica_id, None)
+            self.figures.forget(view.replica_id)
             logger.info("prefix router: forgot replica %s", view.replica_id)

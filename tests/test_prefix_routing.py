@@ -207,3 +207,27 @@ def test_the_router_reads_a_generate_calls_prompt_and_cache_salt():
     assert cache_salt_of(call("r", [1, 2], {"max_tokens": 3})) is None
     assert cache_salt_of(call("r", prompt_token_ids=[1], params={"cache_salt": "k"})) == "k"
     assert cache_salt_of(None) is None and prompt_of(call(method="stats")) is None
+
+
+def test_the_routers_figures_show_each_live_replicas_load_as_it_ranks_them():
+    """`specserve:router_replica_load{target}`: the load the rule reads (a report's requests, less
+    those ended since, plus those sent since), and no series for a replica that is gone."""
+    from deployments.prefix_router import RoutingCollector, RoutingFigures
+
+    figures = RoutingFigures()
+    busy, idle = view("a", report(running=2, at=1.0)), view("b")
+    busy.record_sent("r1", block_hashes(SYSTEM, BLOCK), now=2.0, remember_s=2.0)
+    for v in (busy, idle):
+        figures.show(v)
+
+    def loads() -> dict[str, float]:
+        [family] = [f for f in RoutingCollector("m", "ingress-1", figures).collect()
+                    if f.name == "specserve:router_replica_load"]
+        return {s.labels["target"]: s.value for s in family.samples}
+
+    assert loads() == {"a": 3, "b": 0} and figures.cached_blocks == {"a": 0}  # b has sent no report
+    busy.record_ended("r1")
+    figures.show(busy)
+    assert loads() == {"a": 2, "b": 0}
+    figures.forget("a")
+    assert loads() == {"b": 0} and figures.cached_blocks == {}

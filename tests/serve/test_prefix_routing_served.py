@@ -56,7 +56,7 @@ def scrape(url: str) -> dict[str, dict[str, float]]:
         for s in fam.samples:
             if s.name in ("specserve:prefix_cache_queries_total", "specserve:prefix_cache_hits_total"):
                 out[s.name][s.labels["replica"]] = s.value
-            elif s.name == "specserve:router_replica_cached_blocks":
+            elif s.name in ("specserve:router_replica_cached_blocks", "specserve:router_replica_load"):
                 out[s.name][s.labels["target"]] = s.value
     return out
 
@@ -193,6 +193,8 @@ def test_when_the_preferred_replica_is_full_the_request_goes_to_the_other_and_co
         # A report (every 1 s) from the full replica reaches the router: 1.5 s was once too short in
         # a whole CI run (2026-12-02: the request went to the full replica), 3 s leaves two periods.
         time.sleep(3.0)
+        # what the router counts each replica to hold, as it ranks them: the full one's streams, none
+        assert sorted(scrape(app.url)["specserve:router_replica_load"].values()) == [0, MAX_NUM_SEQS]
         complete(app.url, prefix + [9, 9, 9], max_tokens=4)
     finally:
         for r in streams:
@@ -200,6 +202,8 @@ def test_when_the_preferred_replica_is_full_the_request_goes_to_the_other_and_co
     queries, _ = per_replica_delta(app.url, before, MAX_NUM_SEQS * 201 + 203)
     by_size = sorted(queries.items(), key=lambda kv: kv[1])
     assert [round(v) for _, v in by_size] == [203, MAX_NUM_SEQS * 201], queries
+    wait_for(lambda: list(scrape(app.url)["specserve:router_replica_load"].values()) == [0, 0], 30,
+             "the router to count the closed streams' requests as ended")
 
 
 def test_a_replica_that_dies_is_dropped_from_the_router_and_nothing_hangs(app):
@@ -215,5 +219,6 @@ def test_a_replica_that_dies_is_dropped_from_the_router_and_nothing_hangs(app):
         complete(app.url, SHARED + [8 + i] * 8)
         assert time.monotonic() - started < 60
     wait_for(lambda: holder not in router_known_replicas(app.url), 60, "the router to forget the dead replica")
+    assert holder not in scrape(app.url)["specserve:router_replica_load"]
     complete(app.url, SHARED + [11] * 8)
     wait_for(lambda: serve.status().applications[APP].status == "RUNNING", 180, "Serve to replace the replica")
