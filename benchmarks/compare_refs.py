@@ -161,6 +161,10 @@ def main() -> None:
                         help="the served run's prompts (grounded: drafts are mostly accepted)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32],
                         help="the served run's load levels")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="served: untimed runs of every side before the rounds (a side's first run reads "
+                             "its tree's files and compiles its code cold; in 3 of 4 served A/Bs on 2026-12-07 "
+                             "round 1's first side ran slowest at concurrency 8)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--endpoint", default="/v1/completions", help="served: or /v1/chat/completions")
     args = parser.parse_args()
@@ -171,6 +175,10 @@ def main() -> None:
         offline = {label: [] for label in sides}
         served = {label: [] for label in sides}
         order = list(sides)
+        for warmup in range(args.warmup if args.serving else 0):
+            for label in order:
+                run_serving(sides[label], args, log_dir / f"warmup_{label.split()[0]}_{warmup + 1}.log")
+                print(f"warm-up {warmup + 1}: {label} (untimed)", flush=True)
         for round_index in range(args.rounds):
             shift = round_index % len(order)
             for label in order[shift:] + order[:shift]:
