@@ -58,12 +58,8 @@ def as_functions(tools: list[ToolDefinition | CustomToolDefinition] | None) -> l
 def function_choice(choice, tools: list[ToolDefinition] | None):
     """`tool_choice` with a custom tool named as its function; ValueError where a name's kind is not its tool's."""
     custom_names = {t.function.name for t in tools or () if t.is_custom}
-    return _function_choice(choice, custom_names)
-
-
-def _function_choice(choice, custom_names: set[str]):
     if isinstance(choice, AllowedToolsChoice):
-        named = [_function_choice(t, custom_names) for t in choice.allowed_tools.tools]
+        named = [function_choice(t, tools) for t in choice.allowed_tools.tools]
         return choice.model_copy(update={"allowed_tools": choice.allowed_tools.model_copy(update={"tools": named})})
     if isinstance(choice, NamedCustomToolChoice):
         if choice.custom.name not in custom_names:
@@ -104,25 +100,45 @@ def _input_so_far(arguments: str) -> str:
     """The input's characters that the arguments written so far hold whole: up to the string's closing
     quote, or its last complete character."""
     opened = _INPUT_OPENS.match(arguments)
-    if opened is None:
-        return ""
-    body = _STRING_BODY.match(arguments, opened.end()).group()  # stops before a lone backslash at the end
+    whole = opened and _whole_characters(arguments, opened.end())
+    return whole[0] if whole else ""
+
+
+def _whole_characters(arguments: str, start: int) -> tuple[str, int] | None:
+    """The characters that the JSON string's text from `start` holds whole (up to its closing quote, or
+    its last complete character), and where they end in `arguments`; None for an escape JSON does not
+    have, after which nothing is sure."""
+    body = _STRING_BODY.match(arguments, start).group()  # stops before a lone backslash at the end
     while (cut := _ESCAPE_AT_END.search(body)) and len(cut.group(1)) % 2:  # `\ud83d\u`: both go
         body = body[:cut.end(1) - 1]
     try:
-        return json.loads(f'"{body}"', strict=False)
-    except json.JSONDecodeError:  # an escape JSON does not have: nothing is sure yet
-        return ""
+        return json.loads(f'"{body}"', strict=False), start + len(body)
+    except json.JSONDecodeError:
+        return None
 
 
 class InputStream:
-    """A streamed custom call's input: what its arguments add to it, piece by piece."""
+    """A streamed custom call's input: what its arguments add to it, piece by piece. Each piece is
+    decoded once: only the arguments' text not yet decoded is kept (a stream's work grows with its
+    length, not with its length squared)."""
 
     def __init__(self):
-        self.arguments, self.sent = "", 0
+        self.undecoded, self.opened, self.ended = "", False, False
 
     def feed(self, more_arguments: str) -> str:
-        self.arguments += more_arguments
-        so_far = _input_so_far(self.arguments)
-        more, self.sent = so_far[self.sent:], max(self.sent, len(so_far))
+        if self.ended:
+            return ""
+        self.undecoded += more_arguments
+        if not self.opened:
+            opened = _INPUT_OPENS.match(self.undecoded)
+            if opened is None:
+                return ""
+            self.undecoded, self.opened = self.undecoded[opened.end():], True
+        whole = _whole_characters(self.undecoded, 0)
+        if whole is None:
+            self.ended = True
+            return ""
+        more, end = whole
+        self.undecoded = self.undecoded[end:]
+        self.ended = self.undecoded.startswith('"')
         return more

@@ -108,6 +108,22 @@ def test_an_input_streams_back_whole_however_its_arguments_are_cut(text, ascii_o
         assert streamed == text == input_of(arguments)
 
 
+def test_a_stream_keeps_only_the_arguments_it_has_not_decoded():
+    """Each piece is decoded once, so a long input (a patch) costs its length, not its length squared."""
+    arguments = json.dumps({"input": "line\\n \u00e9 \"q\" \U0001f600\n" * 200})
+    stream = InputStream()
+    for at in range(0, len(arguments), 3):
+        stream.feed(arguments[at:at + 3])
+        assert len(stream.undecoded) <= 12  # an escape cut short (`\\ud83d\\ude0` at most) and a piece
+
+
+def test_a_stream_ends_at_the_inputs_closing_quote_or_an_escape_json_does_not_have():
+    closed, bad = InputStream(), InputStream()
+    assert closed.feed('{"input": "ab') == "ab" and closed.feed('c", "x": "d') == "c" and closed.feed('e"}') == ""
+    assert bad.feed('{"input": "ab\\q') == "" and bad.feed("cd") == ""
+    assert input_of('{"input": "ab\\qcd') == ""
+
+
 def test_a_cut_calls_input_is_what_its_arguments_hold():
     assert input_of('{"input": "SELECT a FR') == "SELECT a FR"
     assert input_of('{"input": "a\\') == "a" and input_of('{"inp') == ""
