@@ -1,5 +1,5 @@
 """A chat request's prompt: its messages (and tools) through the model's chat template, with
-the request's template fields (deployments/protocol.py: ChatTemplateFields)."""
+the request's template fields (deployments/chat_protocol.py: ChatTemplateFields)."""
 
 from __future__ import annotations
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from functools import partial
 from typing import AsyncIterator, Callable
 
+from deployments.chat_protocol import ChatCompletionRequest
 from deployments.choices import Choice, merge_choices, sse, usage_of
 from deployments.custom_tools import InputStream
 from deployments.harmony import HarmonyReply, guided_reply
 from deployments.output_logprobs import chat_logprobs
-from deployments.protocol import ChatCompletionRequest
 from deployments.reasoning import ReasoningStream, reasoning_tags, thinking_then, thinks
 from deployments.responses import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
                                    ChatCompletionResponse, ChatLogprobs, CompletionTokensDetails, DeltaMessage,

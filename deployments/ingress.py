@@ -34,6 +34,7 @@ from app.guided.output_format import OutputFormat
 from app.models.generation_config import GenerationDefaults
 from app.outputs import EngineOverloaded
 from deployments.chat_prompt import chat_prompt_ids
+from deployments.chat_protocol import ChatCompletionRequest
 from deployments.chat_route import ChatRoutes
 from deployments.choices import Choice, Event, guarded_stream, merge_choices, sse, usage_of
 from deployments.detokenizer import IncrementalDetokenizer
@@ -55,7 +56,7 @@ from deployments.tool_calls import PLAIN, ToolCallSyntax, requested_tool_format,
 from deployments.tokenize_protocol import (DetokenizeRequest, DetokenizeResponse, TokenizeChatRequest,
                                            TokenizeCompletionRequest, TokenizeResponse)
 from deployments.openai_errors import OpenAIError, error_message
-from deployments.protocol import ChatCompletionRequest, CompletionRequest
+from deployments.protocol import CompletionRequest
 from deployments.request_ids import client_request_id, response_ids
 from deployments.responses_api_protocol import ResponseObject, ResponsesRequest
 from deployments.response_items import MAX_LIST_LIMIT

@@ -1,6 +1,6 @@
 """The OpenAI response shapes the ingress writes (completions, chat, streamed chunks, models,
 errors), with vLLM's extras (`prompt_logprobs`, `stop_reason`, `max_model_len`); the requests are in
-deployments/protocol.py."""
+deployments/protocol.py and deployments/chat_protocol.py."""
 
 from __future__ import annotations
 

@@ -19,9 +19,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
+from deployments.chat_protocol import ChatCompletionRequest, ChatMessage
 from deployments.custom_tools import function_call
 from deployments.openai_errors import OpenAIError
-from deployments.protocol import ChatCompletionRequest, ChatMessage
 from deployments.responses_api_protocol import NEEDS_STORED_RESPONSES, ResponsesRequest
 from deployments.tool_protocol import CustomCall, CustomTool, CustomToolCall, FunctionCall, FunctionDefinition, ToolCall
 

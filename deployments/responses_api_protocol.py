@@ -1,7 +1,7 @@
 """OpenAI's Responses API (`/v1/responses`): the request a client sends and the response object,
 output items and stream events written back. The ingress answers it as a chat completion
 (deployments/responses_api_input.py turns the request into one); the shapes of completions and
-chat are in deployments/protocol.py and deployments/responses.py.
+chat are in deployments/protocol.py, deployments/chat_protocol.py and deployments/responses.py.
 
 Responses are kept (`store`, OpenAI's default) in memory, up to the app's
 `max_stored_responses` (deployments/response_store.py), so that `previous_response_id`

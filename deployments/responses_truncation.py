@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from deployments.protocol import ChatCompletionRequest, ChatMessage
+from deployments.chat_protocol import ChatCompletionRequest, ChatMessage
 
 HEAD_ROLES = ("system", "developer")
 

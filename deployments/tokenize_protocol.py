@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from deployments.protocol import ChatMessage, ChatTemplateFields
+from deployments.chat_protocol import ChatMessage, ChatTemplateFields
 from deployments.tool_protocol import ToolDefinition
 
 

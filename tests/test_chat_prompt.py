@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from transformers import AutoTokenizer
 
 from deployments.chat_prompt import chat_prompt_ids
-from deployments.protocol import ChatCompletionRequest
+from deployments.chat_protocol import ChatCompletionRequest
 from deployments.tokenize_protocol import TokenizeChatRequest
 from deployments.tool_calls import PLAIN
 from tests.checkpoints import DEFAULT_TARGET

@@ -7,10 +7,10 @@ import asyncio
 import json
 from types import SimpleNamespace
 
+from deployments.chat_protocol import ChatCompletionRequest
 from deployments.chat_route import ChatRoutes
 from deployments.choices import Choice
 from deployments.detokenizer import IncrementalDetokenizer
-from deployments.protocol import ChatCompletionRequest
 from deployments.tool_calls import PLAIN
 from tests.test_choices import output
 from tests.test_detokenizer import ByteTokenizer

@@ -12,10 +12,10 @@ import pytest
 from pydantic import ValidationError
 
 from app.guided.lark_grammar import lark_regex
+from deployments.chat_protocol import ChatCompletionRequest
 from deployments.choices import Choice
 from deployments.custom_tools import InputStream, input_of
 from deployments.detokenizer import IncrementalDetokenizer
-from deployments.protocol import ChatCompletionRequest
 from deployments.tool_calls import PLAIN
 from deployments.tool_protocol import NamedToolChoice, ToolCall
 from tests.test_chat_tool_stream import Routes, chunks, steps

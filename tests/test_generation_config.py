@@ -15,7 +15,8 @@ from app.models.generation_config import GenerationDefaults
 from app.sampling_params import SamplingParams
 from deployments.app_args import AppArgs
 from deployments.builder import request_defaults
-from deployments.protocol import ChatCompletionRequest, CompletionRequest
+from deployments.chat_protocol import ChatCompletionRequest
+from deployments.protocol import CompletionRequest
 from tests.checkpoints import write_random_qwen2
 
 # Qwen2.5-7B-Instruct's generation_config.json, less its bos/pad ids.

@@ -17,12 +17,12 @@ from app.guided.compiler import compile_regex, regex_for_format
 from app.guided.vocabulary import load_guided_vocabulary
 from app.models.generation_config import GenerationDefaults
 from deployments.builder import text_conventions
+from deployments.chat_protocol import ChatCompletionRequest
 from deployments.choices import Choice
 from deployments.detokenizer import IncrementalDetokenizer
 from deployments.engine_requests import engine_requests
 from deployments.guided_formats import RequestedFormat
 from deployments.harmony import HarmonyReply, guided_reply, reply_end_ids
-from deployments.protocol import ChatCompletionRequest
 from deployments.tool_call_stream import parse_calls
 from deployments.tool_calls import HARMONY, TOOL_CALL_PARSERS, requested_tool_format, syntax_for_template
 from tests.checkpoints import DEFAULT_TARGET, write_tokenizer_with_special_tokens

@@ -12,8 +12,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from deployments.chat_prompt import chat_prompt_ids
+from deployments.chat_protocol import ChatCompletionRequest
 from deployments.openai_errors import OpenAIError
-from deployments.protocol import ChatCompletionRequest
 from deployments.tool_calls import HARMONY, HERMES
 from tests.checkpoints import DEFAULT_TARGET, write_tokenizer_with_special_tokens
 from tests.serve.test_harmony_served import HARMONY_TOKENS

@@ -3,7 +3,8 @@ them too), not silently lost: three vLLM fields went unnoticed that way."""
 
 from __future__ import annotations
 
-from deployments.protocol import ChatCompletionRequest, CompletionRequest
+from deployments.chat_protocol import ChatCompletionRequest
+from deployments.protocol import CompletionRequest
 
 USER = [{"role": "user", "content": "x"}]
 

@@ -11,9 +11,9 @@ from transformers import AutoTokenizer
 
 from app.guided.compiler import compile_regex, regex_for_format
 from app.guided.vocabulary import build_guided_vocabulary
+from deployments.chat_protocol import ChatCompletionRequest
 from deployments.detokenizer import IncrementalDetokenizer
 from deployments.markup_tokens import markup_tokens, skipped_special_ids
-from deployments.protocol import ChatCompletionRequest
 from deployments.builder import text_conventions
 from deployments.tool_calls import HERMES, MISTRAL, PLAIN, requested_tool_format
 from tests.checkpoints import DEFAULT_TARGET, write_tokenizer_with_special_tokens

@@ -15,7 +15,7 @@ from transformers import AutoTokenizer
 from app.guided.compiler import compile_regex
 from app.guided.guide import CompiledFormat
 from app.guided.vocabulary import build_guided_vocabulary
-from deployments.protocol import ChatCompletionRequest
+from deployments.chat_protocol import ChatCompletionRequest
 from deployments.reasoning import (REASONING_PARSERS, ReasoningStream, ReasoningTags, reasoning_tags, split_reasoning,
                                    thinking_then, thinks, without_closing_tag)
 

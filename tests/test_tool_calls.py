@@ -19,7 +19,7 @@ from app.guided.compiler import compile_regex, regex_for_format
 import deployments.builder as builder
 from app.guided.vocabulary import load_guided_vocabulary
 from deployments.chat_prompt import chat_prompt_ids
-from deployments.protocol import ChatCompletionRequest
+from deployments.chat_protocol import ChatCompletionRequest
 from deployments.tool_call_stream import parse_calls
 from deployments.tool_calls import (APERTUS, COHERE_COMMAND3, DEEPSEEK_V3, DEEPSEEK_V31, DEEPSEEK_V32, GIGACHAT31,
                                     GLM45, GLM47, GRANITE, GRANITE_20B_FC, HERMES, INTERNLM, JAMBA, KIMI_K2, LFM2, LLAMA3,

@@ -10,8 +10,8 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
+from deployments.chat_protocol import ChatCompletionRequest
 from deployments.guided_formats import FormatRequestError
-from deployments.protocol import ChatCompletionRequest
 from deployments.tool_call_stream import ToolStream, parse_calls
 from deployments.tool_calls import (DEEPSEEK_V32, GLM45, GLM47, QWEN3_CODER, SEED_OSS, STEP3, render_messages,
                                     requested_tool_format)

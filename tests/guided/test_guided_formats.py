@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from app.guided.compiler import regex_for_format
+from deployments.chat_protocol import ChatCompletionRequest
 from deployments.guided_formats import FormatRequestError, requested_format
-from deployments.protocol import ChatCompletionRequest, CompletionRequest
+from deployments.protocol import CompletionRequest
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 MESSAGES = [{"role": "user", "content": "x"}]

@@ -17,8 +17,8 @@ from app.engine.spec.schedule import SpeculationSchedule
 from app.engine.spec.speculator import Speculator
 from app.models.generation_config import GenerationDefaults
 from app.sampling_params import SamplingParams
+from deployments.chat_protocol import ChatCompletionRequest
 from deployments.engine_requests import engine_requests
-from deployments.protocol import ChatCompletionRequest
 from tests.spec.test_engine_speculation import (GREEDY, assert_nothing_allocated, engine, prompts,  # noqa: F401
                                                 reference)
 from tests.spec.test_prompt_lookup_first import Asked

@@ -3,7 +3,7 @@ on PYTHONPATH: `python stream_cost.py SYNTAX` prints the best of 5 x 200 runs.""
 import sys
 import timeit
 
-from deployments.protocol import ChatCompletionRequest
+from deployments.chat_protocol import ChatCompletionRequest
 from deployments.tool_call_stream import ToolStream
 import deployments.tool_calls as tc
 
