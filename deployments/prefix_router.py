@@ -139,10 +139,10 @@ class PrefixAwareRouter(FIFOMixin, RequestRouter):
         view = self.views.get(replica.replica_id)
         if view is None:
             view = self.views[replica.replica_id] = ReplicaView(replica.replica_id.unique_id)
+            self.figures.show(view)
         stats = RoutingStats.from_dict(replica.routing_stats or {})
-        if stats is not None:
-            view.take_report(stats)
-        self.figures.show(view)
+        if stats is not None and view.take_report(stats):
+            self.figures.show(view)
         return view
 
     async def choose_replicas(self, candidate_replicas: list[RunningReplica],
@@ -169,10 +169,12 @@ class PrefixAwareRouter(FIFOMixin, RequestRouter):
             return ranks
         request_id = pending_request.metadata.internal_request_id
         retry = request_id in self._chosen
-        for view in self.views.values():  # a retried request was counted at its earlier choice
-            view.record_withdrawn(request_id)
-        decision.ranked[0].record_sent(request_id, hashes, now, self.remember_sent_s)
-        for view in self.views.values():
+        if retry:  # counted at its earlier choice
+            for view in self.views.values():
+                view.record_withdrawn(request_id)
+        chosen = decision.ranked[0]
+        chosen.record_sent(request_id, hashes, now, self.remember_sent_s)
+        for view in self.views.values() if retry else [chosen]:
             self.figures.show(view)
         self._chosen[request_id] = None
         while len(self._chosen) > MAX_REMEMBERED_REQUESTS:

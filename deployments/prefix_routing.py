@@ -98,10 +98,11 @@ class ReplicaView:
     new_blocks_sent: deque[tuple[float, int]] = field(default_factory=deque)
     recent_new_blocks: int = 0
 
-    def take_report(self, stats: RoutingStats) -> None:
-        """A newer report replaces the last; the requests it already counts leave `in_flight`."""
+    def take_report(self, stats: RoutingStats) -> bool:
+        """A newer report replaces the last (True), the requests it already counts leaving `in_flight`;
+        an older or the same one changes nothing (False)."""
         if self.stats is not None and stats.reported_at <= self.stats.reported_at:
-            return
+            return False
         self.stats = stats
         self.cached = frozenset(stats.block_hashes)
         counted = [r for r, t in self.in_flight.items() if t <= stats.reported_at]
@@ -109,6 +110,7 @@ class ReplicaView:
             del self.in_flight[r]
         self.in_report.update(counted)
         self.ended_since_report = 0
+        return True
 
     def record_sent(self, request_id: str, hashes: list[int], now: float, remember_s: float) -> None:
         new_blocks = len(hashes) - self.matched_blocks(hashes)

@@ -231,3 +231,35 @@ def test_the_routers_figures_show_each_live_replicas_load_as_it_ranks_them():
     assert loads() == {"a": 2, "b": 0}
     figures.forget("a")
     assert loads() == {"b": 0} and figures.cached_blocks == {}
+
+
+def test_the_router_moves_a_retried_requests_load_to_its_new_choice():
+    """`PrefixAwareRouter.choose_replicas` without Serve: a request counts on the replica it was sent
+    to until it ends, and a retry (Serve's, the same internal id) takes it from the first choice."""
+    import asyncio
+    from collections import namedtuple
+    from types import SimpleNamespace
+
+    from deployments.prefix_router import PrefixAwareRouter, RoutingFigures
+
+    ReplicaId = namedtuple("ReplicaId", "unique_id")
+    holder = SimpleNamespace(replica_id=ReplicaId("a"), routing_stats=report([SYSTEM], at=1.0).to_dict())
+    other = SimpleNamespace(replica_id=ReplicaId("b"), routing_stats=report(at=1.0).to_dict())
+    router = PrefixAwareRouter.__new__(PrefixAwareRouter)
+    router.initialize_state(block_size=BLOCK)
+    router.figures = RoutingFigures()
+
+    def choose(candidates, request_id="r1") -> list[str]:
+        request = SimpleNamespace(metadata=SimpleNamespace(call_method="generate", internal_request_id=request_id),
+                                  args=(request_id, SYSTEM + [7], {}), kwargs={})
+        ranks = asyncio.run(router.choose_replicas(candidates, request))
+        return [r.replica_id.unique_id for [r] in ranks]
+
+    assert choose([holder, other]) == ["a"]  # the first try: the holder alone
+    assert router.figures.loads == {"a": 1, "b": 0} and router.figures.requests["prefix"] == 1
+    assert choose([other]) == ["b"]  # Serve retried r1 elsewhere
+    assert router.figures.loads == {"a": 0, "b": 1}
+    assert choose([holder, other], "r2") == ["a"]
+    assert router.figures.loads == {"a": 1, "b": 1}
+    router.on_request_completed(ReplicaId("b"), "r1")
+    assert router.figures.loads == {"a": 1, "b": 0}
