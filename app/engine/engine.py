@@ -120,7 +120,7 @@ class LLMEngine:
         outputs, k = [], None
         if ahead is not None and self.speculator is not None:
             k = self.speculator.choose_k(self.scheduler.running, len(self.scheduler.waiting))
-            if k > 0:
+            if k > 0 or self.speculator.drafts_predictions(self.scheduler.running, len(self.scheduler.waiting)):
                 outputs, ahead, held = self._finish_ahead(ahead), None, set()
         scheduled = self._schedule(held, k)
         launched = self._launch(scheduled.num_scheduled_tokens, ahead) if scheduled else None
@@ -232,7 +232,7 @@ class LLMEngine:
                 self.beam_searches.report(req, c)
                 continue
             if req.spec_token_ids and not req.spec_forced and self.speculator is not None:
-                self.speculator.record_verified(len(req.spec_token_ids), c.num_accepted)
+                self.speculator.record_verified(len(req.spec_token_ids), c.num_accepted, req.spec_from_prediction)
                 if req.spec_from_prediction:
                     req.num_accepted_prediction_tokens += c.num_accepted
                     req.num_rejected_prediction_tokens += len(req.spec_token_ids) - c.num_accepted

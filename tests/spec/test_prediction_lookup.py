@@ -110,6 +110,38 @@ def test_each_request_counts_its_prediction_tokens_kept_and_refused(prompts, ref
     assert_nothing_allocated(e)
 
 
+def test_a_prediction_drafts_the_schedules_k_when_adaptive_speculation_chose_0():
+    """Adaptive speculation turns n-gram drafts off where they do not pay; a prediction still drafts,
+    that step is none of adaptive speculation's samples, and its drafts' acceptance is not the others'."""
+    speculator = Speculator(Asked(), SpeculationSchedule({1: 4}), max_model_len=64, vocab_width=1000, adaptive=True)
+    predicted, plain = decoding("p", [1, 2, 3], [40, 41, 42, 43, 44]), decoding("q", [1, 2, 3], None)
+    speculator.propose([predicted, plain], k=0)
+    assert predicted.spec_token_ids == [40, 41, 42, 43] and plain.spec_token_ids == []
+    assert speculator._step is None and speculator.stats.steps_by_k == {4: 1}
+    reached = list(speculator.adaptive.acceptance.reached)
+    speculator.record_verified(4, 4, from_prediction=True)
+    assert speculator.adaptive.acceptance.reached == reached and speculator.stats.num_accepted_tokens == 4
+    used_up = decoding("u", [1, 2, 3], [40, 41, 42])
+    used_up.all_token_ids += [40, 41, 42]  # its output has passed the prediction's end
+    used_up.num_computed_tokens = used_up.num_tokens - 1
+    speculator.propose([used_up, plain], k=0)
+    assert used_up.spec_token_ids == [] and speculator._step == (2, 0, 0.0)
+    assert speculator.drafts_predictions([used_up, plain]) and not speculator.drafts_predictions([plain])
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_with_adaptive_speculation_at_k_0_a_right_prediction_still_takes_fewer_steps(prompts, reference, overlap):
+    plain, predicted = (engine("ngram", 4, adaptive_speculation=True, overlap_scheduling=overlap) for _ in range(2))
+    for e in (plain, predicted):
+        e.speculator.adaptive.k_for = lambda batch_size: 0  # n-gram drafts judged not to pay
+    assert plain.generate(prompts, GREEDY) == reference
+    assert predicted.generate(prompts, [with_prediction(out) for out in reference]) == reference
+    assert plain.stats().spec.num_draft_tokens == 0 < predicted.stats().spec.num_drafts_from_prediction
+    assert predicted.num_steps < plain.num_steps
+    for e in (plain, predicted):
+        assert_nothing_allocated(e)
+
+
 def test_a_requests_prediction_reaches_every_choice_cut_to_the_context():
     body = ChatCompletionRequest(messages=[{"role": "user", "content": "hi"}], n=2, prediction={
         "type": "content", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]})

@@ -26,7 +26,10 @@ make no call at all. Matches of 3+ tokens are accepted about as often as the dra
 drafts on the default pair; shorter ones much less (benchmarks/RESULTS.md).
 
 A request with a predicted output (OpenAI's `prediction`) takes its drafts from the prediction
-wherever the output follows it (app/engine/spec/prediction_lookup.py), before any other proposer.
+wherever the output follows it (app/engine/spec/prediction_lookup.py), before any other proposer,
+and up to the schedule's k whatever k adaptive speculation chose: the client's own guess is kept
+far more often than a proposer's, and adaptive speculation weighs the other rows (their drafts'
+acceptance, and the steps no prediction drafted beyond its k).
 """
 
 from __future__ import annotations
@@ -157,26 +160,30 @@ class Speculator:
         # A seeded sampled request drafts the same k in every step, alone or in any batch, so its
         # tokens depend on its seed alone, never on the timings the adaptive k follows.
         seeded_k = self.schedule.k_for(1) if self.adaptive is not None else k
+        prediction_k = self.schedule.k_for(batch_size) if decoding else 0
         ready = self._take_ahead() if decoding else {}
-        candidates, inputs, from_prediction = [], [], 0
+        candidates, inputs, from_prediction, predicted_beyond_k = [], [], 0, False
         self._looked_up.clear()
         for req in running:
             req.set_spec([])
-            k_wanted = seeded_k if req.params.seed is not None and not req.params.greedy else k
-            if k_wanted == 0 or not req.is_decoding or not req.params.speculative_decoding:
+            if not req.is_decoding or not req.params.speculative_decoding:
                 continue
-            k_req = min(k_wanted, req.params.max_tokens - req.num_output_tokens - 1,
-                        self.max_model_len - req.num_tokens)
-            if k_req <= 0:
-                continue
+            seeded = req.params.seed is not None and not req.params.greedy
+            k_wanted = seeded_k if seeded else k
             if req.params.prediction_token_ids:
-                found = self.predictions.propose_for(req.request_id, req.params.prediction_token_ids,
-                                                     req.all_token_ids, req.num_prompt_tokens, k_req)
+                k_predicted = self._room(req, k_wanted if seeded else prediction_k)
+                found = k_predicted > 0 and self.predictions.propose_for(
+                    req.request_id, req.params.prediction_token_ids, req.all_token_ids, req.num_prompt_tokens,
+                    k_predicted)
                 if found:
                     req.set_spec(found, from_prediction=True)
                     self._looked_up.add(req)
                     from_prediction += 1
+                    predicted_beyond_k |= len(found) > k
                     continue
+            k_req = self._room(req, k_wanted)
+            if k_req <= 0:
+                continue
             if self.lookup is not None:
                 found = self.lookup.propose_for(req.request_id, req.all_token_ids, k_req)
                 if found:
@@ -201,9 +208,20 @@ class Speculator:
             self._ask_proposer(candidates, inputs)
         if decoding:  # a step no row got drafts in (none asked, or none found) is the plain step it is
             drafted = sum(1 for req in running if req.spec_token_ids)
-            ran_k = k if drafted else 0
-            self._step = (batch_size, ran_k, drafted / num_decoding)
+            ran_k = prediction_k if predicted_beyond_k else k if drafted else 0
+            # A step that drafted a prediction beyond k says nothing of what k costs.
+            self._step = None if predicted_beyond_k else (batch_size, ran_k, drafted / num_decoding)
             self.stats.steps_by_k[ran_k] = self.stats.steps_by_k.get(ran_k, 0) + 1
+
+    def drafts_predictions(self, running: list[Request], num_waiting: int = 0) -> bool:
+        """Whether this step may draft from a prediction whatever its k (a decoding request has
+        one, and the schedule drafts at this load)."""
+        return self.schedule.k_for(len(running) + num_waiting) > 0 and any(
+            r.params.prediction_token_ids and r.is_decoding and r.params.speculative_decoding for r in running)
+
+    def _room(self, req: Request, k: int) -> int:
+        """k, cut so the request never passes max_tokens or the context."""
+        return min(k, req.params.max_tokens - req.num_output_tokens - 1, self.max_model_len - req.num_tokens)
 
     def _ask_proposer(self, candidates: list[Request], inputs: list[DraftInput]) -> None:
         started = time.perf_counter()
@@ -255,10 +273,10 @@ class Speculator:
         self.stats.proposal_seconds += time.perf_counter() - started
         return ready
 
-    def record_verified(self, num_draft_tokens: int, num_accepted: int) -> None:
+    def record_verified(self, num_draft_tokens: int, num_accepted: int, from_prediction: bool = False) -> None:
         """One request's drafts of this step were verified: `num_accepted` of them kept."""
         self.stats.record(num_draft_tokens, num_accepted)
-        if self.adaptive is not None:
+        if self.adaptive is not None and not from_prediction:
             self.adaptive.record_draft(num_draft_tokens, num_accepted)
 
     def record_step(self, seconds: float) -> None:
