@@ -166,12 +166,13 @@ class Speculator:
         self._looked_up.clear()
         for req in running:
             req.set_spec([])
-            if not req.is_decoding or not req.params.speculative_decoding:
-                continue
             seeded = req.params.seed is not None and not req.params.greedy
             k_wanted = seeded_k if seeded else k
-            if req.params.prediction_token_ids:
-                k_predicted = self._room(req, k_wanted if seeded else prediction_k)
+            k_predicted = (k_wanted if seeded else prediction_k) if req.params.prediction_token_ids else 0
+            if (k_wanted == 0 and k_predicted == 0) or not req.is_decoding or not req.params.speculative_decoding:
+                continue
+            if k_predicted:
+                k_predicted = self._room(req, k_predicted)
                 found = k_predicted > 0 and self.predictions.propose_for(
                     req.request_id, req.params.prediction_token_ids, req.all_token_ids, req.num_prompt_tokens,
                     k_predicted)
