@@ -40,7 +40,8 @@ class RequestOutput:
     beams: list[BeamHypothesis] | None = None
     # Set when one of the request's own `stop_token_ids` ended it (the model's EOS does not).
     stop_token_id: int | None = None
-    # So far, of the drafts taken from the request's `prediction`: those the target kept, and not.
+    # Of the request's `prediction`: the tokens the output so far holds (OpenAI's accepted prediction
+    # tokens), and the rest of it (rejected); both 0 where speculation is off (nothing reads a prediction).
     num_accepted_prediction_tokens: int = 0
     num_rejected_prediction_tokens: int = 0
 

@@ -233,9 +233,6 @@ class LLMEngine:
                 continue
             if req.spec_token_ids and not req.spec_forced and self.speculator is not None:
                 self.speculator.record_verified(len(req.spec_token_ids), c.num_accepted, req.spec_from_prediction)
-                if req.spec_from_prediction:
-                    req.num_accepted_prediction_tokens += c.num_accepted
-                    req.num_rejected_prediction_tokens += len(req.spec_token_ids) - c.num_accepted
             outputs.append(self._apply_verified(req, c))
         return outputs + self.beam_searches.advance_ready()
 
@@ -296,13 +293,18 @@ class LLMEngine:
         new = req.all_token_ids[req.num_prompt_tokens + req.num_emitted_tokens:]
         first = req.num_emitted_tokens == 0
         req.num_emitted_tokens += len(new)
+        prediction, accepted, rejected = req.params.prediction_token_ids, 0, 0
+        if prediction and self.speculator is not None:  # without speculation a prediction is not read
+            accepted = self.speculator.predictions.num_matched(req.request_id, prediction, req.all_token_ids,
+                                                               req.num_prompt_tokens)
+            rejected = max(0, len(prediction) - accepted)
         return RequestOutput(
             request_id=req.request_id, new_token_ids=new, finished=req.is_finished,
             finish_reason=req.finish_reason, num_prompt_tokens=req.num_prompt_tokens,
             num_output_tokens=req.num_output_tokens, num_cached_tokens=req.num_cached_tokens,
             new_logprobs=logprobs, prompt_logprobs=req.prompt_logprobs if first else None,
-            stop_token_id=req.stop_token_id, num_accepted_prediction_tokens=req.num_accepted_prediction_tokens,
-            num_rejected_prediction_tokens=req.num_rejected_prediction_tokens)
+            stop_token_id=req.stop_token_id, num_accepted_prediction_tokens=accepted,
+            num_rejected_prediction_tokens=rejected)
 
     def stats(self) -> EngineStats:
         bm = self.block_manager

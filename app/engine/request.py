@@ -56,8 +56,6 @@ class Request:
         self.draft_probs: torch.Tensor | None = None  # [len(spec), V] draft distribution, or None
         self.spec_forced = False  # the drafts are forced by the grammar (kept without verification)
         self.spec_from_prediction = False  # the drafts are the request's `prediction`'s
-        self.num_accepted_prediction_tokens = 0  # of the drafts from its prediction, those the target kept
-        self.num_rejected_prediction_tokens = 0  # and those it refused
         self.num_tokens_sent_to_draft = 0  # of its tokens, those the draft model was last given to read
         self.guide = None  # a GuidedDecoder when the output must follow a format
         self.beam_search = None  # the BeamSearch this request runs one beam of

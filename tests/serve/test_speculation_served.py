@@ -81,7 +81,8 @@ def test_streamed_sampled_request_and_opt_out(serve_app, client):
 
 def test_a_predicted_chat_answer_is_drafted_from_its_prediction(serve_app, client):
     """OpenAI's `prediction`: the greedy answer is the same with it, whole or streamed; a right one
-    gives drafts the model keeps, counted in the usage and the metrics; a malformed one is a 400."""
+    gives drafts the model keeps, counted in the metrics, and the usage counts all of it accepted; a
+    wrong one, rejected; a malformed one is a 400."""
     ask = dict(model=serve_app.model, messages=[{"role": "user", "content": "def add(a, b):"}], max_tokens=40,
                temperature=0)
     plain = client.chat.completions.create(**ask)
@@ -90,7 +91,11 @@ def test_a_predicted_chat_answer_is_drafted_from_its_prediction(serve_app, clien
     before = serve_app.target_handle().stats.remote().result()["spec"]["num_drafts_from_prediction"]
     predicted = client.chat.completions.create(**ask, prediction={"type": "content", "content": text})
     assert predicted.choices[0].message.content == text
-    assert predicted.usage.completion_tokens_details.accepted_prediction_tokens > 0
+    details = predicted.usage.completion_tokens_details  # OpenAI's: the prediction's tokens the output holds, the rest
+    assert details.accepted_prediction_tokens > 0 and details.rejected_prediction_tokens == 0
+    wrong = client.chat.completions.create(**ask, prediction={"type": "content", "content": "Zebras; " * 6})
+    assert wrong.choices[0].message.content == text
+    assert wrong.usage.completion_tokens_details.rejected_prediction_tokens >= 6
     assert serve_app.target_handle().stats.remote().result()["spec"]["num_drafts_from_prediction"] > before
     chunks = list(client.chat.completions.create(**ask, stream=True, stream_options={"include_usage": True},
                                                  prediction={"type": "content", "content": [

@@ -56,6 +56,19 @@ def test_one_token_of_output_is_too_little_to_find_the_prediction_by():
     assert PredictionLookup().propose_for("s", predicted, PROMPT + [6, 7], len(PROMPT), 2) == [8]
 
 
+def test_the_prediction_tokens_matched_are_those_followed_and_found_again():
+    lookup, predicted = PredictionLookup(), [10, 11, 12, 13, 20, 21, 22, 23, 24, 30, 31]
+
+    def matched(output: list[int]) -> int:
+        return lookup.num_matched("r", predicted, PROMPT + output, len(PROMPT))
+
+    assert matched([]) == 0 and matched([10, 11]) == 2 and matched([10, 11, 12]) == 3
+    assert matched([10, 11, 12, 99, 98]) == 3  # the edit: 99, 98 are not in it
+    assert matched([10, 11, 12, 99, 98, 22, 23]) == 5  # found again by 22, 23 (13, 20, 21 skipped)
+    assert matched([10, 11, 12, 99, 98, 22, 23, 24, 30, 31]) == 8 == len(predicted) - 3
+    assert proposal(lookup, predicted, [10, 11, 12, 99, 98, 22, 23, 24, 30, 31]) == []  # the end
+
+
 def decoding(request_id: str, tokens: list[int], prediction: list[int] | None) -> Request:
     req = Request(request_id, tokens, SamplingParams(max_tokens=20, temperature=0.0,
                                                      prediction_token_ids=prediction))
@@ -94,7 +107,9 @@ def test_greedy_output_is_plain_decodings_and_a_right_prediction_takes_fewer_ste
         assert_nothing_allocated(e)
 
 
-def test_each_request_counts_its_prediction_tokens_kept_and_refused(prompts, reference):
+def test_each_request_counts_its_predictions_tokens_the_output_holds_and_the_rest(prompts, reference):
+    """OpenAI's accepted and rejected prediction tokens: the first token, which no step drafts,
+    and the tokens the target wrote beyond the drafts it kept are in the output too."""
     e = engine("ngram", 4)
     prompt, out = prompts[0], reference[0]
     wrong_after_one = out[:1] + [max(out) + 1] * 8  # the first token is the prompt step's, never drafted
@@ -105,8 +120,8 @@ def test_each_request_counts_its_prediction_tokens_kept_and_refused(prompts, ref
         for o in e.step():
             last[o.request_id] = o
     right, wrong = last["right"], last["wrong"]
-    assert right.num_accepted_prediction_tokens >= len(out) // 2 and right.num_rejected_prediction_tokens == 0
-    assert wrong.num_accepted_prediction_tokens == 0 and wrong.num_rejected_prediction_tokens > 0
+    assert (right.num_accepted_prediction_tokens, right.num_rejected_prediction_tokens) == (len(out), 0)
+    assert (wrong.num_accepted_prediction_tokens, wrong.num_rejected_prediction_tokens) == (1, 8)
     assert_nothing_allocated(e)
 
 

@@ -7,6 +7,10 @@ prediction (the edit), it is found again by its last tokens: the longest match o
 PREDICTION_MIN_MATCH of them, the first one at or after where the output last was in the
 prediction (edits move forward through a file), else the last one before. Each search is one
 numpy pass over the prediction.
+
+The output tokens found in the prediction so (those it followed, and the match it was found again
+by) are what OpenAI's usage calls the accepted prediction tokens; the rest of the prediction, the
+rejected ones.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ class _Place:
     prediction: np.ndarray
     at: int = 0  # the prediction's index the output has reached
     output_length: int = 0  # the output's length when `at` was found
+    num_matched: int = 0  # output tokens found in the prediction, up to `output_length`
 
 
 class PredictionLookup:
@@ -38,20 +43,37 @@ class PredictionLookup:
                     num_prompt_tokens: int, k: int) -> list[int]:
         """Up to k tokens of the prediction that should follow the output (token_ids after the
         prompt); empty where the output has passed the prediction's end or is not in it."""
+        place = self._follow(request_id, prediction, token_ids, num_prompt_tokens)
+        return [] if place is None else place.prediction[place.at:place.at + k].tolist()
+
+    def num_matched(self, request_id: str, prediction: Sequence[int], token_ids: Sequence[int],
+                    num_prompt_tokens: int) -> int:
+        """Of the output so far, the tokens found in the prediction."""
+        self._follow(request_id, prediction, token_ids, num_prompt_tokens)
+        return self._places[request_id].num_matched
+
+    def _follow(self, request_id: str, prediction: Sequence[int], token_ids: Sequence[int],
+                num_prompt_tokens: int) -> _Place | None:
+        """The request's place with the output's new tokens followed through the prediction, or
+        found again; None (the place as it was) where they are not in it."""
         place = self._places.get(request_id)
         if place is None:
             place = self._places[request_id] = _Place(np.asarray(prediction, dtype=np.int64))
         predicted = place.prediction
         output_length = len(token_ids) - num_prompt_tokens
+        num_new = output_length - place.output_length
         n = min(output_length, self.max_n)
         tail = token_ids[len(token_ids) - n:] if n else []
-        at = place.at + output_length - place.output_length
-        if not n <= at <= len(predicted) or predicted[at - n:at].tolist() != list(tail):
+        at = place.at + num_new
+        if n <= at <= len(predicted) and predicted[at - n:at].tolist() == list(tail):
+            place.num_matched += num_new
+        else:
             at = self._found_again(predicted, np.asarray(tail, dtype=np.int64), place.at)
             if at < 0:
-                return []
+                return None
+            place.num_matched += min(num_new, _matched_before(predicted, at, tail))
         place.at, place.output_length = at, output_length
-        return predicted[at:at + k].tolist()
+        return place
 
     def _found_again(self, predicted: np.ndarray, tail: np.ndarray, last_at: int) -> int:
         """The index after the longest match (at least min_n) of the tail's end in the prediction,
@@ -66,3 +88,11 @@ class PredictionLookup:
 
     def forget(self, request_id: str) -> None:
         self._places.pop(request_id, None)
+
+
+def _matched_before(predicted: np.ndarray, at: int, tail: Sequence[int]) -> int:
+    """How many of the tail's last tokens the prediction holds just before `at`."""
+    n = 0
+    while n < len(tail) and n < at and predicted[at - 1 - n] == tail[len(tail) - 1 - n]:
+        n += 1
+    return n
