@@ -4,7 +4,8 @@ prompt is run without a prediction, with its own answer as the prediction (what 
 file sends when few lines change) and with that answer edited (a span of it replaced every
 --edit-every tokens: the output leaves the prediction and finds it again), the three alternated in
 every round. Prints tokens/s, the ratio of each over no prediction per round and their medians,
-the drafts kept from the prediction, and whether every output equals the one without a prediction.
+the prediction tokens accepted (OpenAI's: those the output holds), and whether every output equals
+the one without a prediction.
 
     python benchmarks/prediction.py --rounds 5 --output-len 128 --batch 1
 
@@ -43,7 +44,7 @@ def edited(answer: list[int], every: int, replaced: int = 4) -> list[int]:
 
 
 def timed(engine: LLMEngine, prompts: list[list[int]], params: list[SamplingParams], batch: int):
-    """(tokens/s, outputs, drafts kept from the prediction) over the prompts in groups of `batch`."""
+    """(tokens/s, outputs, prediction tokens accepted) over the prompts in groups of `batch`."""
     outputs, tokens, kept = [], 0, 0
     start = time.perf_counter()
     for i in range(0, len(prompts), batch):
@@ -95,7 +96,7 @@ def main() -> None:
         for kind in order:
             speed[kind], outputs, kept = timed(engine, prompts, kinds[kind], args.batch)
             same = outputs == answers
-            print(f"round {round_} {kind:16s} {speed[kind]:7.1f} tok/s  kept from prediction {kept:5d}  "
+            print(f"round {round_} {kind:16s} {speed[kind]:7.1f} tok/s  prediction tokens accepted {kept:5d}  "
                   f"outputs {'the same' if same else 'DIFFERENT'}", flush=True)
         for kind in ratios:
             ratios[kind].append(speed[kind] / speed["none"])

@@ -4,7 +4,7 @@ recent outputs, which would replay each answer from the round before), the real
 not hold, greedy with `ignore_eos`. Each prompt's answer is asked for once, then every round asks for
 each prompt without a prediction and with its answer as the prediction, the two alternated (the
 order flips every round). Prints the mean latency of each, their ratio per round and its median, the
-prediction tokens the usage says were kept, and whether every answer was the same.
+prediction tokens the usage says were accepted, and whether every answer was the same.
 
     python benchmarks/prediction_served.py --rounds 4 --output-len 128
 """
@@ -66,7 +66,7 @@ def main() -> None:
                 mean_ms[kind] = 1000 * statistics.mean(seconds)
             ratios.append(mean_ms["none"] / mean_ms["right"])
             print(f"round {round_}: none {mean_ms['none']:.0f} ms, with the answer as prediction "
-                  f"{mean_ms['right']:.0f} ms ({ratios[-1]:.2f}x faster), kept {kept} prediction tokens, "
+                  f"{mean_ms['right']:.0f} ms ({ratios[-1]:.2f}x faster), {kept} prediction tokens accepted, "
                   f"answers {'the same' if same else 'DIFFERENT'}", flush=True)
         print(f"median {statistics.median(ratios):.2f}x faster with the prediction")
 

@@ -67,6 +67,13 @@ def test_the_prediction_tokens_matched_are_those_followed_and_found_again():
     assert matched([10, 11, 12, 99, 98, 22, 23]) == 5  # found again by 22, 23 (13, 20, 21 skipped)
     assert matched([10, 11, 12, 99, 98, 22, 23, 24, 30, 31]) == 8 == len(predicted) - 3
     assert proposal(lookup, predicted, [10, 11, 12, 99, 98, 22, 23, 24, 30, 31]) == []  # the end
+    replaced = PredictionLookup()  # tokens replaced in place, seen only once the output is past them
+    assert replaced.num_matched("r", predicted, PROMPT + predicted[:4], len(PROMPT)) == 4
+    assert replaced.num_matched("r", predicted, PROMPT + predicted[:4] + [50, 60] + predicted[6:], len(PROMPT)) == 9
+    found_in_place = PredictionLookup()  # found again where the replaced span ends: what came before it counts
+    assert found_in_place.num_matched("r", predicted, PROMPT + predicted[:2], len(PROMPT)) == 2
+    assert found_in_place.num_matched("r", predicted, PROMPT + predicted[:4] + [50, 60] + predicted[6:8],
+                                      len(PROMPT)) == 6
 
 
 def decoding(request_id: str, tokens: list[int], prediction: list[int] | None) -> Request:

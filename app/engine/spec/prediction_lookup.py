@@ -8,9 +8,9 @@ PREDICTION_MIN_MATCH of them, the first one at or after where the output last wa
 prediction (edits move forward through a file), else the last one before. Each search is one
 numpy pass over the prediction.
 
-The output tokens found in the prediction so (those it followed, and the match it was found again
-by) are what OpenAI's usage calls the accepted prediction tokens; the rest of the prediction, the
-rejected ones.
+The prediction's tokens found in the output so (where it followed them, and the match it was found
+again by), each counted once, are what OpenAI's usage calls the accepted prediction tokens; the
+rest of the prediction, the rejected ones.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ class _Place:
     prediction: np.ndarray
     at: int = 0  # the prediction's index the output has reached
     output_length: int = 0  # the output's length when `at` was found
-    num_matched: int = 0  # output tokens found in the prediction, up to `output_length`
+    num_matched: int = 0  # the prediction's tokens found in the output, each once (code repeats its lines)
+    matched: np.ndarray | None = None  # [len(prediction)] bool: those tokens
 
 
 class PredictionLookup:
@@ -48,7 +49,7 @@ class PredictionLookup:
 
     def num_matched(self, request_id: str, prediction: Sequence[int], token_ids: Sequence[int],
                     num_prompt_tokens: int) -> int:
-        """Of the output so far, the tokens found in the prediction."""
+        """The prediction's tokens found in the output so far, each once."""
         self._follow(request_id, prediction, token_ids, num_prompt_tokens)
         return self._places[request_id].num_matched
 
@@ -66,12 +67,14 @@ class PredictionLookup:
         tail = token_ids[len(token_ids) - n:] if n else []
         at = place.at + num_new
         if n <= at <= len(predicted) and predicted[at - n:at].tolist() == list(tail):
-            place.num_matched += num_new
+            _count_matches(place, place.at, at, token_ids)  # (a span before the tail may be replaced in place)
         else:
             at = self._found_again(predicted, np.asarray(tail, dtype=np.int64), place.at)
             if at < 0:
                 return None
-            place.num_matched += min(num_new, _matched_before(predicted, at, tail))
+            in_place = at == place.at + num_new  # found where it would be had the edit kept its length
+            start = place.at if in_place else at - min(num_new, _matched_before(predicted, at, tail))
+            _count_matches(place, start, at, token_ids)
         place.at, place.output_length = at, output_length
         return place
 
@@ -96,3 +99,16 @@ def _matched_before(predicted: np.ndarray, at: int, tail: Sequence[int]) -> int:
     while n < len(tail) and n < at and predicted[at - 1 - n] == tail[len(tail) - 1 - n]:
         n += 1
     return n
+
+
+def _count_matches(place: _Place, start: int, stop: int, token_ids: Sequence[int]) -> None:
+    """Count the prediction's tokens in [start, stop) that equal the output's last stop - start
+    tokens there, and were not counted before."""
+    if stop <= start:
+        return
+    if place.matched is None:
+        place.matched = np.zeros(len(place.prediction), dtype=bool)
+    output = np.asarray(token_ids[len(token_ids) - (stop - start):], dtype=np.int64)
+    found = (place.prediction[start:stop] == output) & ~place.matched[start:stop]
+    place.matched[start:stop] |= found
+    place.num_matched += int(found.sum())
