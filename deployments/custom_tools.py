@@ -93,15 +93,7 @@ def input_of(arguments: str) -> str:
         value = json.loads(arguments).get(INPUT)
     except (json.JSONDecodeError, AttributeError):
         value = None
-    return value if isinstance(value, str) else _input_so_far(arguments)
-
-
-def _input_so_far(arguments: str) -> str:
-    """The input's characters that the arguments written so far hold whole: up to the string's closing
-    quote, or its last complete character."""
-    opened = _INPUT_OPENS.match(arguments)
-    whole = opened and _whole_characters(arguments, opened.end())
-    return whole[0] if whole else ""
+    return value if isinstance(value, str) else InputStream().feed(arguments)
 
 
 def _whole_characters(arguments: str, start: int) -> tuple[str, int] | None:

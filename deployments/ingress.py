@@ -19,7 +19,7 @@ import dataclasses
 import importlib.metadata
 import logging
 import time
-from typing import AsyncIterator, Callable, Literal
+from typing import Callable, Literal
 
 from fastapi import Query, Request
 from fastapi.responses import Response, StreamingResponse
@@ -36,14 +36,13 @@ from app.outputs import EngineOverloaded
 from deployments.chat_prompt import chat_prompt_ids
 from deployments.chat_protocol import ChatCompletionRequest
 from deployments.chat_route import ChatRoutes
-from deployments.choices import Choice, Event, guarded_stream, merge_choices, sse, usage_of
+from deployments.completion_route import CompletionRoutes
+from deployments.choices import Choice, guarded_stream, usage_of
 from deployments.detokenizer import IncrementalDetokenizer
 from deployments.engine_requests import engine_requests
 from deployments.bad_words import bad_words_token_ids
 from deployments.beam_choices import beam_texts
-from deployments.best_of import keep_likeliest
-from deployments.echo import echo_logprobs, joined, vllm_prompt_logprobs
-from deployments.output_logprobs import completion_logprobs, token_id_text
+from deployments.output_logprobs import token_id_text
 from deployments.errors import remote_cause
 from deployments.http_app import app
 from deployments.harmony import reply_end_ids
@@ -61,8 +60,7 @@ from deployments.request_ids import client_request_id, response_ids
 from deployments.responses_api_protocol import ResponseObject, ResponsesRequest
 from deployments.response_items import MAX_LIST_LIMIT
 from deployments.responses_route import ResponsesRoutes
-from deployments.responses import (ChatChoice, ChatCompletionResponse, CompletionChoice,
-                                   CompletionResponse, ModelCard, ModelList, UsageInfo)
+from deployments.responses import ChatChoice, ChatCompletionResponse, ModelCard, ModelList, UsageInfo
 
 logger = logging.getLogger("ray.serve")
 
@@ -80,7 +78,7 @@ SPECSERVE_VERSION = _installed_version()
 # -- the deployment -----------------------------------------------------------------------
 @serve.deployment(max_ongoing_requests=512, ray_actor_options={"num_cpus": 0.5})
 @serve.ingress(app)
-class Ingress(ChatRoutes, ResponsesRoutes):
+class Ingress(CompletionRoutes, ChatRoutes, ResponsesRoutes):
     def __init__(self, target, metrics_hub, model_path: str, served_model_name: str,
                  max_model_len: int, vocab_size: int, api_keys: list[str] | None = None,
                  max_request_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
@@ -275,67 +273,7 @@ class Ingress(ChatRoutes, ResponsesRoutes):
         logprobs = body.logprobs if body.logprobs is not None or not ranked else 0
         choices = await self._start(engine_ids, prompts, body, body.max_tokens, logprobs, "prompt",
                                     prompt_logprobs=body.num_prompt_logprobs)
-        created = int(time.time())
-        if body.use_beam_search:
-            beams = beam_texts(choices, body.n)
-            return CompletionResponse(
-                id=request_id, created=created, model=self.model_name, usage=usage_of(choices),
-                choices=[CompletionChoice(index=b.index, text=b.text, finish_reason=b.finish_reason,
-                                          stop_reason=b.stop_reason) for b in beams])
-        to_echo = {}  # the prompt text still to put before each choice's first chunk
-        if body.echo:  # the prompt as sent, or as the engine read it when truncated
-            texts = [p if isinstance(p, str) and body.truncate_prompt_tokens is None else None
-                     for p in body.prompts()]
-            to_echo = {c.index: texts[c.prompt_index] or self.tokenizer.decode(c.prompt_ids) for c in choices}
-        if body.stream:
-            return StreamingResponse(guarded_stream(request_id, choices, self._stream_completion(request_id, created, body, choices, to_echo)),
-                                     media_type="text/event-stream")
-        merged = {c.index: CompletionChoice(index=c.index, text="") for c in choices}
-        cumulative_logprob = {c.index: 0.0 for c in choices}
-        async for event in merge_choices(choices):
-            part, whole = self._completion_choice(body, event, to_echo), merged[event.choice.index]
-            cumulative_logprob[event.choice.index] += sum(lp.logprob for lp in event.logprobs or ())
-            whole.text += part.text
-            whole.logprobs = joined(whole.logprobs, part.logprobs)
-            whole.prompt_logprobs = whole.prompt_logprobs or part.prompt_logprobs
-        for c in choices:
-            merged[c.index].finish_reason, merged[c.index].stop_reason = c.finish_reason, c.stop_reason
-        returned = list(merged.values())
-        if ranked:
-            returned = keep_likeliest(returned, {c.index: c.prompt_index for c in choices},
-                                      cumulative_logprob, body.n)
-            if body.logprobs is None:
-                returned = [c.model_copy(update={"logprobs": None}) for c in returned]
-        return CompletionResponse(id=request_id, created=created, model=self.model_name,
-                                  usage=usage_of(choices), choices=returned)
-
-    def _completion_choice(self, body: CompletionRequest, event: Event, to_echo: dict[int, str]
-                           ) -> CompletionChoice:
-        """One event as a choice chunk; with `echo`, the choice's first chunk starts with its prompt
-        (`to_echo` holds the prompts not yet echoed, by choice index)."""
-        c = event.choice
-        prefix, prefix_logprobs = to_echo.pop(c.index, ""), None
-        if prefix and body.logprobs is not None and event.prompt_logprobs:
-            prefix_logprobs = echo_logprobs(c.prompt_ids, event.prompt_logprobs, body.logprobs, self._token_names(body))
-        c.text_len += len(prefix)
-        logprobs = joined(prefix_logprobs, completion_logprobs(event.logprobs, c.text_len, self._token_names(body)))
-        c.text_len += len(event.text)
-        scored = None
-        if body.prompt_logprobs is not None and event.prompt_logprobs:
-            scored = vllm_prompt_logprobs(event.prompt_logprobs, body.prompt_logprobs, self._token_names(body))
-        return CompletionChoice(index=c.index, text=prefix + event.text, logprobs=logprobs,
-                                finish_reason=event.finish_reason, stop_reason=event.stop_reason,
-                                prompt_logprobs=scored)
-
-    async def _stream_completion(self, request_id: str, created: int, body: CompletionRequest,
-                                 choices: list[Choice], to_echo: dict[int, str]) -> AsyncIterator[str]:
-        async for event in merge_choices(choices):
-            yield sse(CompletionResponse(id=request_id, created=created, model=self.model_name,
-                                         choices=[self._completion_choice(body, event, to_echo)],
-                                         usage=self._chunk_usage(body, choices, (event.choice.index,))))
-        if body.include_usage:
-            yield sse(CompletionResponse(id=request_id, created=created, model=self.model_name,
-                                          choices=[], usage=usage_of(choices)))
+        return await self._completion_reply(request_id, int(time.time()), body, choices, ranked)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(self, body: ChatCompletionRequest, raw: Request):
