@@ -33,6 +33,7 @@ class _Place:
     output_length: int = 0  # the output's length when `at` was found
     num_matched: int = 0  # the prediction's tokens found in the output, each once (code repeats its lines)
     matched: np.ndarray | None = None  # [len(prediction)] bool: those tokens
+    not_found_at: int = -1  # the output's length when it was last searched for and not found
 
 
 class PredictionLookup:
@@ -69,8 +70,11 @@ class PredictionLookup:
         if n <= at <= len(predicted) and predicted[at - n:at].tolist() == list(tail):
             _count_matches(place, place.at, at, token_ids)  # (a span before the tail may be replaced in place)
         else:
+            if output_length == place.not_found_at:  # the step's output and its drafts ask alike
+                return None
             at = self._found_again(predicted, np.asarray(tail, dtype=np.int64), place.at)
             if at < 0:
+                place.not_found_at = output_length
                 return None
             in_place = at == place.at + num_new  # found where it would be had the edit kept its length
             start = place.at if in_place else at - min(num_new, _matched_before(predicted, at, tail))
